@@ -1,0 +1,751 @@
+//! The conformance suite: the behaviour every backend must show. Each check gets a fresh,
+//! empty, migrated store; `tests/conformance.rs` runs them all on SQLite and PostgreSQL.
+
+use crate::{
+    Entity, Invitee, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError, TokenKind,
+    TokenRestriction,
+};
+use atoll_types::{Role, Scope};
+use std::future::Future;
+use std::pin::Pin;
+
+pub type Check = fn(Store) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Every check, by name.
+pub fn checks() -> Vec<(&'static str, Check)> {
+    vec![
+        ("migrations_are_idempotent", |s| {
+            Box::pin(migrations_are_idempotent(s))
+        }),
+        ("users_get_a_personal_organization", |s| {
+            Box::pin(users_get_a_personal_organization(s))
+        }),
+        ("team_organizations_and_members", |s| {
+            Box::pin(team_organizations_and_members(s))
+        }),
+        ("the_last_owner_stays", |s| {
+            Box::pin(the_last_owner_stays(s))
+        }),
+        ("invites", |s| Box::pin(invites(s))),
+        ("groups", |s| Box::pin(groups(s))),
+        ("group_tokens_die_with_their_group", |s| {
+            Box::pin(group_tokens_die_with_their_group(s))
+        }),
+        ("tokens", |s| Box::pin(tokens(s))),
+        ("deleting_an_organization", |s| {
+            Box::pin(deleting_an_organization(s))
+        }),
+        ("concurrent_writes", |s| Box::pin(concurrent_writes(s))),
+    ]
+}
+
+fn new_user(username: &str) -> NewUser {
+    NewUser {
+        username: username.to_string(),
+        email: format!("{username}@example.com"),
+        name: username.to_uppercase(),
+        password_hash: "not-a-real-hash".to_string(),
+        is_admin: false,
+    }
+}
+
+fn new_group(name: &str) -> NewGroup {
+    NewGroup {
+        name: name.to_string(),
+        location: "local".to_string(),
+        version: "v1".to_string(),
+    }
+}
+
+fn new_token(user_id: &str, name: &str, restriction: TokenRestriction) -> NewToken {
+    NewToken {
+        id: uuid::Uuid::new_v4().simple().to_string(),
+        user_id: user_id.to_string(),
+        name: name.to_string(),
+        kind: TokenKind::Api,
+        secret_hash: format!("hash-of-{}", uuid::Uuid::new_v4()),
+        restriction,
+        expires_at: None,
+    }
+}
+
+async fn migrations_are_idempotent(store: Store) {
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    assert!(store.user_by_username("nobody").await.unwrap().is_none());
+}
+
+async fn users_get_a_personal_organization(store: Store) {
+    let (user, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    assert_eq!(org.slug, "alice");
+    assert_eq!(org.kind, OrgKind::Personal);
+    assert_eq!(org.plan_id, "starter");
+    let group = group.unwrap();
+    assert_eq!(
+        (group.name.as_str(), group.locations.clone()),
+        ("default", vec!["local".to_string()])
+    );
+
+    let found = store.user_by_username("alice").await.unwrap().unwrap();
+    assert_eq!(found, user);
+    assert_eq!(store.user_by_id(&user.id).await.unwrap().unwrap(), user);
+
+    let err = store
+        .create_user(new_user("alice"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::User)),
+        "{err:?}"
+    );
+
+    let orgs = store.orgs_of_user(&user.id).await.unwrap();
+    assert_eq!(orgs.len(), 1);
+    assert_eq!(orgs[0].role, Role::Owner);
+    let (found_org, role) = store
+        .org_with_role("alice", &user.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((found_org, role), (org, Some(Role::Owner)));
+    assert!(store
+        .org_with_role("nope", &user.id)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn team_organizations_and_members(store: Store) {
+    let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
+    let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    assert_eq!((team.kind, team.name.as_str()), (OrgKind::Team, "Acme"));
+
+    // Slugs and usernames share one namespace.
+    let err = store
+        .create_team_org(&alice.id, "bob", "Bob's")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Organization)),
+        "{err:?}"
+    );
+    let err = store
+        .create_team_org(&bob.id, "acme", "Acme 2")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Organization)),
+        "{err:?}"
+    );
+    let err = store.create_user(new_user("acme"), None).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::User)),
+        "{err:?}"
+    );
+
+    let (_, role) = store.org_with_role("acme", &bob.id).await.unwrap().unwrap();
+    assert_eq!(role, None);
+    let member = store
+        .add_member(&team.id, &bob.id, Role::Viewer)
+        .await
+        .unwrap();
+    assert_eq!(
+        (member.username.as_str(), member.role),
+        ("bob", Role::Viewer)
+    );
+    let err = store
+        .add_member(&team.id, &bob.id, Role::Admin)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Member)),
+        "{err:?}"
+    );
+
+    let members = store.list_members(&team.id).await.unwrap();
+    let names: Vec<_> = members
+        .iter()
+        .map(|m| (m.username.as_str(), m.role))
+        .collect();
+    assert_eq!(names, vec![("alice", Role::Owner), ("bob", Role::Viewer)]);
+
+    let promoted = store
+        .set_member_role(&team.id, &bob.id, Role::Admin)
+        .await
+        .unwrap();
+    assert_eq!(promoted.role, Role::Admin);
+    assert_eq!(store.orgs_of_user(&bob.id).await.unwrap().len(), 2);
+
+    let updated = store.update_org(&team.id, Some(true), None).await.unwrap();
+    assert!(updated.overages && !updated.require_mfa);
+    let updated = store.update_org(&team.id, None, None).await.unwrap();
+    assert!(updated.overages);
+
+    // Removing a member revokes the tokens they minted for the organization.
+    let token = store
+        .insert_token(new_token(
+            &bob.id,
+            "ci",
+            TokenRestriction::Organization {
+                org_id: team.id.clone(),
+            },
+        ))
+        .await
+        .unwrap();
+    store.remove_member(&team.id, &bob.id).await.unwrap();
+    assert!(store
+        .list_user_tokens(&bob.id)
+        .await
+        .unwrap()
+        .iter()
+        .all(|t| t.token.id != token.token.id));
+    let err = store.member(&team.id, &bob.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Member)),
+        "{err:?}"
+    );
+    let err = store.remove_member(&team.id, &bob.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Member)),
+        "{err:?}"
+    );
+}
+
+async fn the_last_owner_stays(store: Store) {
+    let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
+    let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+
+    let err = store
+        .set_member_role(&team.id, &alice.id, Role::Admin)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LastOwner), "{err:?}");
+    let err = store.remove_member(&team.id, &alice.id).await.unwrap_err();
+    assert!(matches!(err, StoreError::LastOwner), "{err:?}");
+
+    store
+        .add_member(&team.id, &bob.id, Role::Owner)
+        .await
+        .unwrap();
+    store
+        .set_member_role(&team.id, &alice.id, Role::Member)
+        .await
+        .unwrap();
+    let err = store.remove_member(&team.id, &bob.id).await.unwrap_err();
+    assert!(matches!(err, StoreError::LastOwner), "{err:?}");
+}
+
+async fn invites(store: Store) {
+    let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
+    let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
+    let (carol, ..) = store.create_user(new_user("carol"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+
+    let first = store
+        .create_invite(
+            &team.id,
+            Invitee::Email("BOB@example.com".into()),
+            Role::Viewer,
+            &alice.id,
+        )
+        .await
+        .unwrap();
+    // Inviting the same address again replaces the pending invite.
+    let second = store
+        .create_invite(
+            &team.id,
+            Invitee::Email("bob@example.com".into()),
+            Role::Admin,
+            &alice.id,
+        )
+        .await
+        .unwrap();
+    assert_ne!(first.id, second.id);
+    store
+        .create_invite(
+            &team.id,
+            Invitee::Username("carol".into()),
+            Role::Member,
+            &alice.id,
+        )
+        .await
+        .unwrap();
+    let pending = store.list_invites(&team.id).await.unwrap();
+    assert_eq!(pending.len(), 2);
+    assert_eq!(
+        (
+            pending[0].email.as_str(),
+            pending[0].role,
+            pending[0].org_slug.as_str()
+        ),
+        ("bob@example.com", Role::Admin, "acme")
+    );
+    assert_eq!(pending[1].username, "carol");
+
+    let for_bob = store.invites_for_user(&bob.id).await.unwrap();
+    assert_eq!(for_bob.len(), 1);
+    assert!(store.invites_for_user(&alice.id).await.unwrap().is_empty());
+
+    assert_eq!(
+        store.accept_invite(&team.id, &bob.id).await.unwrap(),
+        Role::Admin
+    );
+    assert_eq!(
+        store.member(&team.id, &bob.id).await.unwrap().role,
+        Role::Admin
+    );
+    let err = store.accept_invite(&team.id, &bob.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Invite)),
+        "{err:?}"
+    );
+
+    store.delete_invite(&team.id, "carol").await.unwrap();
+    let err = store.delete_invite(&team.id, "carol").await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Invite)),
+        "{err:?}"
+    );
+    assert!(store.invites_for_user(&carol.id).await.unwrap().is_empty());
+
+    // Adding a member directly consumes their pending invite.
+    store
+        .create_invite(
+            &team.id,
+            Invitee::Username("carol".into()),
+            Role::Member,
+            &alice.id,
+        )
+        .await
+        .unwrap();
+    store
+        .add_member(&team.id, &carol.id, Role::Viewer)
+        .await
+        .unwrap();
+    assert!(store.list_invites(&team.id).await.unwrap().is_empty());
+}
+
+async fn groups(store: Store) {
+    let (alice, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    let zeta = store
+        .create_group(&org.id, new_group("zeta"))
+        .await
+        .unwrap();
+    let alpha = store
+        .create_group(&org.id, new_group("alpha"))
+        .await
+        .unwrap();
+    let err = store
+        .create_group(&org.id, new_group("alpha"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Group)),
+        "{err:?}"
+    );
+    // The same name in another organization is fine.
+    store
+        .create_group(&team.id, new_group("alpha"))
+        .await
+        .unwrap();
+
+    let names: Vec<_> = store
+        .list_groups(&org.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.name)
+        .collect();
+    assert_eq!(names, vec!["alpha", "zeta"]);
+    assert_eq!(
+        store.group_by_name(&org.id, "zeta").await.unwrap().unwrap(),
+        zeta
+    );
+    assert_eq!(store.group_by_id(&zeta.id).await.unwrap().unwrap(), zeta);
+    assert!(store
+        .group_by_name(&org.id, "nope")
+        .await
+        .unwrap()
+        .is_none());
+
+    let changed = store
+        .update_group(
+            &alpha.id,
+            crate::GroupChanges {
+                name: Some("beta".into()),
+                delete_protection: Some(true),
+                locations: Some(vec!["local".into(), "edge".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed.name, "beta");
+    assert!(changed.delete_protection && !changed.archived);
+    assert_eq!(changed.locations, vec!["local", "edge"]);
+    assert_eq!(changed.primary_location, "local");
+    let err = store
+        .update_group(
+            &changed.id,
+            crate::GroupChanges {
+                name: Some("zeta".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Group)),
+        "{err:?}"
+    );
+
+    let archived = store
+        .update_group(
+            &zeta.id,
+            crate::GroupChanges {
+                archived: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(archived.archived && archived.name == "zeta");
+
+    // A group cannot land where its name is taken.
+    let err = store.transfer_group(&changed.id, &team.id).await;
+    assert!(err.is_ok(), "beta is free in acme: {err:?}");
+    let err = store.transfer_group(&zeta.id, &team.id).await;
+    assert!(err.is_ok());
+    let dup = store
+        .create_group(&org.id, new_group("zeta"))
+        .await
+        .unwrap();
+    let err = store.transfer_group(&dup.id, &team.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Group)),
+        "{err:?}"
+    );
+
+    let deleted = store.delete_group(&dup.id).await.unwrap();
+    assert_eq!(deleted.name, "zeta");
+    assert!(store.group_by_id(&dup.id).await.unwrap().is_none());
+    let err = store.delete_group(&dup.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Group)),
+        "{err:?}"
+    );
+}
+
+async fn group_tokens_die_with_their_group(store: Store) {
+    let (alice, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    let doomed = store
+        .create_group(&org.id, new_group("doomed"))
+        .await
+        .unwrap();
+    let moving = store
+        .create_group(&org.id, new_group("moving"))
+        .await
+        .unwrap();
+    let pinned = |group: &crate::Group| TokenRestriction::Group {
+        org_id: group.org_id.clone(),
+        group_id: group.id.clone(),
+        scopes: vec![Scope::Read, Scope::DbCreate],
+    };
+    let on_doomed = store
+        .insert_token(new_token(&alice.id, "a", pinned(&doomed)))
+        .await
+        .unwrap();
+    let on_moving = store
+        .insert_token(new_token(&alice.id, "b", pinned(&moving)))
+        .await
+        .unwrap();
+    assert_eq!(on_doomed.group_name.as_deref(), Some("doomed"));
+    assert!(
+        matches!(&on_doomed.token.restriction, TokenRestriction::Group { scopes, .. } if scopes == &vec![Scope::Read, Scope::DbCreate])
+    );
+
+    store.delete_group(&doomed.id).await.unwrap();
+    store.transfer_group(&moving.id, &team.id).await.unwrap();
+    let active: Vec<_> = store
+        .list_user_tokens(&alice.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.token.id)
+        .collect();
+    assert!(!active.contains(&on_doomed.token.id));
+    assert!(!active.contains(&on_moving.token.id));
+
+    // A new group with the old name does not bring the tokens back.
+    store
+        .create_group(&org.id, new_group("doomed"))
+        .await
+        .unwrap();
+    assert!(store.list_user_tokens(&alice.id).await.unwrap().is_empty());
+}
+
+async fn tokens(store: Store) {
+    let (alice, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    store
+        .add_member(&team.id, &bob.id, Role::Member)
+        .await
+        .unwrap();
+
+    let mut login = new_token(&alice.id, "login", TokenRestriction::Unrestricted);
+    login.kind = TokenKind::Login;
+    login.expires_at = Some(crate::now_millis() + 1000);
+    let login = store.insert_token(login).await.unwrap();
+    let unrestricted = new_token(&alice.id, "everything", TokenRestriction::Unrestricted);
+    let secret_hash = unrestricted.secret_hash.clone();
+    let unrestricted = store.insert_token(unrestricted).await.unwrap();
+    store
+        .insert_token(new_token(
+            &alice.id,
+            "acme",
+            TokenRestriction::Organization {
+                org_id: team.id.clone(),
+            },
+        ))
+        .await
+        .unwrap();
+    store
+        .insert_token(new_token(
+            &alice.id,
+            "personal",
+            TokenRestriction::Organization {
+                org_id: org.id.clone(),
+            },
+        ))
+        .await
+        .unwrap();
+    let bobs = store
+        .insert_token(new_token(
+            &bob.id,
+            "bobs",
+            TokenRestriction::Organization {
+                org_id: team.id.clone(),
+            },
+        ))
+        .await
+        .unwrap();
+
+    let err = store
+        .insert_token(new_token(&alice.id, "acme", TokenRestriction::Unrestricted))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Token)),
+        "{err:?}"
+    );
+
+    let credential = store
+        .credential_by_secret_hash(&secret_hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(credential.user.username, "alice");
+    assert_eq!(credential.token.id, unrestricted.token.id);
+    assert!(credential.token.last_used_at.is_none());
+    store.touch_token(&credential.token).await.unwrap();
+    let used = store
+        .credential_by_secret_hash(&secret_hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(used.token.last_used_at.is_some());
+    assert!(store
+        .credential_by_secret_hash("unknown")
+        .await
+        .unwrap()
+        .is_none());
+
+    // Login tokens are not API tokens: they are never listed.
+    let names: Vec<_> = store
+        .list_user_tokens(&alice.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.token.name)
+        .collect();
+    assert_eq!(names.len(), 3);
+    assert!(!names.contains(&login.token.name));
+
+    let all = store.list_org_tokens(&team.id, None).await.unwrap();
+    let mut owners: Vec<_> = all
+        .iter()
+        .map(|t| (t.token.name.as_str(), t.owner_username.as_str()))
+        .collect();
+    owners.sort();
+    assert_eq!(owners, vec![("acme", "alice"), ("bobs", "bob")]);
+    assert_eq!(all[0].org_slug.as_deref(), Some("acme"));
+    let own = store
+        .list_org_tokens(&team.id, Some(&bob.id))
+        .await
+        .unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].owner_email, "bob@example.com");
+
+    // Bob cannot revoke Alice's token when restricted to his own; another org's id is
+    // not found.
+    let alices = all
+        .iter()
+        .find(|t| t.token.name == "acme")
+        .unwrap()
+        .token
+        .id
+        .clone();
+    let err = store
+        .revoke_org_token(&team.id, &alices, Some(&bob.id))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Token)),
+        "{err:?}"
+    );
+    let err = store
+        .revoke_org_token(&org.id, &bobs.token.id, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Token)),
+        "{err:?}"
+    );
+    store
+        .revoke_org_token(&team.id, &bobs.token.id, Some(&bob.id))
+        .await
+        .unwrap();
+    assert!(store
+        .list_org_tokens(&team.id, Some(&bob.id))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Revoking by name frees the name; the revoked secret still resolves, marked revoked.
+    store
+        .revoke_user_token(&alice.id, "everything")
+        .await
+        .unwrap();
+    let err = store
+        .revoke_user_token(&alice.id, "everything")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Token)),
+        "{err:?}"
+    );
+    let revoked = store
+        .credential_by_secret_hash(&secret_hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(revoked.token.revoked_at.is_some());
+    store
+        .insert_token(new_token(
+            &alice.id,
+            "everything",
+            TokenRestriction::Unrestricted,
+        ))
+        .await
+        .unwrap();
+}
+
+async fn deleting_an_organization(store: Store) {
+    let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    store.create_group(&team.id, new_group("g")).await.unwrap();
+    store
+        .create_invite(
+            &team.id,
+            Invitee::Username("x".into()),
+            Role::Member,
+            &alice.id,
+        )
+        .await
+        .unwrap();
+    store
+        .insert_token(new_token(
+            &alice.id,
+            "t",
+            TokenRestriction::Organization {
+                org_id: team.id.clone(),
+            },
+        ))
+        .await
+        .unwrap();
+
+    store.delete_org(&team.id).await.unwrap();
+    assert!(store.org_by_slug("acme").await.unwrap().is_none());
+    assert!(store.list_groups(&team.id).await.unwrap().is_empty());
+    assert!(store.list_invites(&team.id).await.unwrap().is_empty());
+    assert!(store.list_user_tokens(&alice.id).await.unwrap().is_empty());
+    assert_eq!(store.orgs_of_user(&alice.id).await.unwrap().len(), 1);
+    let err = store.delete_org(&team.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Organization)),
+        "{err:?}"
+    );
+    // The slug can be taken again.
+    store
+        .create_team_org(&alice.id, "acme", "Acme again")
+        .await
+        .unwrap();
+}
+
+async fn concurrent_writes(store: Store) {
+    let (_, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let store = store.clone();
+        let org_id = org.id.clone();
+        tasks.push(tokio::spawn(async move {
+            // Half the writers race for the same name: exactly one of them wins.
+            let name = if i % 2 == 0 {
+                format!("g{i}")
+            } else {
+                "contested".to_string()
+            };
+            store.create_group(&org_id, new_group(&name)).await
+        }));
+    }
+    let mut created = 0;
+    let mut conflicts = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => created += 1,
+            Err(StoreError::AlreadyExists(Entity::Group)) => conflicts += 1,
+            Err(other) => panic!("unexpected error: {other:?}"),
+        }
+    }
+    assert_eq!((created, conflicts), (13, 11));
+    assert_eq!(store.list_groups(&org.id).await.unwrap().len(), 13);
+}

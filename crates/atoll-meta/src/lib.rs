@@ -1,0 +1,31 @@
+//! Atoll's metadata store.
+//!
+//! [`Store`] is the one asynchronous API the control plane uses. Its operations (users,
+//! organizations, members, invites, groups, tokens) are written once, in the SQL subset
+//! that SQLite and PostgreSQL share, against the small synchronous [`Conn`] trait; each
+//! backend ([`sqlite`], [`postgres`]) provides connections, transactions, its own
+//! migrations and the mapping of its errors. Every operation runs on a blocking thread,
+//! never on the async executor. The [`conformance`] suite runs the same checks on both
+//! backends so they cannot drift apart.
+
+mod backend;
+pub mod conformance;
+mod error;
+mod model;
+mod postgres;
+mod sqlite;
+mod store;
+pub mod testing;
+
+pub use backend::{Conn, Row, Value};
+pub use error::{Entity, StoreError};
+pub use model::*;
+pub use store::{BackendKind, GroupChanges, NewGroup, NewUser, Store};
+
+/// Milliseconds since the Unix epoch: the one time unit of the store.
+pub fn now_millis() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,186 @@
+//! Records as the store keeps them. These are domain structs, not wire types: the control
+//! plane turns them into `atoll_types` bodies.
+
+use atoll_types::{Role, Scope};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct User {
+    pub id: String,
+    pub username: String,
+    pub email: String,
+    pub name: String,
+    /// Argon2id PHC string. Never leaves the server.
+    pub password_hash: String,
+    /// Instance administrator: may create users.
+    pub is_admin: bool,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrgKind {
+    Personal,
+    Team,
+}
+
+impl OrgKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrgKind::Personal => "personal",
+            OrgKind::Team => "team",
+        }
+    }
+    pub(crate) fn parse(text: &str) -> OrgKind {
+        if text == "personal" {
+            OrgKind::Personal
+        } else {
+            OrgKind::Team
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Organization {
+    pub id: String,
+    pub slug: String,
+    pub name: String,
+    pub kind: OrgKind,
+    pub overages: bool,
+    pub require_mfa: bool,
+    pub blocked_reads: bool,
+    pub blocked_writes: bool,
+    pub plan_id: String,
+    pub plan_timeline: String,
+    pub created_at: i64,
+}
+
+/// An organization together with the caller's role in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrgMembership {
+    pub organization: Organization,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub user_id: String,
+    pub username: String,
+    pub email: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invite {
+    pub id: i64,
+    pub org_id: String,
+    pub org_slug: String,
+    /// Empty when the invite names a username.
+    pub email: String,
+    /// Empty when the invite names an email.
+    pub username: String,
+    pub role: Role,
+    pub invited_by: String,
+    pub created_at: i64,
+}
+
+/// Who an invite is addressed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invitee {
+    Email(String),
+    Username(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub primary_location: String,
+    /// Every location of the group, the primary first.
+    pub locations: Vec<String>,
+    pub version: String,
+    pub delete_protection: bool,
+    pub archived: bool,
+    pub created_at: i64,
+    pub last_activity_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// A platform API token minted by the user.
+    Api,
+    /// A login token from `POST /v1/auth/login` or `atoll dev`'s bootstrap.
+    Login,
+}
+
+impl TokenKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TokenKind::Api => "api",
+            TokenKind::Login => "login",
+        }
+    }
+    pub(crate) fn parse(text: &str) -> TokenKind {
+        if text == "login" {
+            TokenKind::Login
+        } else {
+            TokenKind::Api
+        }
+    }
+}
+
+/// What a token may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenRestriction {
+    /// Every organization of its user (login tokens, and deprecated unrestricted API tokens).
+    Unrestricted,
+    Organization {
+        org_id: String,
+    },
+    Group {
+        org_id: String,
+        group_id: String,
+        scopes: Vec<Scope>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiToken {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    pub kind: TokenKind,
+    pub restriction: TokenRestriction,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A token to store: the secret is already hashed by the caller.
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    pub kind: TokenKind,
+    pub secret_hash: String,
+    pub restriction: TokenRestriction,
+    pub expires_at: Option<i64>,
+}
+
+/// A token with the names a listing shows beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenListing {
+    pub token: ApiToken,
+    pub owner_username: String,
+    pub owner_email: String,
+    pub org_slug: Option<String>,
+    pub group_name: Option<String>,
+}
+
+/// The result of looking a bearer secret up: the token and its user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Credential {
+    pub token: ApiToken,
+    pub user: User,
+}

@@ -1,0 +1,161 @@
+//! [`Store`]: the metadata operations, each one transaction on a blocking thread.
+
+mod groups;
+mod invites;
+mod members;
+mod organizations;
+mod tokens;
+mod users;
+
+pub use groups::GroupChanges;
+pub use users::{NewGroup, NewUser};
+
+use crate::backend::{Access, Conn, Value};
+use crate::error::{Result, StoreError};
+use crate::postgres::PostgresBackend;
+use crate::sqlite::SqliteBackend;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+enum Backend {
+    Sqlite(SqliteBackend),
+    Postgres(PostgresBackend),
+}
+
+/// The metadata store. Cheap to clone; every clone shares the connections.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<Backend>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the embedded SQLite store at `path` and migrates it.
+    pub async fn open_sqlite(path: &Path) -> Result<Store> {
+        let path = path.to_path_buf();
+        let backend = blocking(move || SqliteBackend::open(&path)).await?;
+        let store = Store {
+            backend: Arc::new(Backend::Sqlite(backend)),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Connects to PostgreSQL (`postgres://…`) and migrates the schema.
+    pub async fn connect_postgres(url: &str) -> Result<Store> {
+        let url = url.to_string();
+        let backend = blocking(move || PostgresBackend::connect(&url)).await?;
+        let store = Store {
+            backend: Arc::new(Backend::Postgres(backend)),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Picks the backend from a database URL: `postgres://` or `postgresql://` for
+    /// PostgreSQL, `sqlite://<path>` or a plain path for SQLite.
+    pub async fn open(url: &str) -> Result<Store> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Store::connect_postgres(url).await
+        } else {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            Store::open_sqlite(Path::new(path)).await
+        }
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        match &*self.backend {
+            Backend::Sqlite(_) => BackendKind::Sqlite,
+            Backend::Postgres(_) => BackendKind::Postgres,
+        }
+    }
+
+    /// Applies the migrations this binary knows and the store has not seen. Safe to run
+    /// from several processes at once.
+    pub async fn migrate(&self) -> Result<()> {
+        let backend = Arc::clone(&self.backend);
+        blocking(move || match &*backend {
+            Backend::Sqlite(b) => b.migrate(),
+            Backend::Postgres(b) => b.migrate(),
+        })
+        .await
+    }
+
+    async fn read<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        self.run(op, Access::Read, f).await
+    }
+
+    async fn write<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        self.run(op, Access::Write, f).await
+    }
+
+    /// The one path every operation takes: a blocking thread, one transaction, and one
+    /// log line naming the operation when it fails.
+    async fn run<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        access: Access,
+        f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let backend = Arc::clone(&self.backend);
+        let result = blocking(move || match &*backend {
+            Backend::Sqlite(b) => b.transaction(access, f),
+            Backend::Postgres(b) => b.transaction(access, f),
+        })
+        .await;
+        if let Err(StoreError::Unavailable(cause)) = &result {
+            tracing::error!(operation = op, %cause, "metadata store operation failed");
+        }
+        result
+    }
+}
+
+async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'static) -> Result<R> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+}
+
+pub(crate) fn apply_migrations(conn: &mut dyn Conn, migrations: &[(i64, &str)]) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version    BIGINT PRIMARY KEY,
+             applied_at BIGINT NOT NULL
+         )",
+    )?;
+    let applied = conn
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )?
+        .int(0);
+    for (version, script) in migrations {
+        if *version <= applied {
+            continue;
+        }
+        conn.execute_batch(script)
+            .map_err(|e| StoreError::Unavailable(format!("migration {version} failed: {e}")))?;
+        conn.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+            &[Value::Int(*version), Value::Int(crate::now_millis())],
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn new_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

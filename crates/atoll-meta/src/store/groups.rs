@@ -1,0 +1,176 @@
+use super::users::NewGroup;
+use super::{new_uuid, Store};
+use crate::backend::{Conn, Row, Value};
+use crate::error::{Entity, Result, StoreError};
+use crate::model::Group;
+
+const GROUP_COLUMNS: &str = "g.id, g.org_id, g.name, g.primary_location, g.locations, g.version, \
+     g.delete_protection, g.archived, g.created_at, g.last_activity_at";
+
+fn group_from_row(row: &Row) -> Group {
+    Group {
+        id: row.text(0),
+        org_id: row.text(1),
+        name: row.text(2),
+        primary_location: row.text(3),
+        locations: row
+            .text(4)
+            .split(',')
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect(),
+        version: row.text(5),
+        delete_protection: row.bool(6),
+        archived: row.bool(7),
+        created_at: row.int(8),
+        last_activity_at: row.int(9),
+    }
+}
+
+pub(crate) fn insert_group(c: &mut dyn Conn, org_id: &str, new: &NewGroup) -> Result<Group> {
+    let now = crate::now_millis();
+    let id = new_uuid();
+    c.execute(
+        "INSERT INTO org_groups (id, org_id, name, primary_location, locations, version,
+                                 created_at, last_activity_at)
+         VALUES ($1, $2, $3, $4, $4, $5, $6, $6)",
+        &[
+            (&id).into(),
+            org_id.into(),
+            (&new.name).into(),
+            (&new.location).into(),
+            (&new.version).into(),
+            now.into(),
+        ],
+    )
+    .map_err(|e| e.duplicate_is(Entity::Group))?;
+    group_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Group))
+}
+
+fn group_by_id(c: &mut dyn Conn, id: &str) -> Result<Option<Group>> {
+    let sql = format!("SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.id = $1");
+    Ok(c.query_opt(&sql, &[id.into()])?
+        .map(|row| group_from_row(&row)))
+}
+
+/// Revokes every token pinned to the group: they must not outlive it, nor follow it to
+/// another organization.
+fn revoke_group_tokens(c: &mut dyn Conn, group_id: &str) -> Result<u64> {
+    c.execute(
+        "UPDATE api_tokens SET revoked_at = $2 WHERE group_id = $1 AND revoked_at IS NULL",
+        &[group_id.into(), crate::now_millis().into()],
+    )
+}
+
+/// Changes to a group; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct GroupChanges {
+    pub name: Option<String>,
+    pub delete_protection: Option<bool>,
+    pub archived: Option<bool>,
+    /// Every location, the primary first.
+    pub locations: Option<Vec<String>>,
+}
+
+impl Store {
+    pub async fn create_group(&self, org_id: &str, new: NewGroup) -> Result<Group> {
+        let org_id = org_id.to_string();
+        self.write("create_group", move |c| insert_group(c, &org_id, &new))
+            .await
+    }
+
+    pub async fn list_groups(&self, org_id: &str) -> Result<Vec<Group>> {
+        let org_id = org_id.to_string();
+        self.read("list_groups", move |c| {
+            let sql = format!(
+                "SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.org_id = $1 ORDER BY g.name"
+            );
+            Ok(c.query(&sql, &[org_id.into()])?
+                .iter()
+                .map(group_from_row)
+                .collect())
+        })
+        .await
+    }
+
+    pub async fn group_by_name(&self, org_id: &str, name: &str) -> Result<Option<Group>> {
+        let (org_id, name) = (org_id.to_string(), name.to_string());
+        self.read("group_by_name", move |c| {
+            let sql = format!(
+                "SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.org_id = $1 AND g.name = $2"
+            );
+            Ok(c.query_opt(&sql, &[org_id.into(), name.into()])?
+                .map(|row| group_from_row(&row)))
+        })
+        .await
+    }
+
+    pub async fn group_by_id(&self, id: &str) -> Result<Option<Group>> {
+        let id = id.to_string();
+        self.read("group_by_id", move |c| group_by_id(c, &id)).await
+    }
+
+    pub async fn update_group(&self, group_id: &str, changes: GroupChanges) -> Result<Group> {
+        let group_id = group_id.to_string();
+        self.write("update_group", move |c| {
+            let locations = changes.locations.as_ref().map(|l| l.join(","));
+            let primary = changes.locations.as_ref().and_then(|l| l.first().cloned());
+            let updated = c
+                .execute(
+                    "UPDATE org_groups SET name = COALESCE($2, name),
+                            delete_protection = COALESCE($3, delete_protection),
+                            archived = COALESCE($4, archived),
+                            locations = COALESCE($5, locations),
+                            primary_location = COALESCE($6, primary_location),
+                            last_activity_at = $7
+                     WHERE id = $1",
+                    &[
+                        (&group_id).into(),
+                        Value::from(changes.name),
+                        Value::from(changes.delete_protection),
+                        Value::from(changes.archived),
+                        Value::from(locations),
+                        Value::from(primary),
+                        crate::now_millis().into(),
+                    ],
+                )
+                .map_err(|e| e.duplicate_is(Entity::Group))?;
+            if updated == 0 {
+                return Err(StoreError::NotFound(Entity::Group));
+            }
+            group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
+        })
+        .await
+    }
+
+    /// Deletes a group and revokes the tokens pinned to it.
+    pub async fn delete_group(&self, group_id: &str) -> Result<Group> {
+        let group_id = group_id.to_string();
+        self.write("delete_group", move |c| {
+            let group = group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))?;
+            revoke_group_tokens(c, &group_id)?;
+            c.execute("DELETE FROM org_groups WHERE id = $1", &[group_id.into()])?;
+            Ok(group)
+        })
+        .await
+    }
+
+    /// Moves a group to another organization and revokes the tokens pinned to it.
+    pub async fn transfer_group(&self, group_id: &str, to_org_id: &str) -> Result<Group> {
+        let (group_id, to_org_id) = (group_id.to_string(), to_org_id.to_string());
+        self.write("transfer_group", move |c| {
+            revoke_group_tokens(c, &group_id)?;
+            let moved = c
+                .execute(
+                    "UPDATE org_groups SET org_id = $2 WHERE id = $1",
+                    &[(&group_id).into(), to_org_id.into()],
+                )
+                .map_err(|e| e.duplicate_is(Entity::Group))?;
+            if moved == 0 {
+                return Err(StoreError::NotFound(Entity::Group));
+            }
+            group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
+        })
+        .await
+    }
+}

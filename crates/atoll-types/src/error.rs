@@ -1,0 +1,101 @@
+//! The error body every failure answers with, and the stable machine-readable codes.
+
+use serde::{Deserialize, Serialize};
+
+/// `{"error": "<human message>", "code": "<stable_code>"}`.
+///
+/// The Turso CLI prints `error`; scripts should branch on `code`, which never changes
+/// once released.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(default)]
+    pub code: String,
+}
+
+/// Stable error codes. Adding one is fine; renaming one breaks scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// No credentials, or credentials that are malformed, unknown, expired or revoked.
+    Unauthorized,
+    /// A known principal without the right to do this.
+    Forbidden,
+    /// The request body or a parameter is not valid.
+    InvalidRequest,
+    InvalidName,
+    InvalidRole,
+    InvalidScope,
+    InvalidLocation,
+    InvalidExpiration,
+    OrganizationNotFound,
+    UserNotFound,
+    MemberNotFound,
+    InviteNotFound,
+    GroupNotFound,
+    LocationNotFound,
+    TokenNotFound,
+    RouteNotFound,
+    OrganizationAlreadyExists,
+    UserAlreadyExists,
+    MemberAlreadyExists,
+    GroupAlreadyExists,
+    TokenAlreadyExists,
+    LocationAlreadyInGroup,
+    /// The last owner of an organization cannot be removed or demoted.
+    LastOwner,
+    /// A resource with `delete_protection` on cannot be deleted.
+    DeleteProtected,
+    /// Personal organizations cannot be deleted and have no members to manage.
+    PersonalOrganization,
+    /// The group's primary location cannot be removed from it.
+    PrimaryLocation,
+    /// A feature this server does not offer (for example multi-factor authentication).
+    NotAvailable,
+    PayloadTooLarge,
+    InvalidCredentials,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::InvalidRequest => "invalid_request",
+            Self::InvalidName => "invalid_name",
+            Self::InvalidRole => "invalid_role",
+            Self::InvalidScope => "invalid_scope",
+            Self::InvalidLocation => "invalid_location",
+            Self::InvalidExpiration => "invalid_expiration",
+            Self::OrganizationNotFound => "organization_not_found",
+            Self::UserNotFound => "user_not_found",
+            Self::MemberNotFound => "member_not_found",
+            Self::InviteNotFound => "invite_not_found",
+            Self::GroupNotFound => "group_not_found",
+            Self::LocationNotFound => "location_not_found",
+            Self::TokenNotFound => "token_not_found",
+            Self::RouteNotFound => "route_not_found",
+            Self::OrganizationAlreadyExists => "organization_already_exists",
+            Self::UserAlreadyExists => "user_already_exists",
+            Self::MemberAlreadyExists => "member_already_exists",
+            Self::GroupAlreadyExists => "group_already_exists",
+            Self::TokenAlreadyExists => "token_already_exists",
+            Self::LocationAlreadyInGroup => "location_already_in_group",
+            Self::LastOwner => "last_owner",
+            Self::DeleteProtected => "delete_protected",
+            Self::PersonalOrganization => "personal_organization",
+            Self::PrimaryLocation => "primary_location",
+            Self::NotAvailable => "not_available",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
