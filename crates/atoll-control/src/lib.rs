@@ -1,1 +1,18 @@
+//! Atoll's control plane: the Turso-compatible platform API.
+//!
+//! Layout: [`routes`] holds the route table (every route, its action and its schemas) and
+//! one module per resource, named after the URL; [`auth`] authenticates the bearer token
+//! into a [`auth::Principal`] and answers every action from one policy table;
+//! [`error::ApiError`] maps every failure to its status.
 
+pub mod auth;
+mod body;
+pub mod config;
+pub mod error;
+mod openapi;
+pub mod routes;
+mod server;
+mod wire;
+
+pub use config::{ControlConfig, Location};
+pub use server::{bootstrap_user, serve, AppState, BootstrapOutcome};

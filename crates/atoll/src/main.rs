@@ -1,1 +1,47 @@
-fn main() {}
+//! `atoll`: the server (`dev`, `serve`, `migrate`) and, in time, the command-line client.
+
+mod server;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "atoll",
+    version,
+    about = "Self-hostable libSQL database platform",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run everything locally on an embedded SQLite metadata store: zero set-up.
+    ///
+    /// Example: `atoll dev --data-dir ./atoll-data`
+    Dev(server::DevArgs),
+    /// Run the control plane on PostgreSQL (or SQLite) for production.
+    ///
+    /// Example: `atoll serve --database-url postgres://atoll@db/atoll`
+    Serve(server::ServeArgs),
+    /// Apply the metadata store's migrations and exit.
+    ///
+    /// Example: `atoll migrate --database-url postgres://atoll@db/atoll`
+    Migrate(server::MigrateArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => server::dev(args).await,
+            Command::Serve(args) => server::serve(args).await,
+            Command::Migrate(args) => server::migrate(args).await,
+        }
+    })
+}

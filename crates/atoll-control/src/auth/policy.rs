@@ -1,0 +1,370 @@
+//! The policy table: every action, and who may perform it.
+//!
+//! Each route of the route table names one [`Action`]; [`Access`] (the extractor every
+//! protected handler takes) authenticates the caller and calls [`authorize`], which reads
+//! only this table. Rules, in order:
+//!
+//! 1. The target organization is the one in the path, or the caller's personal
+//!    organization on the un-prefixed routes (`/v1/groups…`). An organization that does
+//!    not exist, or of which the user is not a member, answers **404** (its existence is
+//!    not revealed).
+//! 2. The token must reach it: an organization-scoped token only its organization, a
+//!    group-scoped token only its group and only with the scope the action names. Otherwise
+//!    **403**.
+//! 3. The user's *current* role must be at least the action's role, so a token never does
+//!    more than its user may do today. Otherwise **403**.
+
+use super::principal::{authenticate, Principal};
+use crate::error::ApiError;
+use crate::server::AppState;
+use atoll_meta::{Group, Organization, TokenRestriction};
+use atoll_types::{ErrorCode, Role, Scope};
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use std::collections::HashMap;
+
+/// Everything a route can do. The route table gives each route exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    // Public.
+    Health,
+    ReadOpenApi,
+    Login,
+    ClosestRegion,
+    // The caller's own account.
+    ReadUser,
+    ValidateToken,
+    ListOwnApiTokens,
+    CreateApiToken,
+    RevokeOwnApiToken,
+    ListOrganizations,
+    CreateOrganization,
+    ListOwnInvites,
+    AcceptInvite,
+    ReadLocations,
+    CreateUser,
+    // One organization.
+    ReadOrganization,
+    UpdateOrganization,
+    DeleteOrganization,
+    ReadMembers,
+    ManageMembers,
+    /// Removing a member: anyone may leave; removing someone else needs `ManageMembers`.
+    RemoveMember,
+    ReadInvites,
+    ManageInvites,
+    ListOrganizationTokens,
+    RevokeOrganizationToken,
+    ReadOrganizationLocations,
+    // Groups.
+    ListGroups,
+    CreateGroup,
+    ReadGroup,
+    DeleteGroup,
+    TransferGroup,
+    ConfigureGroup,
+}
+
+/// What an action acts on, which decides how the target is resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// No credentials needed.
+    Public,
+    /// The caller's own account; no organization involved.
+    Account,
+    /// One organization (from the path, or the caller's personal one).
+    Organization,
+    /// One group of one organization.
+    Group,
+}
+
+/// Which kinds of token may perform an action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRule {
+    /// Any valid token.
+    Any,
+    /// Login tokens and unrestricted API tokens only: actions on the user's own
+    /// credentials and account, which a scoped token must never widen.
+    UserLevel,
+    /// Unrestricted tokens and tokens scoped to the target organization; never a
+    /// group-scoped token.
+    OrganizationLevel,
+    /// As `OrganizationLevel`, and also group-scoped tokens holding this scope (for the
+    /// pinned group only).
+    GroupScope(Scope),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub target: Target,
+    pub tokens: TokenRule,
+    /// Least role in the target organization (ignored for `Public` and `Account`).
+    pub min_role: Role,
+    /// Only instance administrators.
+    pub instance_admin: bool,
+}
+
+const fn rule(target: Target, tokens: TokenRule, min_role: Role) -> Rule {
+    Rule {
+        target,
+        tokens,
+        min_role,
+        instance_admin: false,
+    }
+}
+
+impl Action {
+    /// **The policy table.**
+    pub const fn rule(self) -> Rule {
+        use Role::*;
+        use Target::*;
+        use TokenRule::*;
+        match self {
+            Action::Health | Action::ReadOpenApi | Action::Login | Action::ClosestRegion => {
+                rule(Public, Any, Viewer)
+            }
+            Action::ReadUser | Action::ValidateToken | Action::ListOrganizations => {
+                rule(Account, Any, Viewer)
+            }
+            Action::ReadLocations => rule(Account, Any, Viewer),
+            Action::ListOwnApiTokens
+            | Action::CreateApiToken
+            | Action::RevokeOwnApiToken
+            | Action::CreateOrganization
+            | Action::ListOwnInvites
+            | Action::AcceptInvite => rule(Account, UserLevel, Viewer),
+            Action::CreateUser => Rule {
+                target: Account,
+                tokens: UserLevel,
+                min_role: Viewer,
+                instance_admin: true,
+            },
+
+            Action::ReadOrganization | Action::ReadMembers => {
+                rule(Organization, OrganizationLevel, Viewer)
+            }
+            Action::UpdateOrganization => rule(Organization, OrganizationLevel, Admin),
+            Action::DeleteOrganization => rule(Organization, OrganizationLevel, Owner),
+            Action::ManageMembers | Action::ReadInvites | Action::ManageInvites => {
+                rule(Organization, OrganizationLevel, Admin)
+            }
+            Action::RemoveMember => rule(Organization, OrganizationLevel, Viewer),
+            // Members and viewers see and revoke only their own tokens (the handler
+            // narrows the listing); admins and owners see all.
+            Action::ListOrganizationTokens | Action::RevokeOrganizationToken => {
+                rule(Organization, OrganizationLevel, Viewer)
+            }
+            Action::ReadOrganizationLocations => {
+                rule(Organization, GroupScope(Scope::Read), Viewer)
+            }
+
+            Action::ListGroups => rule(Organization, GroupScope(Scope::Read), Viewer),
+            Action::CreateGroup => rule(Organization, OrganizationLevel, Member),
+            Action::ReadGroup => rule(Group, GroupScope(Scope::Read), Viewer),
+            Action::DeleteGroup => rule(Group, OrganizationLevel, Member),
+            Action::TransferGroup => rule(Group, OrganizationLevel, Admin),
+            Action::ConfigureGroup => rule(Group, GroupScope(Scope::GroupConfigure), Member),
+        }
+    }
+}
+
+/// An authorized request: the caller, and the organization and group of the path.
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub principal: Principal,
+    pub org: Option<Organization>,
+    pub role: Option<Role>,
+    pub group: Option<Group>,
+}
+
+impl Access {
+    /// The organization of the path. Only call on routes whose target is an organization
+    /// or a group.
+    pub fn org(&self) -> &Organization {
+        self.org
+            .as_ref()
+            .expect("organization routes resolve their organization")
+    }
+
+    pub fn group(&self) -> &Group {
+        self.group
+            .as_ref()
+            .expect("group routes resolve their group")
+    }
+
+    pub fn role(&self) -> Role {
+        self.role.unwrap_or(Role::Viewer)
+    }
+
+    /// The group a group-scoped token is pinned to, if that is what the caller holds.
+    pub fn pinned_group_id(&self) -> Option<&str> {
+        match &self.principal.token.restriction {
+            TokenRestriction::Group { group_id, .. } => Some(group_id),
+            _ => None,
+        }
+    }
+
+    /// Checks a further action on the same target (for handlers whose need depends on the
+    /// request, such as removing oneself versus removing someone else).
+    pub fn require(&self, action: Action) -> Result<(), ApiError> {
+        let rule = action.rule();
+        check_token(
+            &self.principal,
+            rule,
+            self.org.as_ref(),
+            self.group.as_ref(),
+        )?;
+        check_role(rule, self.role)
+    }
+}
+
+impl FromRequestParts<AppState> for Access {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let action = *parts
+            .extensions
+            .get::<Action>()
+            .ok_or_else(|| ApiError::Internal("route registered outside the route table".into()))?;
+        let params = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map(|Path(params)| params)
+            .unwrap_or_default();
+        let principal = authenticate(parts, state).await?;
+        authorize(
+            state,
+            principal,
+            action,
+            params.get("org").map(String::as_str),
+            params.get("group").map(String::as_str),
+        )
+        .await
+    }
+}
+
+pub async fn authorize(
+    state: &AppState,
+    principal: Principal,
+    action: Action,
+    org_slug: Option<&str>,
+    group_name: Option<&str>,
+) -> Result<Access, ApiError> {
+    let rule = action.rule();
+    if rule.instance_admin && !principal.user.is_admin {
+        return Err(ApiError::Forbidden(
+            "only instance administrators may do this".into(),
+        ));
+    }
+    if matches!(rule.target, Target::Public | Target::Account) {
+        check_token(&principal, rule, None, None)?;
+        return Ok(Access {
+            principal,
+            org: None,
+            role: None,
+            group: None,
+        });
+    }
+
+    let slug = org_slug.unwrap_or(&principal.user.username).to_string();
+    let not_found = || {
+        ApiError::NotFound(
+            ErrorCode::OrganizationNotFound,
+            "organization not found".into(),
+        )
+    };
+    let (org, role) = state
+        .store
+        .org_with_role(&slug, &principal.user.id)
+        .await?
+        .ok_or_else(not_found)?;
+    let role = role.ok_or_else(not_found)?;
+
+    let group = match (rule.target, group_name) {
+        (Target::Group, Some(name)) => Some(
+            state
+                .store
+                .group_by_name(&org.id, name)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::NotFound(ErrorCode::GroupNotFound, "group not found".into())
+                })?,
+        ),
+        _ => None,
+    };
+    check_token(&principal, rule, Some(&org), group.as_ref())?;
+    check_role(rule, Some(role))?;
+    Ok(Access {
+        principal,
+        org: Some(org),
+        role: Some(role),
+        group,
+    })
+}
+
+fn check_token(
+    principal: &Principal,
+    rule: Rule,
+    org: Option<&Organization>,
+    group: Option<&Group>,
+) -> Result<(), ApiError> {
+    let restriction = &principal.token.restriction;
+    match (rule.tokens, restriction) {
+        (_, TokenRestriction::Unrestricted) | (TokenRule::Any, _) => Ok(()),
+        (TokenRule::UserLevel, _) => Err(ApiError::Forbidden(
+            "a token restricted to an organization or group cannot do this; use a login token"
+                .into(),
+        )),
+        (
+            TokenRule::OrganizationLevel | TokenRule::GroupScope(_),
+            TokenRestriction::Organization { org_id },
+        ) => {
+            if org.is_some_and(|o| &o.id == org_id) {
+                Ok(())
+            } else {
+                Err(ApiError::Forbidden(
+                    "this token is restricted to another organization".into(),
+                ))
+            }
+        }
+        (TokenRule::OrganizationLevel, TokenRestriction::Group { .. }) => Err(ApiError::Forbidden(
+            "group-scoped tokens cannot do this; it needs an organization-level token".into(),
+        )),
+        (
+            TokenRule::GroupScope(scope),
+            TokenRestriction::Group {
+                org_id,
+                group_id,
+                scopes,
+            },
+        ) => {
+            if org.is_none_or(|o| &o.id != org_id) {
+                return Err(ApiError::Forbidden(
+                    "this token is restricted to another organization".into(),
+                ));
+            }
+            if group.is_some_and(|g| &g.id != group_id) {
+                return Err(ApiError::Forbidden(
+                    "this token is restricted to another group".into(),
+                ));
+            }
+            if !scopes.contains(&scope) {
+                return Err(ApiError::Forbidden(format!(
+                    "this token lacks the `{}` scope",
+                    scope.as_str()
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check_role(rule: Rule, role: Option<Role>) -> Result<(), ApiError> {
+    match (rule.target, role) {
+        (Target::Public | Target::Account, _) => Ok(()),
+        (_, Some(role)) if role >= rule.min_role => Ok(()),
+        _ => Err(ApiError::Forbidden(format!(
+            "this needs the {} role or higher in the organization",
+            rule.min_role
+        ))),
+    }
+}

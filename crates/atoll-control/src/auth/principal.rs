@@ -1,0 +1,75 @@
+//! Authentication: from `Authorization: Bearer …` to a [`Principal`].
+
+use super::secrets::{hash_secret, looks_like_token};
+use crate::error::ApiError;
+use crate::server::AppState;
+use atoll_meta::{ApiToken, TokenKind, TokenRestriction, User};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+
+/// A caller whose token checked out: the user and the token they used.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user: User,
+    pub token: ApiToken,
+}
+
+impl Principal {
+    /// Login tokens and (deprecated) unrestricted API tokens act for the user in every
+    /// organization; only they may manage the user's own credentials or create
+    /// organizations.
+    pub fn is_user_level(&self) -> bool {
+        matches!(self.token.restriction, TokenRestriction::Unrestricted)
+    }
+
+    pub fn is_login(&self) -> bool {
+        self.token.kind == TokenKind::Login
+    }
+}
+
+/// Reads and checks the bearer token. Every failure is a 401 that says what was wrong.
+pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
+        ApiError::Unauthenticated(
+            "missing Authorization header: send `Authorization: Bearer <token>`".into(),
+        )
+    })?;
+    let value = header
+        .to_str()
+        .map_err(|_| ApiError::Unauthenticated("malformed Authorization header".into()))?;
+    let bearer = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .map(str::trim)
+        .ok_or_else(|| {
+            ApiError::Unauthenticated(
+                "malformed Authorization header: expected `Bearer <token>`".into(),
+            )
+        })?;
+    if !looks_like_token(bearer) {
+        return Err(ApiError::Unauthenticated("malformed token".into()));
+    }
+    let credential = state
+        .store
+        .credential_by_secret_hash(&hash_secret(bearer))
+        .await?
+        .ok_or_else(|| ApiError::Unauthenticated("invalid token".into()))?;
+    let token = credential.token;
+    if token.revoked_at.is_some() {
+        return Err(ApiError::Unauthenticated("token has been revoked".into()));
+    }
+    if token
+        .expires_at
+        .is_some_and(|exp| exp <= atoll_meta::now_millis())
+    {
+        return Err(ApiError::Unauthenticated("token has expired".into()));
+    }
+    if let Err(e) = state.store.touch_token(&token).await {
+        // Losing a last-used stamp is no reason to refuse the request.
+        tracing::warn!(error = %e, "could not record token use");
+    }
+    Ok(Principal {
+        user: credential.user,
+        token,
+    })
+}

@@ -1,0 +1,101 @@
+//! The JSON body extractor of every route.
+//!
+//! Real clients are sloppy: the TypeScript SDK posts JSON as `text/plain`, the Turso CLI
+//! sends PascalCase keys (`{"Name": …}`) and bodies on GET requests, and some calls have
+//! no body at all. So the body is parsed whatever the Content-Type, object keys are
+//! matched case-insensitively (as Go's decoder does), and an empty body reads as `{}`.
+
+use crate::error::ApiError;
+use atoll_types::ErrorCode;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+pub struct LenientJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for LenientJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge("request body too large".to_string())
+            } else {
+                ApiError::invalid(format!("cannot read the request body: {rejection}"))
+            }
+        })?;
+        parse_lenient(&bytes).map(LenientJson)
+    }
+}
+
+pub fn parse_lenient<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| ApiError::invalid("the request body is not UTF-8 text"))?;
+    let value: serde_json::Value = if text.trim().is_empty() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_json::from_str(text).map_err(|e| {
+            ApiError::Invalid(ErrorCode::InvalidRequest, format!("invalid JSON body: {e}"))
+        })?
+    };
+    serde_json::from_value(lowercase_keys(value)).map_err(|e| {
+        ApiError::Invalid(
+            ErrorCode::InvalidRequest,
+            format!("invalid request body: {e}"),
+        )
+    })
+}
+
+/// Lower-cases object keys, keeping an exact lower-case key over a differently cased one.
+fn lowercase_keys(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (key, value) in map {
+                let lower = key.to_lowercase();
+                let exact = lower == key;
+                let value = lowercase_keys(value);
+                if exact || !out.contains_key(&lower) {
+                    out.insert(lower, value);
+                }
+            }
+            serde_json::Value::Object(out)
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(lowercase_keys).collect())
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Group {
+        name: String,
+        location: String,
+        #[serde(default)]
+        version: Option<String>,
+    }
+
+    #[test]
+    fn pascal_case_and_missing_bodies() {
+        let g: Group = parse_lenient(br#"{"Name":"g","Location":"local","Version":""}"#).unwrap();
+        assert_eq!(
+            g,
+            Group {
+                name: "g".into(),
+                location: "local".into(),
+                version: Some(String::new())
+            }
+        );
+        let g: Group = parse_lenient(br#"{"NAME":"x","name":"g","location":"l"}"#).unwrap();
+        assert_eq!(g.name, "g");
+        let empty: std::collections::HashMap<String, String> = parse_lenient(b"  \n").unwrap();
+        assert!(empty.is_empty());
+        assert!(parse_lenient::<Group>(b"{").is_err());
+        assert!(parse_lenient::<Group>(br#"{"name":"g"}"#).is_err());
+    }
+}

@@ -1,0 +1,102 @@
+//! Settings of the control plane that the operator chooses.
+
+/// One entry of the location catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub code: String,
+    pub description: String,
+    /// Grouping key of `/v2/organizations/{org}/locations` (`local`, `aws`, `fly`, …).
+    pub platform: String,
+}
+
+impl Location {
+    pub fn new(code: &str, description: &str) -> Location {
+        let platform = if code == "local" {
+            "local"
+        } else if code.starts_with("aws-") {
+            "aws"
+        } else {
+            "atoll"
+        };
+        Location {
+            code: code.to_string(),
+            description: description.to_string(),
+            platform: platform.to_string(),
+        }
+    }
+
+    /// Parses the operator's catalog: `code=Description,code2=Description 2`.
+    pub fn parse_catalog(text: &str) -> Result<Vec<Location>, String> {
+        let mut catalog = Vec::new();
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (code, description) = entry.split_once('=').unwrap_or((entry, entry));
+            let code = code.trim();
+            atoll_types::names::validate_resource_name("location", code)?;
+            if catalog.iter().any(|l: &Location| l.code == code) {
+                return Err(format!("location {code} is listed twice"));
+            }
+            catalog.push(Location::new(code, description.trim()));
+        }
+        if catalog.is_empty() {
+            return Err("the location catalog is empty".to_string());
+        }
+        Ok(catalog)
+    }
+
+    /// The catalog of a fresh install: this machine, plus a few codes so multi-location
+    /// set-ups can be tried locally.
+    pub fn default_catalog() -> Vec<Location> {
+        vec![
+            Location::new("local", "Local (this server)"),
+            Location::new("aws-us-east-1", "AWS US East (Virginia)"),
+            Location::new("aws-eu-west-1", "AWS EU West (Ireland)"),
+            Location::new("aws-ap-south-1", "AWS AP South (Mumbai)"),
+        ]
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    /// Every location groups may use.
+    pub locations: Vec<Location>,
+    /// Where this server runs: its answer to "closest region", and the location of
+    /// groups created for new users.
+    pub server_location: String,
+    /// Version label given to new groups.
+    pub group_version: String,
+    /// Largest JSON body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            locations: Location::default_catalog(),
+            server_location: "local".to_string(),
+            group_version: concat!("v", env!("CARGO_PKG_VERSION")).to_string(),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl ControlConfig {
+    pub fn location(&self, code: &str) -> Option<&Location> {
+        self.locations.iter().find(|l| l.code == code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_parsing() {
+        let catalog = Location::parse_catalog("local=Here, aws-us-east-1=Virginia,lhr").unwrap();
+        assert_eq!(catalog.len(), 3);
+        assert_eq!(catalog[1].platform, "aws");
+        assert_eq!(catalog[2].description, "lhr");
+        assert!(Location::parse_catalog("").is_err());
+        assert!(Location::parse_catalog("a,a").is_err());
+        assert!(Location::parse_catalog("Bad_Code").is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! The control plane's one error type and its mapping to HTTP statuses.
+
+use atoll_meta::{Entity, StoreError};
+use atoll_types::{ErrorBody, ErrorCode};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Missing, malformed, unknown, expired or revoked credentials.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A known principal without the right.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{1}")]
+    NotFound(ErrorCode, String),
+    #[error("{1}")]
+    Invalid(ErrorCode, String),
+    #[error("{1}")]
+    Conflict(ErrorCode, String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// Something this server does not offer.
+    #[error("{0}")]
+    NotAvailable(String),
+    /// A failure of ours. The cause is logged where it happens, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::Invalid(ErrorCode::InvalidRequest, message.into())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(..) => StatusCode::NOT_FOUND,
+            ApiError::Invalid(..) => StatusCode::BAD_REQUEST,
+            ApiError::Conflict(..) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ApiError::Unauthenticated(_) => ErrorCode::Unauthorized,
+            ApiError::Forbidden(_) => ErrorCode::Forbidden,
+            ApiError::NotFound(code, _)
+            | ApiError::Invalid(code, _)
+            | ApiError::Conflict(code, _) => *code,
+            ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
+            ApiError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = match &self {
+            ApiError::Internal(cause) => {
+                tracing::error!(%cause, "request failed");
+                "internal error: the server could not complete the request; see its log".to_string()
+            }
+            other => other.to_string(),
+        };
+        let body = ErrorBody {
+            error: message,
+            code: self.code().as_str().to_string(),
+        };
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    /// The generic mapping; handlers that know the resource's name say more.
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::NotFound(entity) => {
+                let code = match entity {
+                    Entity::User => ErrorCode::UserNotFound,
+                    Entity::Organization => ErrorCode::OrganizationNotFound,
+                    Entity::Member => ErrorCode::MemberNotFound,
+                    Entity::Invite => ErrorCode::InviteNotFound,
+                    Entity::Group => ErrorCode::GroupNotFound,
+                    Entity::Token => ErrorCode::TokenNotFound,
+                };
+                ApiError::NotFound(code, format!("{entity} not found"))
+            }
+            StoreError::AlreadyExists(entity) => {
+                let code = match entity {
+                    Entity::User => ErrorCode::UserAlreadyExists,
+                    Entity::Organization => ErrorCode::OrganizationAlreadyExists,
+                    Entity::Member => ErrorCode::MemberAlreadyExists,
+                    Entity::Invite | Entity::Token => ErrorCode::TokenAlreadyExists,
+                    Entity::Group => ErrorCode::GroupAlreadyExists,
+                };
+                ApiError::Conflict(code, format!("{entity} already exists"))
+            }
+            StoreError::LastOwner => ApiError::Conflict(
+                ErrorCode::LastOwner,
+                "an organization needs at least one owner: promote another member to owner first"
+                    .to_string(),
+            ),
+            StoreError::Duplicate(what) => {
+                ApiError::Internal(format!("unexpected duplicate: {what}"))
+            }
+            StoreError::Unavailable(cause) => ApiError::Internal(cause),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,83 @@
+//! Instance administration: `POST /v1/admin/users`.
+
+use super::Route;
+use crate::auth::{Access, Action};
+use crate::body::LenientJson;
+use crate::error::{ApiError, ApiResult};
+use crate::server::{hash_password_blocking, AppState};
+use atoll_meta::{NewGroup, NewUser};
+use atoll_types::users::{CreateUserRequest, User, UserResponse};
+use atoll_types::ErrorCode;
+use axum::extract::State;
+use axum::http::Method;
+use axum::Json;
+
+/// Passwords shorter than this are refused.
+const MIN_PASSWORD_LENGTH: usize = 8;
+
+pub fn routes() -> Vec<Route> {
+    vec![Route::new(
+        Method::POST,
+        "/v1/admin/users",
+        Action::CreateUser,
+        "Create a user with a personal organization and a default group (instance administrators)",
+        create_user,
+    )
+    .request::<CreateUserRequest>()
+    .response::<UserResponse>()]
+}
+
+async fn create_user(
+    State(state): State<AppState>,
+    _access: Access,
+    LenientJson(body): LenientJson<CreateUserRequest>,
+) -> ApiResult<Json<UserResponse>> {
+    atoll_types::names::validate_username(&body.username)
+        .map_err(|e| ApiError::Invalid(ErrorCode::InvalidName, e))?;
+    if body.password.chars().count() < MIN_PASSWORD_LENGTH {
+        return Err(ApiError::invalid(format!(
+            "password must be at least {MIN_PASSWORD_LENGTH} characters"
+        )));
+    }
+    let email = body.email.unwrap_or_default();
+    if !email.is_empty() && !email.contains('@') {
+        return Err(ApiError::invalid("email must be an email address"));
+    }
+    let password_hash = hash_password_blocking(body.password).await?;
+    let (user, org, _) = state
+        .store
+        .create_user(
+            NewUser {
+                username: body.username.clone(),
+                email,
+                name: body.name.unwrap_or_else(|| body.username.clone()),
+                password_hash,
+                is_admin: body.admin.unwrap_or(false),
+            },
+            Some(NewGroup {
+                name: "default".to_string(),
+                location: state.config.server_location.clone(),
+                version: state.config.group_version.clone(),
+            }),
+        )
+        .await
+        .map_err(|e| match e {
+            atoll_meta::StoreError::AlreadyExists(_) => ApiError::Conflict(
+                ErrorCode::UserAlreadyExists,
+                format!("username {} is taken", body.username),
+            ),
+            other => other.into(),
+        })?;
+    Ok(Json(UserResponse {
+        user: User {
+            username: user.username,
+            name: user.name,
+            email: user.email,
+            avatar_url: String::new(),
+            plan: org.plan_id,
+            mfa: false,
+            has_pending_invites: false,
+            admin: user.is_admin,
+        },
+    }))
+}

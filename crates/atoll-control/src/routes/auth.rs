@@ -1,0 +1,85 @@
+//! `POST /v1/auth/login`, `GET /v1/auth/validate`, `GET /v1/auth/api-tokens/validate`.
+
+use super::Route;
+use crate::auth::secrets::verify_password;
+use crate::auth::{Access, Action};
+use crate::body::LenientJson;
+use crate::error::{ApiError, ApiResult};
+use crate::server::{mint_login_token, AppState, LOGIN_TOKEN_LIFETIME_MS};
+use atoll_types::tokens::TokenValidation;
+use atoll_types::users::{LoginRequest, LoginResponse};
+use axum::extract::State;
+use axum::http::Method;
+use axum::Json;
+
+pub fn routes() -> Vec<Route> {
+    vec![
+        Route::new(
+            Method::POST,
+            "/v1/auth/login",
+            Action::Login,
+            "Log in with username and password; answers a 7-day login token",
+            login,
+        )
+        .request::<LoginRequest>()
+        .response::<LoginResponse>(),
+        Route::new(
+            Method::GET,
+            "/v1/auth/validate",
+            Action::ValidateToken,
+            "Check the bearer token; `exp` is -1 when it never expires",
+            validate,
+        )
+        .response::<TokenValidation>(),
+        Route::new(
+            Method::GET,
+            "/v1/auth/api-tokens/validate",
+            Action::ValidateToken,
+            "Check the bearer token (TypeScript SDK form)",
+            validate,
+        )
+        .response::<TokenValidation>(),
+    ]
+}
+
+async fn login(
+    State(state): State<AppState>,
+    LenientJson(body): LenientJson<LoginRequest>,
+) -> ApiResult<Json<LoginResponse>> {
+    let refused = || ApiError::Unauthenticated("invalid username or password".into());
+    let user = state.store.user_by_username(&body.username).await?;
+    // Verify against a dummy hash when the user is unknown, so the answer takes as long
+    // either way and does not reveal which usernames exist.
+    let hash = user.as_ref().map(|u| u.password_hash.clone());
+    let password = body.password;
+    let ok = tokio::task::spawn_blocking(move || match hash {
+        Some(hash) => verify_password(&password, &hash),
+        None => {
+            verify_password(&password, dummy_hash());
+            false
+        }
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let user = user.filter(|_| ok).ok_or_else(refused)?;
+    let token = mint_login_token(&state, &user.id).await?;
+    Ok(Json(LoginResponse {
+        token,
+        username: user.username,
+        expires_at: (atoll_meta::now_millis() + LOGIN_TOKEN_LIFETIME_MS) / 1000,
+    }))
+}
+
+/// An Argon2id hash of a random password nobody knows.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| {
+        crate::auth::secrets::hash_password(&crate::auth::secrets::generate_password())
+            .unwrap_or_default()
+    })
+}
+
+async fn validate(access: Access) -> Json<TokenValidation> {
+    let exp = access.principal.token.expires_at.map_or(-1, |ms| ms / 1000);
+    Json(TokenValidation { exp })
+}

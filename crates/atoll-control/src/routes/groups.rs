@@ -1,0 +1,416 @@
+//! Groups: `/v1/organizations/{org}/groups…`, and the same routes un-prefixed
+//! (`/v1/groups…`) for the caller's personal organization, as the Turso CLI calls them.
+
+use super::Route;
+use crate::auth::{Access, Action};
+use crate::body::LenientJson;
+use crate::error::{ApiError, ApiResult};
+use crate::server::AppState;
+use crate::wire;
+use atoll_meta::{GroupChanges, NewGroup, StoreError};
+use atoll_types::groups::{
+    CreateGroupRequest, Group, GroupConfiguration, GroupList, GroupResponse, RenameGroupRequest,
+    TransferGroupRequest, UpdateGroupConfiguration,
+};
+use atoll_types::{Empty, ErrorCode, Role};
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::Json;
+use std::collections::HashMap;
+
+pub fn routes() -> Vec<Route> {
+    let mut routes = Vec::new();
+    for prefix in ["/v1/organizations/{org}", "/v1"] {
+        let groups = format!("{prefix}/groups");
+        let group = format!("{prefix}/groups/{{group}}");
+        routes.extend([
+            Route::new(
+                Method::GET,
+                groups.clone(),
+                Action::ListGroups,
+                "List groups",
+                list,
+            )
+            .response::<GroupList>(),
+            Route::new(
+                Method::POST,
+                groups,
+                Action::CreateGroup,
+                "Create a group in a location",
+                create,
+            )
+            .request::<CreateGroupRequest>()
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::GET,
+                group.clone(),
+                Action::ReadGroup,
+                "Retrieve a group",
+                retrieve,
+            )
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::DELETE,
+                group.clone(),
+                Action::DeleteGroup,
+                "Delete a group and all its databases",
+                delete,
+            )
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::GET,
+                format!("{group}/configuration"),
+                Action::ReadGroup,
+                "Group configuration",
+                configuration,
+            )
+            .response::<GroupConfiguration>(),
+            Route::new(
+                Method::PATCH,
+                format!("{group}/configuration"),
+                Action::ConfigureGroup,
+                "Update group configuration",
+                configure,
+            )
+            .request::<UpdateGroupConfiguration>()
+            .response::<GroupConfiguration>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/transfer"),
+                Action::TransferGroup,
+                "Move a group to another organization",
+                transfer,
+            )
+            .request::<TransferGroupRequest>()
+            .response::<Group>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/unarchive"),
+                Action::ConfigureGroup,
+                "Bring an archived group back",
+                unarchive,
+            )
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/rename"),
+                Action::ConfigureGroup,
+                "Rename a group",
+                rename,
+            )
+            .request::<RenameGroupRequest>()
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/update"),
+                Action::ConfigureGroup,
+                "Update the group's databases to the latest engine",
+                update,
+            )
+            .response::<Empty>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/locations/{{location}}"),
+                Action::ConfigureGroup,
+                "Add a location to a group",
+                add_location,
+            )
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::DELETE,
+                format!("{group}/locations/{{location}}"),
+                Action::ConfigureGroup,
+                "Remove a location from a group",
+                remove_location,
+            )
+            .response::<GroupResponse>(),
+            Route::new(
+                Method::GET,
+                format!("{group}/locations/{{location}}/wait"),
+                Action::ReadGroup,
+                "Wait until the group serves in a location",
+                wait_location,
+            )
+            .response::<Empty>(),
+        ]);
+    }
+    routes
+}
+
+fn group_name_error(e: String) -> ApiError {
+    ApiError::Invalid(ErrorCode::InvalidName, e)
+}
+
+fn invalid_location(code: &str) -> ApiError {
+    ApiError::Invalid(
+        ErrorCode::InvalidLocation,
+        format!("invalid location: {code}"),
+    )
+}
+
+fn group_exists(name: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::AlreadyExists(_) => ApiError::Conflict(
+            ErrorCode::GroupAlreadyExists,
+            format!("group {name} already exists"),
+        ),
+        StoreError::NotFound(_) => {
+            ApiError::NotFound(ErrorCode::GroupNotFound, "group not found".into())
+        }
+        other => other.into(),
+    }
+}
+
+async fn list(State(state): State<AppState>, access: Access) -> ApiResult<Json<GroupList>> {
+    let groups = state.store.list_groups(&access.org().id).await?;
+    // A group-scoped token sees its own group only.
+    let pinned = access.pinned_group_id();
+    let groups = groups
+        .iter()
+        .filter(|g| pinned.is_none_or(|id| id == g.id))
+        .map(wire::group)
+        .collect();
+    Ok(Json(GroupList { groups }))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<CreateGroupRequest>,
+) -> ApiResult<Json<GroupResponse>> {
+    atoll_types::names::validate_resource_name("group", &body.name).map_err(group_name_error)?;
+    if state.config.location(&body.location).is_none() {
+        return Err(invalid_location(&body.location));
+    }
+    let group = state
+        .store
+        .create_group(
+            &access.org().id,
+            NewGroup {
+                name: body.name.clone(),
+                location: body.location,
+                version: state.config.group_version.clone(),
+            },
+        )
+        .await
+        .map_err(group_exists(&body.name))?;
+    Ok(Json(GroupResponse {
+        group: wire::group(&group),
+    }))
+}
+
+async fn retrieve(access: Access) -> Json<GroupResponse> {
+    Json(GroupResponse {
+        group: wire::group(access.group()),
+    })
+}
+
+async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json<GroupResponse>> {
+    let group = access.group();
+    if group.delete_protection {
+        return Err(ApiError::Conflict(
+            ErrorCode::DeleteProtected,
+            format!(
+                "group {} has delete protection on: turn it off in its configuration first",
+                group.name
+            ),
+        ));
+    }
+    let deleted = state.store.delete_group(&group.id).await?;
+    Ok(Json(GroupResponse {
+        group: wire::group(&deleted),
+    }))
+}
+
+async fn configuration(access: Access) -> Json<GroupConfiguration> {
+    Json(GroupConfiguration {
+        delete_protection: access.group().delete_protection,
+    })
+}
+
+async fn configure(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<UpdateGroupConfiguration>,
+) -> ApiResult<Json<GroupConfiguration>> {
+    let changes = GroupChanges {
+        delete_protection: body.delete_protection,
+        ..Default::default()
+    };
+    let group = state
+        .store
+        .update_group(&access.group().id, changes)
+        .await?;
+    Ok(Json(GroupConfiguration {
+        delete_protection: group.delete_protection,
+    }))
+}
+
+async fn transfer(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<TransferGroupRequest>,
+) -> ApiResult<Json<Group>> {
+    let group = access.group();
+    let user = &access.principal.user;
+    // The receiving organization must be one where the caller may create groups; one they
+    // cannot see is "not found", as everywhere.
+    let not_found = || {
+        ApiError::NotFound(
+            ErrorCode::OrganizationNotFound,
+            format!("organization {} not found", body.organization),
+        )
+    };
+    let (target, role) = state
+        .store
+        .org_with_role(&body.organization, &user.id)
+        .await?
+        .ok_or_else(not_found)?;
+    let role = role.ok_or_else(not_found)?;
+    if role < Role::Member {
+        return Err(ApiError::Forbidden(
+            "transferring a group needs the member role or higher in the receiving organization"
+                .into(),
+        ));
+    }
+    if target.id == access.org().id {
+        return Err(ApiError::invalid(
+            "the group already belongs to this organization",
+        ));
+    }
+    let moved = state
+        .store
+        .transfer_group(&group.id, &target.id)
+        .await
+        .map_err(group_exists(&group.name))?;
+    Ok(Json(wire::group(&moved)))
+}
+
+async fn unarchive(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<GroupResponse>> {
+    let changes = GroupChanges {
+        archived: Some(false),
+        ..Default::default()
+    };
+    let group = state
+        .store
+        .update_group(&access.group().id, changes)
+        .await?;
+    Ok(Json(GroupResponse {
+        group: wire::group(&group),
+    }))
+}
+
+async fn rename(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<RenameGroupRequest>,
+) -> ApiResult<Json<GroupResponse>> {
+    atoll_types::names::validate_resource_name("group", &body.name).map_err(group_name_error)?;
+    let changes = GroupChanges {
+        name: Some(body.name.clone()),
+        ..Default::default()
+    };
+    let group = state
+        .store
+        .update_group(&access.group().id, changes)
+        .await
+        .map_err(group_exists(&body.name))?;
+    Ok(Json(GroupResponse {
+        group: wire::group(&group),
+    }))
+}
+
+/// Atoll ships one engine build, so every database already runs the latest: nothing to do.
+async fn update(_access: Access) -> Json<Empty> {
+    Json(Empty {})
+}
+
+async fn add_location(
+    State(state): State<AppState>,
+    access: Access,
+    Path(params): Path<HashMap<String, String>>,
+) -> ApiResult<Json<GroupResponse>> {
+    let code = &params["location"];
+    if state.config.location(code).is_none() {
+        return Err(invalid_location(code));
+    }
+    let group = access.group();
+    if group.locations.contains(code) {
+        return Ok(Json(GroupResponse {
+            group: wire::group(group),
+        }));
+    }
+    let mut locations = group.locations.clone();
+    locations.push(code.clone());
+    let changes = GroupChanges {
+        locations: Some(locations),
+        ..Default::default()
+    };
+    let group = state.store.update_group(&group.id, changes).await?;
+    Ok(Json(GroupResponse {
+        group: wire::group(&group),
+    }))
+}
+
+async fn remove_location(
+    State(state): State<AppState>,
+    access: Access,
+    Path(params): Path<HashMap<String, String>>,
+) -> ApiResult<Json<GroupResponse>> {
+    let code = &params["location"];
+    if state.config.location(code).is_none() {
+        return Err(ApiError::Invalid(
+            ErrorCode::InvalidLocation,
+            "Invalid location code".into(),
+        ));
+    }
+    let group = access.group();
+    if *code == group.primary_location {
+        return Err(ApiError::Invalid(
+            ErrorCode::PrimaryLocation,
+            format!(
+                "{code} is the primary location of group {}; it cannot be removed",
+                group.name
+            ),
+        ));
+    }
+    if !group.locations.contains(code) {
+        return Err(ApiError::Invalid(
+            ErrorCode::InvalidLocation,
+            format!("group {} is not in location {code}", group.name),
+        ));
+    }
+    let locations = group
+        .locations
+        .iter()
+        .filter(|l| *l != code)
+        .cloned()
+        .collect();
+    let changes = GroupChanges {
+        locations: Some(locations),
+        ..Default::default()
+    };
+    let group = state.store.update_group(&group.id, changes).await?;
+    Ok(Json(GroupResponse {
+        group: wire::group(&group),
+    }))
+}
+
+/// Locations are ready as soon as they are added (placement comes with the data plane), so
+/// this answers at once, or 400 when the group is not in that location.
+async fn wait_location(
+    access: Access,
+    Path(params): Path<HashMap<String, String>>,
+) -> ApiResult<Json<Empty>> {
+    let code = &params["location"];
+    if !access.group().locations.contains(code) {
+        return Err(ApiError::Invalid(
+            ErrorCode::InvalidLocation,
+            format!("group {} is not in location {code}", access.group().name),
+        ));
+    }
+    Ok(Json(Empty {}))
+}

@@ -1,0 +1,142 @@
+//! The route table, and one module per resource named after its URL.
+//!
+//! | URL | module |
+//! |---|---|
+//! | `/health`, `/openapi.json` | [`health`], `crate::openapi` |
+//! | `/v1/auth/login`, `/v1/auth/validate`, `/v1/auth/api-tokens/validate` | [`auth`] |
+//! | `/v1/auth/api-tokens…`, `/v2/auth/api-tokens…` | [`api_tokens`] |
+//! | `/v1/user`, `/v1/current-user`, `/v1/user/invites…` | [`user`] |
+//! | `/v1/admin/users` | [`admin`] |
+//! | `/v1/organizations`, `/v2/organizations`, `/v1/organizations/{org}` | [`organizations`] |
+//! | `/v1/organizations/{org}/members…` | [`members`] |
+//! | `/v2/organizations/{org}/invites…`, `/v1/organizations/{org}/invite(s)…` | [`invites`] |
+//! | `/v1/organizations/{org}/api-tokens…` | [`organization_tokens`] |
+//! | `/v1/locations…`, `/v2/…/locations`, `/v1/closest-region` | [`locations`] |
+//! | `/v1/organizations/{org}/groups…` and `/v1/groups…` | [`groups`] |
+//!
+//! Every route is declared once, in [`table`], with the [`Action`] it performs: the
+//! router injects that action into the request, the [`crate::auth::Access`] extractor
+//! authorizes it, the OpenAPI document and the authorization-matrix test read the same
+//! table.
+
+mod admin;
+mod api_tokens;
+mod auth;
+mod groups;
+mod health;
+mod invites;
+mod locations;
+mod members;
+mod organization_tokens;
+mod organizations;
+mod user;
+
+use crate::auth::Action;
+use crate::server::AppState;
+use axum::http::Method;
+use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::{Extension, Router};
+use utoipa::openapi::{RefOr, Schema};
+
+/// Registers a body schema (and the schemas it refers to) and returns a reference to it.
+pub type SchemaFn = fn(&mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema>;
+
+pub(crate) fn schema<T: utoipa::ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
+    let name = T::name().into_owned();
+    out.push((name.clone(), T::schema()));
+    T::schemas(out);
+    RefOr::Ref(utoipa::openapi::Ref::from_schema_name(name))
+}
+
+/// One route: what the OpenAPI document and the authorization test need to know.
+#[derive(Clone)]
+pub struct RouteSpec {
+    pub method: Method,
+    /// Template in axum/OpenAPI syntax: `/v1/organizations/{org}/groups/{group}`.
+    pub path: String,
+    pub action: Action,
+    pub summary: &'static str,
+    pub request: Option<SchemaFn>,
+    pub response: SchemaFn,
+    /// Query parameters, documented.
+    pub query: &'static [&'static str],
+}
+
+pub(crate) struct Route {
+    pub spec: RouteSpec,
+    pub handler: MethodRouter<AppState>,
+}
+
+impl Route {
+    pub fn new<H, T>(
+        method: Method,
+        path: impl Into<String>,
+        action: Action,
+        summary: &'static str,
+        handler: H,
+    ) -> Route
+    where
+        H: axum::handler::Handler<T, AppState>,
+        T: 'static,
+    {
+        let filter = MethodFilter::try_from(method.clone()).expect("standard method");
+        Route {
+            spec: RouteSpec {
+                method,
+                path: path.into(),
+                action,
+                summary,
+                request: None,
+                response: schema::<atoll_types::Empty>,
+                query: &[],
+            },
+            handler: on(filter, handler),
+        }
+    }
+
+    pub fn request<B: utoipa::ToSchema>(mut self) -> Route {
+        self.spec.request = Some(schema::<B>);
+        self
+    }
+
+    pub fn response<B: utoipa::ToSchema>(mut self) -> Route {
+        self.spec.response = schema::<B>;
+        self
+    }
+
+    pub fn query(mut self, names: &'static [&'static str]) -> Route {
+        self.spec.query = names;
+        self
+    }
+}
+
+fn all_routes() -> Vec<Route> {
+    let mut routes = Vec::new();
+    routes.extend(health::routes());
+    routes.extend(crate::openapi::routes());
+    routes.extend(auth::routes());
+    routes.extend(api_tokens::routes());
+    routes.extend(user::routes());
+    routes.extend(admin::routes());
+    routes.extend(organizations::routes());
+    routes.extend(members::routes());
+    routes.extend(invites::routes());
+    routes.extend(organization_tokens::routes());
+    routes.extend(locations::routes());
+    routes.extend(groups::routes());
+    routes
+}
+
+/// Every route of the control plane.
+pub fn table() -> Vec<RouteSpec> {
+    all_routes().into_iter().map(|r| r.spec).collect()
+}
+
+pub(crate) fn router() -> Router<AppState> {
+    let mut router = Router::new();
+    for route in all_routes() {
+        let handler = route.handler.layer(Extension(route.spec.action));
+        router = router.route(&route.spec.path, handler);
+    }
+    router
+}

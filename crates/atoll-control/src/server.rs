@@ -1,0 +1,194 @@
+//! The HTTP server: state, middleware, and first-start bootstrap.
+
+use crate::auth::secrets::{
+    generate_password, hash_password, hash_secret, new_token_id, PlainToken,
+};
+use crate::config::ControlConfig;
+use crate::error::{ApiError, ApiResult};
+use atoll_meta::{NewGroup, NewToken, NewUser, Store, TokenKind, TokenRestriction};
+use atoll_types::ErrorCode;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::HeaderName;
+use axum::Router;
+use std::future::Future;
+use std::sync::Arc;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+/// Login tokens live a week, as Turso's do.
+pub const LOGIN_TOKEN_LIFETIME_MS: i64 = 7 * 24 * 3600 * 1000;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub config: Arc<ControlConfig>,
+}
+
+impl AppState {
+    pub fn new(store: Store, config: ControlConfig) -> AppState {
+        AppState {
+            store,
+            config: Arc::new(config),
+        }
+    }
+}
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+pub fn router(state: AppState) -> Router {
+    let max_body = state.config.max_body_bytes;
+    crate::routes::router()
+        .fallback(|| async {
+            ApiError::NotFound(
+                ErrorCode::RouteNotFound,
+                "no such route; see /openapi.json".into(),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::NotFound(
+                ErrorCode::RouteNotFound,
+                "method not allowed on this route; see /openapi.json".into(),
+            )
+        })
+        .layer(DefaultBodyLimit::max(max_body))
+        // One span per request, named by its route template (never the raw URL, which
+        // holds names), with the request id; headers (and so tokens) are not recorded.
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                let route = request
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_else(|| "unmatched".to_string());
+                let id = request
+                    .headers()
+                    .get(&REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                tracing::info_span!("request", method = %request.method(), route, request_id = id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
+        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+        .with_state(state)
+}
+
+/// Serves the control plane on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// What [`bootstrap_user`] did.
+#[derive(Debug)]
+pub struct BootstrapOutcome {
+    pub username: String,
+    /// The generated password, when the user was created just now without one.
+    pub generated_password: Option<String>,
+    pub created: bool,
+    /// A valid login token: the one passed in when it still has a day to live, else new.
+    pub token: String,
+    pub token_is_new: bool,
+}
+
+/// `atoll dev`'s first start: makes sure the instance administrator exists (with a
+/// personal organization and a `default` group) and holds a usable login token.
+pub async fn bootstrap_user(
+    state: &AppState,
+    username: &str,
+    password: Option<String>,
+    existing_token: Option<String>,
+) -> ApiResult<BootstrapOutcome> {
+    atoll_types::names::validate_username(username)
+        .map_err(|e| ApiError::Invalid(ErrorCode::InvalidName, e))?;
+    let (user, created, generated_password) = match state.store.user_by_username(username).await? {
+        Some(user) => (user, false, None),
+        None => {
+            let generated = password.is_none().then(generate_password);
+            let password = password.or_else(|| generated.clone()).unwrap_or_default();
+            let password_hash = hash_password_blocking(password).await?;
+            let (user, _, _) = state
+                .store
+                .create_user(
+                    NewUser {
+                        username: username.to_string(),
+                        email: format!("{username}@localhost"),
+                        name: username.to_string(),
+                        password_hash,
+                        is_admin: true,
+                    },
+                    Some(NewGroup {
+                        name: "default".to_string(),
+                        location: state.config.server_location.clone(),
+                        version: state.config.group_version.clone(),
+                    }),
+                )
+                .await?;
+            (user, true, generated)
+        }
+    };
+
+    if let Some(token) = existing_token {
+        let token = token.trim().to_string();
+        if let Some(credential) = state
+            .store
+            .credential_by_secret_hash(&hash_secret(&token))
+            .await?
+        {
+            let day = 24 * 3600 * 1000;
+            let fresh = credential.token.revoked_at.is_none()
+                && credential.user.id == user.id
+                && credential
+                    .token
+                    .expires_at
+                    .is_none_or(|exp| exp > atoll_meta::now_millis() + day);
+            if fresh {
+                return Ok(BootstrapOutcome {
+                    username: user.username,
+                    generated_password,
+                    created,
+                    token,
+                    token_is_new: false,
+                });
+            }
+        }
+    }
+    let token = mint_login_token(state, &user.id).await?;
+    Ok(BootstrapOutcome {
+        username: user.username,
+        generated_password,
+        created,
+        token,
+        token_is_new: true,
+    })
+}
+
+pub(crate) async fn mint_login_token(state: &AppState, user_id: &str) -> ApiResult<String> {
+    let secret = PlainToken::generate();
+    state
+        .store
+        .insert_token(NewToken {
+            id: new_token_id(),
+            user_id: user_id.to_string(),
+            name: "login".to_string(),
+            kind: TokenKind::Login,
+            secret_hash: secret.hashed(),
+            restriction: TokenRestriction::Unrestricted,
+            expires_at: Some(atoll_meta::now_millis() + LOGIN_TOKEN_LIFETIME_MS),
+        })
+        .await?;
+    Ok(secret.reveal())
+}
+
+pub(crate) async fn hash_password_blocking(password: String) -> ApiResult<String> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(ApiError::Internal)
+}

@@ -1,0 +1,217 @@
+//! The server commands: `atoll dev`, `atoll serve`, `atoll migrate`.
+
+use anyhow::{bail, Context};
+use atoll_control::{AppState, ControlConfig, Location};
+use atoll_meta::Store;
+use clap::Args;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Clone)]
+pub struct DevArgs {
+    /// Directory for the metadata store, databases and the admin token.
+    #[arg(long, env = "ATOLL_DATA_DIR", default_value = "./atoll-data")]
+    data_dir: PathBuf,
+    /// Address of the platform API.
+    #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Address of the database hosts (the data plane).
+    #[arg(long, env = "ATOLL_DB_LISTEN", default_value = "127.0.0.1:8081")]
+    db_listen: SocketAddr,
+    /// The instance administrator created on first start.
+    #[arg(long, env = "ATOLL_USERNAME", default_value = "admin")]
+    username: String,
+    /// Password of that user on first start; a random one is generated (and written to
+    /// `<data-dir>/admin.password`) when absent.
+    #[arg(long, env = "ATOLL_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    /// Metadata store: `postgres://…` or a SQLite file path (`sqlite://…`).
+    #[arg(long, env = "ATOLL_DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// Address of the platform API.
+    #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args, Clone)]
+pub struct MigrateArgs {
+    /// Metadata store: `postgres://…` or a SQLite file path (`sqlite://…`).
+    #[arg(long, env = "ATOLL_DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+}
+
+#[derive(Args, Clone)]
+pub struct CommonArgs {
+    /// Location catalog, `code=Description,…`. Default: `local` plus a few AWS codes.
+    #[arg(long, env = "ATOLL_LOCATIONS")]
+    locations: Option<String>,
+    /// Location of this server: its "closest region" answer and new users' first group.
+    #[arg(long, env = "ATOLL_LOCATION", default_value = "local")]
+    location: String,
+    /// Log filter (`info`, `atoll_control=debug`, …).
+    #[arg(long, env = "ATOLL_LOG", default_value = "info")]
+    log: String,
+}
+
+impl CommonArgs {
+    fn config(&self) -> anyhow::Result<ControlConfig> {
+        let mut config = ControlConfig::default();
+        if let Some(catalog) = &self.locations {
+            config.locations = Location::parse_catalog(catalog).map_err(anyhow::Error::msg)?;
+        }
+        if config.location(&self.location).is_none() {
+            bail!(
+                "--location {} is not in the location catalog",
+                self.location
+            );
+        }
+        config.server_location = self.location.clone();
+        Ok(config)
+    }
+
+    fn init_logging(&self) {
+        let filter = tracing_subscriber::EnvFilter::try_new(&self.log)
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+/// `atoll dev`: the control plane on an embedded store in `--data-dir`.
+pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    args.common.init_logging();
+    let config = args.common.config()?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
+    let store = Store::open_sqlite(&args.data_dir.join("meta.db"))
+        .await
+        .context("cannot open the metadata store")?;
+    let state = AppState::new(store, config);
+
+    let token_path = args.data_dir.join("admin.token");
+    let existing = std::fs::read_to_string(&token_path).ok();
+    let outcome =
+        atoll_control::bootstrap_user(&state, &args.username, args.password.clone(), existing)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot set up user {}: {e}", args.username))?;
+    if outcome.token_is_new {
+        write_secret(&token_path, &outcome.token)?;
+    }
+    if let Some(password) = &outcome.generated_password {
+        write_secret(&args.data_dir.join("admin.password"), password)?;
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let api_url = format!("http://{}", listener.local_addr()?);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "Atoll {} (dev) is running.", env!("CARGO_PKG_VERSION"))?;
+    writeln!(out, "  API URL:   {api_url}")?;
+    writeln!(
+        out,
+        "  User:      {}{}",
+        outcome.username,
+        if outcome.created { " (created)" } else { "" }
+    )?;
+    if let Some(password) = &outcome.generated_password {
+        writeln!(
+            out,
+            "  Password:  {password} (also in {})",
+            args.data_dir.join("admin.password").display()
+        )?;
+    }
+    writeln!(
+        out,
+        "  Token:     {} (in {})",
+        outcome.token,
+        token_path.display()
+    )?;
+    writeln!(out, "  Data:      {}", args.data_dir.display())?;
+    writeln!(
+        out,
+        "  Databases: {} (data plane: not in this build yet)",
+        args.db_listen
+    )?;
+    writeln!(
+        out,
+        "Try: curl -H \"Authorization: Bearer $(cat {})\" {api_url}/v1/organizations",
+        token_path.display()
+    )?;
+    drop(out);
+
+    atoll_control::serve(listener, state, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// `atoll serve`: the control plane alone, on PostgreSQL or SQLite.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    args.common.init_logging();
+    let config = args.common.config()?;
+    let store = Store::open(&args.database_url)
+        .await
+        .context("cannot open the metadata store")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(address = %listener.local_addr()?, backend = ?store.kind(), "control plane listening");
+    atoll_control::serve(listener, AppState::new(store, config), shutdown_signal()).await?;
+    Ok(())
+}
+
+/// `atoll migrate`.
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let store = Store::open(&args.database_url)
+        .await
+        .context("cannot open the metadata store")?;
+    store.migrate().await?;
+    println!("metadata store is up to date ({:?})", store.kind());
+    Ok(())
+}
+
+/// Writes a secret readable by its owner only (mode 0600).
+fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    writeln!(file, "{secret}")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
