@@ -1,0 +1,726 @@
+//! The authorization matrix: every route of the route table × every kind of principal,
+//! asserting the exact status.
+//!
+//! The expectations below are written independently of the server's policy table: they
+//! restate, route by route, who may do what. A route without an entry here fails the test,
+//! and so does an entry for a route that no longer exists.
+//!
+//! Every cell runs with a request that would succeed for an allowed caller (the fixture
+//! prepares what the route needs), so "allowed" is asserted as exactly 200.
+
+use crate::harness::{unique, TestApp, PASSWORD};
+use atoll_control::routes::{table, RouteSpec};
+use atoll_types::Scope;
+use atoll_types::{Role, Scope as S};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// The kinds of caller of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    NoToken,
+    Malformed,
+    Expired,
+    Revoked,
+    /// The owner's unrestricted (deprecated) API token.
+    Unrestricted,
+    /// Organization-scoped to the organization of the path (minted by the owner).
+    OrgScoped,
+    /// Organization-scoped to another organization of the owner.
+    OtherOrgScoped,
+    /// Group-scoped to the group of the path, with one scope (minted by the owner).
+    GroupScoped(Scope),
+    /// Group-scoped (full access) to another group of the same organization.
+    OtherGroupScoped,
+    /// Login tokens of members of the organization with each role.
+    Login(Role),
+    /// The instance administrator, who is not a member of the test organization.
+    InstanceAdmin,
+}
+
+fn kinds() -> Vec<Kind> {
+    let mut kinds = vec![
+        Kind::NoToken,
+        Kind::Malformed,
+        Kind::Expired,
+        Kind::Revoked,
+        Kind::Unrestricted,
+        Kind::OrgScoped,
+        Kind::OtherOrgScoped,
+    ];
+    kinds.extend(Scope::ALL.into_iter().map(Kind::GroupScoped));
+    kinds.push(Kind::OtherGroupScoped);
+    kinds.extend(Role::ALL.into_iter().map(Kind::Login));
+    kinds.push(Kind::InstanceAdmin);
+    kinds
+}
+
+/// Which tokens may act, as the matrix expects it.
+#[derive(Debug, Clone, Copy)]
+enum Tokens {
+    Any,
+    /// Login and unrestricted tokens only.
+    UserLevel,
+    /// Never group-scoped tokens.
+    OrgLevel,
+    /// Group-scoped tokens with this scope too.
+    Scope(Scope),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Who {
+    Public,
+    Account(Tokens),
+    InstanceAdminOnly,
+    /// A route of the test team organization.
+    Team {
+        tokens: Tokens,
+        min_role: Role,
+        group_in_path: bool,
+    },
+    /// An un-prefixed route acting on the caller's personal organization.
+    Personal,
+}
+
+fn expectation(method: &Method, path: &str) -> Option<Who> {
+    use Tokens::*;
+    use Who::*;
+    let team = |tokens, min_role| Team {
+        tokens,
+        min_role,
+        group_in_path: false,
+    };
+    let team_group = |tokens, min_role| Team {
+        tokens,
+        min_role,
+        group_in_path: true,
+    };
+    let m = method.as_str();
+    Some(match (m, path) {
+        ("GET", "/health" | "/openapi.json" | "/v1/closest-region")
+        | ("POST", "/v1/auth/login") => Public,
+        (
+            "GET",
+            "/v1/auth/validate" | "/v1/auth/api-tokens/validate" | "/v1/user" | "/v1/current-user",
+        ) => Account(Any),
+        (
+            "GET",
+            "/v1/organizations"
+            | "/v2/organizations"
+            | "/v1/locations"
+            | "/v1/locations/{location}",
+        ) => Account(Any),
+        ("GET", "/v1/auth/api-tokens")
+        | ("POST", "/v1/auth/api-tokens/{name}" | "/v2/auth/api-tokens/{name}") => {
+            Account(UserLevel)
+        }
+        ("DELETE", "/v1/auth/api-tokens/{name}") => Account(UserLevel),
+        ("GET", "/v1/user/invites")
+        | ("POST", "/v1/user/invites/{org}/accept" | "/v1/organizations") => Account(UserLevel),
+        ("POST", "/v1/admin/users") => InstanceAdminOnly,
+
+        ("GET", "/v1/organizations/{org}") => team(OrgLevel, Role::Viewer),
+        ("PATCH", "/v1/organizations/{org}") => team(OrgLevel, Role::Admin),
+        ("DELETE", "/v1/organizations/{org}") => team(OrgLevel, Role::Owner),
+        (
+            "GET",
+            "/v1/organizations/{org}/members" | "/v1/organizations/{org}/members/{username}",
+        ) => team(OrgLevel, Role::Viewer),
+        (
+            "POST",
+            "/v1/organizations/{org}/members" | "/v1/organizations/{org}/members/{username}",
+        ) => team(OrgLevel, Role::Admin),
+        ("PATCH" | "DELETE", "/v1/organizations/{org}/members/{username}") => {
+            team(OrgLevel, Role::Admin)
+        }
+        ("GET" | "POST", "/v2/organizations/{org}/invites") => team(OrgLevel, Role::Admin),
+        (
+            "DELETE",
+            "/v2/organizations/{org}/invites/{email}" | "/v1/organizations/{org}/invites/{email}",
+        ) => team(OrgLevel, Role::Admin),
+        ("POST", "/v1/organizations/{org}/invite") | ("GET", "/v1/organizations/{org}/invites") => {
+            team(OrgLevel, Role::Admin)
+        }
+        ("GET", "/v1/organizations/{org}/api-tokens")
+        | ("DELETE", "/v1/organizations/{org}/api-tokens/{token_id}") => {
+            team(OrgLevel, Role::Viewer)
+        }
+        ("GET", "/v2/organizations/{org}/locations") => team(Scope(S::Read), Role::Viewer),
+        ("GET", "/v2/locations") => Personal,
+
+        ("GET", "/v1/organizations/{org}/groups") => team(Scope(S::Read), Role::Viewer),
+        ("POST", "/v1/organizations/{org}/groups") => team(OrgLevel, Role::Member),
+        (
+            "GET",
+            "/v1/organizations/{org}/groups/{group}"
+            | "/v1/organizations/{org}/groups/{group}/configuration",
+        ) => team_group(Scope(S::Read), Role::Viewer),
+        ("GET", "/v1/organizations/{org}/groups/{group}/locations/{location}/wait") => {
+            team_group(Scope(S::Read), Role::Viewer)
+        }
+        ("DELETE", "/v1/organizations/{org}/groups/{group}") => team_group(OrgLevel, Role::Member),
+        ("POST", "/v1/organizations/{org}/groups/{group}/transfer") => {
+            team_group(OrgLevel, Role::Admin)
+        }
+        ("PATCH", "/v1/organizations/{org}/groups/{group}/configuration")
+        | ("POST", "/v1/organizations/{org}/groups/{group}/unarchive")
+        | ("POST", "/v1/organizations/{org}/groups/{group}/rename")
+        | ("POST", "/v1/organizations/{org}/groups/{group}/update")
+        | ("POST" | "DELETE", "/v1/organizations/{org}/groups/{group}/locations/{location}") => {
+            team_group(Scope(S::GroupConfigure), Role::Member)
+        }
+        (_, p) if p.starts_with("/v1/groups") => Personal,
+        _ => return None,
+    })
+}
+
+fn expected_status(who: Who, kind: Kind) -> u16 {
+    if matches!(who, Who::Public) {
+        return 200;
+    }
+    if matches!(
+        kind,
+        Kind::NoToken | Kind::Malformed | Kind::Expired | Kind::Revoked
+    ) {
+        return 401;
+    }
+    let user_level = matches!(
+        kind,
+        Kind::Unrestricted | Kind::Login(_) | Kind::InstanceAdmin
+    );
+    match who {
+        Who::Public => 200,
+        Who::Account(Tokens::Any) => 200,
+        Who::Account(_) => {
+            if user_level {
+                200
+            } else {
+                403
+            }
+        }
+        Who::InstanceAdminOnly => {
+            if kind == Kind::InstanceAdmin {
+                200
+            } else {
+                403
+            }
+        }
+        // The caller's own personal organization, of which they are the owner: only tokens
+        // scoped to the team organization fall outside it.
+        Who::Personal => {
+            if user_level {
+                200
+            } else {
+                403
+            }
+        }
+        Who::Team {
+            tokens,
+            min_role,
+            group_in_path,
+        } => {
+            // Scoped tokens and the unrestricted one are the owner's.
+            let role = match kind {
+                Kind::InstanceAdmin => return 404,
+                Kind::OtherOrgScoped => return 403,
+                Kind::Login(role) => role,
+                _ => Role::Owner,
+            };
+            let token_ok = match (kind, tokens) {
+                (Kind::GroupScoped(held), Tokens::Scope(needed)) => held == needed,
+                (Kind::OtherGroupScoped, Tokens::Scope(_)) => !group_in_path,
+                (Kind::GroupScoped(_) | Kind::OtherGroupScoped, _) => false,
+                _ => true,
+            };
+            if !token_ok || role < min_role {
+                403
+            } else {
+                200
+            }
+        }
+    }
+}
+
+/// The users every world shares.
+struct Users {
+    owner: String,
+    admin: String,
+    member: String,
+    viewer: String,
+    /// Added, changed and removed by the member routes.
+    victim: String,
+    logins: std::collections::HashMap<String, String>,
+}
+
+/// A team organization with members of every role, two groups, and a second
+/// organization; and the tokens scoped to them.
+struct World {
+    org: String,
+    other_org: String,
+    g1: String,
+    org_scoped: String,
+    other_org_scoped: String,
+    group_scoped: Vec<(Scope, String)>,
+    other_group_scoped: String,
+}
+
+async fn world(app: &TestApp, users: &Users) -> World {
+    let owner = &users.logins[&users.owner];
+    let org = app.team(owner, &unique("world")).await;
+    let other_org = app.team(owner, &unique("elsewhere")).await;
+    for (user, role) in [
+        (&users.admin, "admin"),
+        (&users.member, "member"),
+        (&users.viewer, "viewer"),
+    ] {
+        app.add_member(&org, owner, user, role).await;
+        // Everyone may receive transferred groups in the other organization.
+        app.add_member(&other_org, owner, user, "admin").await;
+    }
+    app.add_member(&other_org, owner, "admin", "admin").await;
+    let (g1, g2) = (unique("g"), unique("g"));
+    app.group(&org, owner, &g1).await;
+    app.group(&org, owner, &g2).await;
+    let mut group_scoped = Vec::new();
+    for scope in Scope::ALL {
+        let token = app
+            .api_token(
+                owner,
+                json!({"organization": org, "group": g1, "scopes": [scope.as_str()]}),
+            )
+            .await;
+        group_scoped.push((scope, token));
+    }
+    World {
+        org_scoped: app.api_token(owner, json!({"organization": org})).await,
+        other_org_scoped: app
+            .api_token(owner, json!({"organization": other_org}))
+            .await,
+        other_group_scoped: app
+            .api_token(
+                owner,
+                json!({"organization": org, "group": g2, "scopes": ["full-access"]}),
+            )
+            .await,
+        group_scoped,
+        org,
+        other_org,
+        g1,
+    }
+}
+
+/// A prepared request, and what to undo after it succeeded.
+struct Cell {
+    method: Method,
+    path: String,
+    body: Option<Value>,
+    undo: Option<(Method, String, Option<Value>)>,
+}
+
+impl Cell {
+    fn new(spec: &RouteSpec, path: String, body: Option<Value>) -> Cell {
+        Cell {
+            method: spec.method.clone(),
+            path,
+            body,
+            undo: None,
+        }
+    }
+}
+
+/// Builds a request that succeeds for an allowed caller. `user` is the user behind the
+/// principal, `login` their login token (for preparing what they will act on).
+async fn prepare(
+    app: &TestApp,
+    users: &Users,
+    world: &World,
+    spec: &RouteSpec,
+    user: &str,
+    login: &str,
+) -> Cell {
+    let owner = &users.logins[&users.owner];
+    let org = &world.org;
+    let team_prefix = format!("/v1/organizations/{org}");
+    let path = spec.path.replace("{org}", org);
+    let method = spec.method.as_str();
+    let template = spec.path.as_str();
+
+    // Group routes, team and personal alike.
+    if let Some(rest) = template
+        .strip_prefix("/v1/organizations/{org}/groups")
+        .or_else(|| template.strip_prefix("/v1/groups"))
+    {
+        let personal = template.starts_with("/v1/groups");
+        let (prefix, prepare_token) = if personal {
+            ("/v1".to_string(), login)
+        } else {
+            (team_prefix.clone(), owner.as_str())
+        };
+        let base = format!("{prefix}/groups");
+        // Deleting and transferring need a group of their own; the rest act on the group
+        // the scoped tokens are pinned to (and are undone where they change its name or
+        // locations). Personal routes act on groups of the caller's personal organization.
+        let consumes_group = matches!(
+            (method, rest),
+            ("DELETE", "/{group}") | ("POST", "/{group}/transfer")
+        );
+        let changes_group =
+            rest == "/{group}/rename" || (rest.contains("/locations/") && method != "GET");
+        let group = if rest.is_empty() {
+            String::new()
+        } else if consumes_group || (personal && changes_group) {
+            let fresh = unique("fresh");
+            app.post(
+                &base,
+                prepare_token,
+                json!({"name": fresh, "location": "local"}),
+            )
+            .await
+            .expect(200);
+            fresh
+        } else if personal {
+            "default".to_string()
+        } else {
+            world.g1.clone()
+        };
+        let group_path = format!("{base}/{group}");
+        let mut cell = match (method, rest) {
+            ("GET", "") => Cell::new(spec, base.clone(), None),
+            ("POST", "") => Cell::new(
+                spec,
+                base.clone(),
+                Some(json!({"name": unique("new"), "location": "local"})),
+            ),
+            ("PATCH", "/{group}/configuration") => Cell::new(
+                spec,
+                format!("{group_path}/configuration"),
+                Some(json!({"delete_protection": false})),
+            ),
+            ("POST", "/{group}/transfer") => Cell::new(
+                spec,
+                format!("{group_path}/transfer"),
+                Some(json!({"organization": world.other_org})),
+            ),
+            ("POST", "/{group}/rename") => {
+                let renamed = unique("renamed");
+                let mut cell = Cell::new(
+                    spec,
+                    format!("{group_path}/rename"),
+                    Some(json!({"Name": renamed})),
+                );
+                cell.undo = Some((
+                    Method::POST,
+                    format!("{base}/{renamed}/rename"),
+                    Some(json!({"name": group})),
+                ));
+                cell
+            }
+            ("POST", "/{group}/locations/{location}") => {
+                let mut cell =
+                    Cell::new(spec, format!("{group_path}/locations/aws-us-east-1"), None);
+                cell.undo = Some((
+                    Method::DELETE,
+                    format!("{group_path}/locations/aws-us-east-1"),
+                    None,
+                ));
+                cell
+            }
+            ("DELETE", "/{group}/locations/{location}") => {
+                app.post(
+                    &format!("{group_path}/locations/aws-eu-west-1"),
+                    prepare_token,
+                    json!({}),
+                )
+                .await
+                .expect(200);
+                Cell::new(spec, format!("{group_path}/locations/aws-eu-west-1"), None)
+            }
+            ("GET", "/{group}/locations/{location}/wait") => {
+                Cell::new(spec, format!("{group_path}/locations/local/wait"), None)
+            }
+            (_, rest) => Cell::new(
+                spec,
+                format!("{group_path}{}", rest.trim_start_matches("/{group}")),
+                None,
+            ),
+        };
+        cell.method = spec.method.clone();
+        return cell;
+    }
+
+    match (method, template) {
+        ("POST", "/v1/auth/login") => Cell::new(
+            spec,
+            path,
+            Some(json!({"username": users.owner, "password": PASSWORD})),
+        ),
+        ("POST", "/v1/auth/api-tokens/{name}" | "/v2/auth/api-tokens/{name}") => {
+            Cell::new(spec, path.replace("{name}", &unique("minted")), None)
+        }
+        ("DELETE", "/v1/auth/api-tokens/{name}") => {
+            let name = unique("doomed");
+            app.post(&format!("/v1/auth/api-tokens/{name}"), login, json!({}))
+                .await
+                .expect(200);
+            Cell::new(spec, path.replace("{name}", &name), None)
+        }
+        ("POST", "/v1/user/invites/{org}/accept") => {
+            let host = &users.logins[&users.victim];
+            let inviting = app.team(host, &unique("inviting")).await;
+            app.post(
+                &format!("/v2/organizations/{inviting}/invites"),
+                host,
+                json!({"username": user}),
+            )
+            .await
+            .expect(200);
+            Cell::new(spec, format!("/v1/user/invites/{inviting}/accept"), None)
+        }
+        ("POST", "/v1/admin/users") => Cell::new(
+            spec,
+            path,
+            Some(json!({"username": unique("new-user"), "password": PASSWORD})),
+        ),
+        ("POST", "/v1/organizations") => {
+            Cell::new(spec, path, Some(json!({"name": unique("Org")})))
+        }
+        ("GET", "/v1/locations/{location}") => {
+            Cell::new(spec, path.replace("{location}", "local"), None)
+        }
+        ("PATCH", "/v1/organizations/{org}") => {
+            Cell::new(spec, path, Some(json!({"overages": true})))
+        }
+        ("POST", "/v1/organizations/{org}/members") => {
+            app.delete(&format!("{team_prefix}/members/{}", users.victim), owner)
+                .await;
+            Cell::new(
+                spec,
+                path,
+                Some(json!({"username": users.victim, "role": "member"})),
+            )
+        }
+        ("POST", "/v1/organizations/{org}/members/{username}") => {
+            app.delete(&format!("{team_prefix}/members/{}", users.victim), owner)
+                .await;
+            Cell::new(
+                spec,
+                path.replace("{username}", &users.victim),
+                Some(json!({"member": users.victim, "role": "member"})),
+            )
+        }
+        ("GET", "/v1/organizations/{org}/members/{username}") => {
+            Cell::new(spec, path.replace("{username}", &users.owner), None)
+        }
+        ("PATCH" | "DELETE", "/v1/organizations/{org}/members/{username}") => {
+            app.post(
+                &format!("{team_prefix}/members"),
+                owner,
+                json!({"username": users.victim, "role": "member"}),
+            )
+            .await;
+            let body = (method == "PATCH").then(|| json!({"role": "viewer"}));
+            Cell::new(spec, path.replace("{username}", &users.victim), body)
+        }
+        ("POST", "/v2/organizations/{org}/invites" | "/v1/organizations/{org}/invite") => {
+            Cell::new(
+                spec,
+                path,
+                Some(
+                    json!({"email": format!("{}@example.com", unique("invitee")), "role": "viewer"}),
+                ),
+            )
+        }
+        (
+            "DELETE",
+            "/v2/organizations/{org}/invites/{email}" | "/v1/organizations/{org}/invites/{email}",
+        ) => {
+            let email = format!("{}@example.com", unique("uninvited"));
+            app.post(
+                &format!("/v2/organizations/{org}/invites"),
+                owner,
+                json!({"email": email}),
+            )
+            .await
+            .expect(200);
+            Cell::new(spec, path.replace("{email}", &email), None)
+        }
+        ("DELETE", "/v1/organizations/{org}/api-tokens/{token_id}") => {
+            // The caller's own token; the instance administrator, who is no member, gets
+            // the owner's to aim at.
+            let own = app
+                .post(
+                    &format!("/v1/auth/api-tokens/{}", unique("own")),
+                    login,
+                    json!({"organization": org}),
+                )
+                .await;
+            let minted = if own.status == 200 {
+                own.body
+            } else {
+                app.post(
+                    &format!("/v1/auth/api-tokens/{}", unique("own")),
+                    owner,
+                    json!({"organization": org}),
+                )
+                .await
+                .expect(200)
+            };
+            Cell::new(
+                spec,
+                path.replace("{token_id}", minted["id"].as_str().unwrap()),
+                None,
+            )
+        }
+        _ => {
+            assert!(!path.contains('{'), "no fixture for {method} {template}");
+            Cell::new(spec, path, None)
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_answers_every_principal_as_the_policy_says() {
+    let app = app!();
+    let routes = table();
+
+    // The table must cover every route, and only routes that exist.
+    let missing: Vec<_> = routes
+        .iter()
+        .filter(|r| expectation(&r.method, &r.path).is_none())
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "routes without an authorization-matrix entry: {missing:#?}"
+    );
+
+    let mut logins = std::collections::HashMap::new();
+    let names = ["owner", "admin", "member", "viewer", "victim"].map(unique);
+    for name in &names {
+        logins.insert(name.clone(), app.user(name).await);
+    }
+    let users = Users {
+        owner: names[0].clone(),
+        admin: names[1].clone(),
+        member: names[2].clone(),
+        viewer: names[3].clone(),
+        victim: names[4].clone(),
+        logins,
+    };
+    let owner = users.logins[&users.owner].clone();
+    let unrestricted = app.api_token(&owner, json!({})).await;
+    let revoked_name = unique("revoked");
+    let revoked = app
+        .post(
+            &format!("/v1/auth/api-tokens/{revoked_name}"),
+            &owner,
+            json!({}),
+        )
+        .await
+        .expect(200)["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.delete(&format!("/v1/auth/api-tokens/{revoked_name}"), &owner)
+        .await
+        .expect(200);
+    let expired = app.api_token(&owner, json!({"expiration": "1s"})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+
+    let mut failures = Vec::new();
+    let mut cells = 0;
+    for spec in &routes {
+        let who = expectation(&spec.method, &spec.path).unwrap();
+        // Deleting the organization ends the world; every other route shares one.
+        let fresh_world_per_cell =
+            spec.method == Method::DELETE && spec.path == "/v1/organizations/{org}";
+        let mut shared = None;
+        for kind in kinds() {
+            let world = if fresh_world_per_cell || shared.is_none() {
+                let w = world(&app, &users).await;
+                if fresh_world_per_cell {
+                    Some(w)
+                } else {
+                    shared = Some(w);
+                    None
+                }
+            } else {
+                None
+            };
+            let world = world.as_ref().or(shared.as_ref()).unwrap();
+            let (token, user): (Option<String>, &str) = match kind {
+                Kind::NoToken => (None, &users.owner),
+                Kind::Malformed => (Some("not-a-token".into()), &users.owner),
+                Kind::Expired => (Some(expired.clone()), &users.owner),
+                Kind::Revoked => (Some(revoked.clone()), &users.owner),
+                Kind::Unrestricted => (Some(unrestricted.clone()), &users.owner),
+                Kind::OrgScoped => (Some(world.org_scoped.clone()), &users.owner),
+                Kind::OtherOrgScoped => (Some(world.other_org_scoped.clone()), &users.owner),
+                Kind::GroupScoped(scope) => (
+                    Some(
+                        world
+                            .group_scoped
+                            .iter()
+                            .find(|(s, _)| *s == scope)
+                            .unwrap()
+                            .1
+                            .clone(),
+                    ),
+                    &users.owner,
+                ),
+                Kind::OtherGroupScoped => (Some(world.other_group_scoped.clone()), &users.owner),
+                Kind::Login(Role::Owner) => (Some(owner.clone()), &users.owner),
+                Kind::Login(Role::Admin) => {
+                    (Some(users.logins[&users.admin].clone()), &users.admin)
+                }
+                Kind::Login(Role::Member) => {
+                    (Some(users.logins[&users.member].clone()), &users.member)
+                }
+                Kind::Login(Role::Viewer) => {
+                    (Some(users.logins[&users.viewer].clone()), &users.viewer)
+                }
+                Kind::InstanceAdmin => (Some(app.admin_token.clone()), "admin"),
+            };
+            let login = if user == "admin" {
+                app.admin_token.clone()
+            } else {
+                users.logins[user].clone()
+            };
+            let cell = prepare(&app, &users, world, spec, user, &login).await;
+            let reply = app
+                .call(
+                    cell.method.clone(),
+                    &cell.path,
+                    token.as_deref(),
+                    cell.body.clone(),
+                )
+                .await;
+            cells += 1;
+            let expected = expected_status(who, kind);
+            if reply.status != expected {
+                failures.push(format!(
+                    "{} {} as {kind:?}: expected {expected}, got {} {}",
+                    spec.method, spec.path, reply.status, reply.body
+                ));
+            }
+            if reply.status == 200 {
+                if let Some((method, path, body)) = cell.undo {
+                    app.call(method, &path, Some(&login), body)
+                        .await
+                        .expect(200);
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {cells} cells wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "authorization matrix: {} routes × {} principals = {cells} cells",
+        routes.len(),
+        kinds().len()
+    );
+}

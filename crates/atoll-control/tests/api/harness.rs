@@ -1,0 +1,205 @@
+//! `TestApp`: a real server on a loopback port, on the backend named by
+//! `ATOLL_TEST_BACKEND` (`sqlite`, the default, or `postgres`), and a small HTTP client.
+
+use atoll_control::{AppState, ControlConfig};
+use atoll_meta::testing::{fresh_postgres_store, fresh_sqlite_store};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const ADMIN: &str = "admin";
+pub const PASSWORD: &str = "correct-horse-battery";
+
+pub struct TestApp {
+    pub url: String,
+    pub state: AppState,
+    pub client: reqwest::Client,
+    /// Login token of the instance administrator `admin`.
+    pub admin_token: String,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+/// An answer: status and JSON body (`Value::Null` when the body is not JSON).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    /// Asserts the status, showing the body when it differs.
+    #[track_caller]
+    pub fn expect(self, status: u16) -> Value {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.body
+        );
+        self.body
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name no other call in this process has had: `prefix-<n>`.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn backend() -> String {
+    std::env::var("ATOLL_TEST_BACKEND").unwrap_or_else(|_| "sqlite".to_string())
+}
+
+impl TestApp {
+    /// Starts a server with a fresh store and the bootstrap administrator. `None` (after
+    /// a loud warning) when the PostgreSQL backend is asked for but unreachable.
+    pub async fn start() -> Option<TestApp> {
+        let store = match backend().as_str() {
+            "postgres" => fresh_postgres_store().await?,
+            "sqlite" => fresh_sqlite_store().await.0,
+            other => panic!("ATOLL_TEST_BACKEND must be sqlite or postgres, not {other}"),
+        };
+        let state = AppState::new(store, ControlConfig::default());
+        let outcome = atoll_control::bootstrap_user(&state, ADMIN, Some(PASSWORD.into()), None)
+            .await
+            .expect("bootstrap");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server_state = state.clone();
+        tokio::spawn(async move {
+            atoll_control::serve(listener, server_state, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Some(TestApp {
+            url,
+            state,
+            client: reqwest::Client::new(),
+            admin_token: outcome.token,
+            _shutdown: tx,
+        })
+    }
+
+    /// Sends a request; `token` becomes `Authorization: Bearer <token>`.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut request = self.client.request(method, format!("{}{path}", self.url));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        Reply {
+            status,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Reply {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Reply {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, token: &str, body: Value) -> Reply {
+        self.call(Method::PATCH, path, Some(token), Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Reply {
+        self.call(Method::DELETE, path, Some(token), None).await
+    }
+
+    /// Creates a user (with the shared test password) and logs them in.
+    pub async fn user(&self, username: &str) -> String {
+        self.post(
+            "/v1/admin/users",
+            &self.admin_token,
+            json!({"username": username, "password": PASSWORD, "email": format!("{username}@example.com")}),
+        )
+        .await
+        .expect(200);
+        self.login(username).await
+    }
+
+    pub async fn login(&self, username: &str) -> String {
+        let body = self
+            .call(
+                Method::POST,
+                "/v1/auth/login",
+                None,
+                Some(json!({"username": username, "password": PASSWORD})),
+            )
+            .await
+            .expect(200);
+        body["token"].as_str().unwrap().to_string()
+    }
+
+    /// Creates a team organization owned by the holder of `owner_token`; returns its slug.
+    pub async fn team(&self, owner_token: &str, name: &str) -> String {
+        let body = self
+            .post("/v1/organizations", owner_token, json!({"name": name}))
+            .await
+            .expect(200);
+        body["org"]["slug"].as_str().unwrap().to_string()
+    }
+
+    pub async fn add_member(&self, org: &str, owner_token: &str, username: &str, role: &str) {
+        self.post(
+            &format!("/v1/organizations/{org}/members"),
+            owner_token,
+            json!({"username": username, "role": role}),
+        )
+        .await
+        .expect(200);
+    }
+
+    pub async fn group(&self, org: &str, token: &str, name: &str) {
+        self.post(
+            &format!("/v1/organizations/{org}/groups"),
+            token,
+            json!({"name": name, "location": "local"}),
+        )
+        .await
+        .expect(200);
+    }
+
+    /// Mints an API token with `body`; returns its secret.
+    pub async fn api_token(&self, token: &str, body: Value) -> String {
+        let name = unique("tok");
+        let reply = self
+            .post(&format!("/v1/auth/api-tokens/{name}"), token, body)
+            .await
+            .expect(200);
+        reply["token"].as_str().unwrap().to_string()
+    }
+}
+
+/// Starts the app or skips the test (PostgreSQL unreachable).
+#[macro_export]
+macro_rules! app {
+    () => {
+        match $crate::harness::TestApp::start().await {
+            Some(app) => app,
+            None => return,
+        }
+    };
+}

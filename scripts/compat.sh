@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Compatibility test: drive a real `atoll dev` with the official TypeScript SDK
+# (@tursodatabase/api) and Node's built-in test runner.
+#
+#   cargo build -p atoll && scripts/compat.sh
+#
+# Builds nothing but the test's node_modules (`npm ci` in tests/compat). The server binary
+# is $ATOLL_BIN, by default target/debug/atoll under the repository root, or
+# $CARGO_TARGET_DIR/debug/atoll when CARGO_TARGET_DIR is set. The server runs on a free
+# loopback port with a fresh data directory, and is stopped when the script exits.
+#
+# Environment:
+#   ATOLL_BIN             server binary (see above)
+#   ATOLL_COMPAT_KEEP=1   keep the temporary data directory (and its server.log)
+#   extra arguments       passed to `node --test` (e.g. --test-name-pattern=groups)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+COMPAT_DIR="$REPO_ROOT/tests/compat"
+HEALTH_TIMEOUT_S=30
+
+log() { printf 'compat: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 2; }
+
+# --- the server binary ---------------------------------------------------------------
+if [[ -z "${ATOLL_BIN:-}" ]]; then
+  ATOLL_BIN="$REPO_ROOT/target/debug/atoll"
+  if [[ ! -x "$ATOLL_BIN" && -n "${CARGO_TARGET_DIR:-}" ]]; then
+    ATOLL_BIN="$CARGO_TARGET_DIR/debug/atoll"
+  fi
+fi
+[[ -x "$ATOLL_BIN" ]] || die "no atoll binary at $ATOLL_BIN: run 'cargo build -p atoll' first, or set ATOLL_BIN"
+
+# --- node and the SDK ----------------------------------------------------------------
+command -v node >/dev/null || die "node (20 or newer) is needed"
+command -v npm >/dev/null || die "npm is needed"
+NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
+(( NODE_MAJOR >= 20 )) || die "node 20 or newer is needed, found $(node --version)"
+
+log "installing the test's npm packages in tests/compat"
+if [[ -f "$COMPAT_DIR/package-lock.json" ]]; then
+  (cd "$COMPAT_DIR" && npm ci --no-audit --no-fund --loglevel=error) >&2
+else
+  (cd "$COMPAT_DIR" && npm install --no-audit --no-fund --loglevel=error) >&2
+fi
+
+# --- start the server ----------------------------------------------------------------
+DATA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/atoll-compat.XXXXXX")"
+SERVER_LOG="$DATA_DIR/server.log"
+SERVER_PID=""
+TEST_PID=""
+
+cleanup() {
+  local status=$?
+  if [[ -n "$TEST_PID" ]] && kill -0 "$TEST_PID" 2>/dev/null; then
+    kill "$TEST_PID" 2>/dev/null || true
+    wait "$TEST_PID" 2>/dev/null || true
+  fi
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  if [[ "${ATOLL_COMPAT_KEEP:-}" == 1 ]]; then
+    log "kept the data directory $DATA_DIR"
+  else
+    rm -rf "$DATA_DIR"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  node -e '
+    const s = require("net").createServer();
+    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+healthy() {
+  node -e '
+    fetch(process.argv[1], { signal: AbortSignal.timeout(2000) })
+      .then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1));' "$1/health"
+}
+
+# The server's own settings come from the flags below, never from the caller's
+# environment (its ATOLL_PASSWORD, say, would change the admin password).
+start_server() {
+  local port="$1" db_port="$2"
+  env -u ATOLL_USERNAME -u ATOLL_PASSWORD -u ATOLL_LOCATIONS -u ATOLL_LOCATION \
+      -u ATOLL_DATA_DIR -u ATOLL_LISTEN -u ATOLL_DB_LISTEN \
+    "$ATOLL_BIN" dev \
+      --data-dir "$DATA_DIR/data" \
+      --listen "127.0.0.1:$port" \
+      --db-listen "127.0.0.1:$db_port" \
+      >"$SERVER_LOG" 2>&1 &
+  SERVER_PID=$!
+}
+
+# Waits for /health; fails when the server exits or the timeout passes.
+wait_healthy() {
+  local url="$1" deadline=$((SECONDS + HEALTH_TIMEOUT_S))
+  while (( SECONDS < deadline )); do
+    kill -0 "$SERVER_PID" 2>/dev/null || return 1
+    healthy "$url" && return 0
+    sleep 0.2
+  done
+  return 2
+}
+
+ATOLL_URL=""
+for attempt in 1 2 3; do
+  PORT="$(free_port)"
+  DB_PORT="$(free_port)"
+  rm -rf "$DATA_DIR/data"
+  log "starting $ATOLL_BIN dev on 127.0.0.1:$PORT (attempt $attempt)"
+  start_server "$PORT" "$DB_PORT"
+  if wait_healthy "http://127.0.0.1:$PORT"; then
+    ATOLL_URL="http://127.0.0.1:$PORT"
+    break
+  else
+    rc=$?
+  fi
+  if (( rc == 2 )); then
+    log "server log:"; cat "$SERVER_LOG" >&2
+    die "server not healthy after ${HEALTH_TIMEOUT_S}s"
+  fi
+  # The server exited: most likely the port was taken in between; try another one.
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+  log "server exited early:"; cat "$SERVER_LOG" >&2
+done
+[[ -n "$ATOLL_URL" ]] || die "could not start the server"
+
+[[ -s "$DATA_DIR/data/admin.token" ]] || die "the server wrote no $DATA_DIR/data/admin.token"
+[[ -s "$DATA_DIR/data/admin.password" ]] || die "the server wrote no $DATA_DIR/data/admin.password"
+ATOLL_TOKEN="$(tr -d '[:space:]' <"$DATA_DIR/data/admin.token")"
+ATOLL_PASSWORD="$(tr -d '[:space:]' <"$DATA_DIR/data/admin.password")"
+export ATOLL_URL ATOLL_TOKEN ATOLL_PASSWORD
+log "server ready at $ATOLL_URL (log: $SERVER_LOG)"
+
+# --- run the tests -------------------------------------------------------------------
+# The test files are listed explicitly (rather than handing node the directory) so that
+# node_modules is never searched and every Node version reads the arguments the same way.
+mapfile -t TEST_FILES < <(cd "$REPO_ROOT" && find tests/compat -path tests/compat/node_modules -prune \
+  -o -type f -name '*.test.mjs' -print | sort)
+(( ${#TEST_FILES[@]} > 0 )) || die "no *.test.mjs files in tests/compat"
+
+# In the background and waited for, so that a signal to this script runs the clean-up at
+# once (stopping the tests and the server) instead of after the tests end.
+(cd "$REPO_ROOT" && exec node --test "$@" "${TEST_FILES[@]}") &
+TEST_PID=$!
+set +e
+wait "$TEST_PID"
+TEST_STATUS=$?
+set -e
+TEST_PID=""
+
+if (( TEST_STATUS != 0 )); then
+  log "tests failed (status $TEST_STATUS); last lines of the server log:"
+  tail -n 40 "$SERVER_LOG" >&2 || true
+fi
+exit "$TEST_STATUS"
