@@ -32,11 +32,17 @@ pub fn parse_lenient<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| ApiError::invalid("the request body is not UTF-8 text"))?;
     let value: serde_json::Value = if text.trim().is_empty() {
-        serde_json::Value::Object(Default::default())
+        serde_json::Value::Null
     } else {
         serde_json::from_str(text).map_err(|e| {
             ApiError::Invalid(ErrorCode::InvalidRequest, format!("invalid JSON body: {e}"))
         })?
+    };
+    // No body and `null` both mean "nothing to say".
+    let value = if value.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        value
     };
     serde_json::from_value(lowercase_keys(value)).map_err(|e| {
         ApiError::Invalid(

@@ -12,7 +12,6 @@ pub const PASSWORD: &str = "correct-horse-battery";
 
 pub struct TestApp {
     pub url: String,
-    pub state: AppState,
     pub client: reqwest::Client,
     /// Login token of the instance administrator `admin`.
     pub admin_token: String,
@@ -80,7 +79,6 @@ impl TestApp {
         });
         Some(TestApp {
             url,
-            state,
             client: reqwest::Client::new(),
             admin_token: outcome.token,
             _shutdown: tx,

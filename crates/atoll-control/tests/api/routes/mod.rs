@@ -1,1 +1,11 @@
+mod admin;
+mod api_tokens;
 mod auth;
+mod groups;
+mod health;
+mod invites;
+mod locations;
+mod members;
+mod organization_tokens;
+mod organizations;
+mod user;

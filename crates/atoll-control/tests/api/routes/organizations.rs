@@ -1,0 +1,246 @@
+//! `/v1/organizations`, `/v2/organizations`, `/v1/organizations/{org}`.
+
+use crate::harness::unique;
+use reqwest::Method;
+use serde_json::json;
+
+#[tokio::test]
+async fn listing_answers_an_array_and_the_object_form_for_the_typescript_sdk() {
+    let app = app!();
+    let team = app.team(&app.admin_token, &unique("Acme")).await;
+    let array = app
+        .get("/v1/organizations", &app.admin_token)
+        .await
+        .expect(200);
+    let slugs: Vec<_> = array
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, vec!["admin", team.as_str()]);
+    assert_eq!(array[0]["type"], "personal");
+    assert_eq!(array[1]["type"], "team");
+    for key in [
+        "name",
+        "overages",
+        "require_mfa",
+        "blocked_reads",
+        "blocked_writes",
+        "plan_id",
+        "plan_timeline",
+        "platform",
+        "restore_enabled",
+    ] {
+        assert!(array[1].get(key).is_some(), "organization lacks {key}");
+    }
+
+    let response = app
+        .client
+        .get(format!("{}/v1/organizations", app.url))
+        .header("Authorization", format!("Bearer {}", app.admin_token))
+        .header("User-Agent", "@tursodatabase/api")
+        .send()
+        .await
+        .unwrap();
+    let object: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(object["organizations"].as_array().unwrap().len(), 2);
+    let object = app
+        .get("/v1/organizations?format=object", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(object["organizations"].as_array().unwrap().len(), 2);
+
+    let v2 = app
+        .get("/v2/organizations", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(v2["organizations"][1]["slug"], team.as_str());
+    assert!(v2["organizations"][1]["id"].as_str().unwrap().len() == 36);
+}
+
+#[tokio::test]
+async fn scoped_tokens_see_only_their_organization() {
+    let app = app!();
+    let team = app.team(&app.admin_token, &unique("Acme")).await;
+    let scoped = app
+        .api_token(&app.admin_token, json!({"organization": team}))
+        .await;
+    let list = app.get("/v1/organizations", &scoped).await.expect(200);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["slug"], team.as_str());
+    // …and may not act on the user's other organizations.
+    assert_eq!(
+        app.get("/v1/organizations/admin", &scoped).await.status,
+        403
+    );
+}
+
+#[tokio::test]
+async fn create_with_dry_run_and_conflicts() {
+    let app = app!();
+    let name = unique("Big Corp");
+    let slug = name.to_lowercase().replace(' ', "-");
+    let dry = app
+        .post(
+            "/v1/organizations?dry_run=true",
+            &app.admin_token,
+            json!({"name": name}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(dry["org"]["slug"], slug.as_str());
+    assert_eq!(
+        app.get(&format!("/v1/organizations/{slug}"), &app.admin_token)
+            .await
+            .status,
+        404
+    );
+
+    let created = app
+        .post(
+            "/v1/organizations?dry_run=false",
+            &app.admin_token,
+            json!({"name": name}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(created["org"]["slug"], slug.as_str());
+    assert_eq!(created["org"]["type"], "team");
+    let members = app
+        .get(
+            &format!("/v1/organizations/{slug}/members"),
+            &app.admin_token,
+        )
+        .await
+        .expect(200);
+    assert_eq!(
+        members["members"],
+        json!([{"username": "admin", "role": "owner", "email": "admin@localhost"}])
+    );
+
+    for query in ["", "?dry_run=true"] {
+        let reply = app
+            .post(
+                &format!("/v1/organizations{query}"),
+                &app.admin_token,
+                json!({"name": name}),
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (409, "organization_already_exists")
+        );
+    }
+    // A username is taken as a slug too.
+    let reply = app
+        .post(
+            "/v1/organizations",
+            &app.admin_token,
+            json!({"name": "admin"}),
+        )
+        .await;
+    assert_eq!(reply.status, 409);
+    let reply = app
+        .post(
+            "/v1/organizations",
+            &app.admin_token,
+            json!({"name": "!!!"}),
+        )
+        .await;
+    assert_eq!((reply.status, reply.code()), (400, "invalid_name"));
+    let reply = app
+        .post("/v1/organizations", &app.admin_token, json!({}))
+        .await;
+    assert_eq!(reply.status, 400);
+}
+
+#[tokio::test]
+async fn update_toggles_overages_and_refuses_mfa() {
+    let app = app!();
+    let team = app.team(&app.admin_token, &unique("Acme")).await;
+    let path = format!("/v1/organizations/{team}");
+    let body = app
+        .patch(&path, &app.admin_token, json!({"overages": true}))
+        .await
+        .expect(200);
+    assert_eq!(body["organization"]["overages"], true);
+    let body = app
+        .patch(&path, &app.admin_token, json!({"overages": null}))
+        .await
+        .expect(200);
+    assert_eq!(body["organization"]["overages"], true);
+    assert_eq!(
+        app.get(&path, &app.admin_token).await.expect(200)["organization"]["overages"],
+        true
+    );
+    let reply = app
+        .patch(&path, &app.admin_token, json!({"require_mfa": true}))
+        .await;
+    assert_eq!((reply.status, reply.code()), (501, "not_available"));
+    app.patch(&path, &app.admin_token, json!({"require_mfa": false}))
+        .await
+        .expect(200);
+    let reply = app
+        .patch(&path, &app.admin_token, json!({"overages": "yes"}))
+        .await;
+    assert_eq!(reply.status, 400);
+}
+
+#[tokio::test]
+async fn delete_removes_everything_and_revokes_tokens() {
+    let app = app!();
+    let team = app.team(&app.admin_token, &unique("Acme")).await;
+    app.group(&team, &app.admin_token, "g").await;
+    let scoped = app
+        .api_token(&app.admin_token, json!({"organization": team}))
+        .await;
+    let body = app
+        .delete(&format!("/v1/organizations/{team}"), &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(body["organization"], team.as_str());
+    assert_eq!(
+        app.get(&format!("/v1/organizations/{team}"), &app.admin_token)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(app.get("/v1/user", &scoped).await.status, 401);
+    let reply = app
+        .delete(&format!("/v1/organizations/{team}"), &app.admin_token)
+        .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (404, "organization_not_found")
+    );
+
+    let reply = app
+        .call(
+            Method::DELETE,
+            "/v1/organizations/admin",
+            Some(&app.admin_token),
+            None,
+        )
+        .await;
+    assert_eq!((reply.status, reply.code()), (400, "personal_organization"));
+}
+
+#[tokio::test]
+async fn other_peoples_organizations_are_not_found() {
+    let app = app!();
+    let outsider = app.user(&unique("outsider")).await;
+    let team = app.team(&app.admin_token, &unique("Acme")).await;
+    for path in [
+        format!("/v1/organizations/{team}"),
+        format!("/v1/organizations/{team}/groups"),
+        "/v1/organizations/admin".to_string(),
+    ] {
+        let reply = app.get(&path, &outsider).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (404, "organization_not_found"),
+            "{path}"
+        );
+    }
+}
