@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The test suite: the README's test command, and what CI runs after its lint gates.
+#
+#   scripts/test.sh
+#
+# 1. every Rust test on the embedded SQLite backend (unit tests, the store's conformance
+#    suite on SQLite *and* PostgreSQL, the HTTP tests and the authorization matrix, the
+#    `atoll` binary's server commands);
+# 2. the HTTP tests and the authorization matrix again on PostgreSQL
+#    (ATOLL_TEST_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test);
+#    they skip loudly when no PostgreSQL answers;
+# 3. the compatibility test: the official @tursodatabase/api SDK against `atoll dev`.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+
+echo "==> Rust tests (SQLite backend)"
+cargo test --workspace --locked
+
+echo "==> HTTP tests and authorization matrix on PostgreSQL"
+ATOLL_TEST_BACKEND=postgres cargo test --locked -p atoll-control --test api
+
+echo "==> SDK compatibility (@tursodatabase/api against atoll dev)"
+cargo build --locked -p atoll
+ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/compat.sh
