@@ -20,8 +20,10 @@ echo "==> Rust tests (SQLite backend)"
 cargo test --workspace --locked
 
 echo "==> HTTP tests and authorization matrix on PostgreSQL"
-ATOLL_TEST_BACKEND=postgres cargo test --locked -p atoll-control --test api
+# `--workspace` keeps the same feature set as above, so nothing is rebuilt.
+ATOLL_TEST_BACKEND=postgres cargo test --workspace --locked --test api
 
 echo "==> SDK compatibility (@tursodatabase/api against atoll dev)"
-cargo build --locked -p atoll
+# The binary the tests above built (`cargo build` alone would resolve features without
+# dev-dependencies and rebuild much of the tree).
 ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/compat.sh

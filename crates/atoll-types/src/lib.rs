@@ -11,6 +11,7 @@ pub mod groups;
 pub mod locations;
 pub mod members;
 pub mod names;
+pub mod node;
 pub mod organizations;
 pub mod roles;
 pub mod scopes;

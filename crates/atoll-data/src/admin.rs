@@ -1,0 +1,1 @@
+//! The node admin API, for `atoll node`. (Being written.)

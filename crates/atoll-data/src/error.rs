@@ -1,0 +1,71 @@
+//! Errors of the data plane that fail a whole HTTP request. Bodies follow sqld:
+//! `{"error": "<message>"}` (statement-level errors are Hrana results instead, see
+//! `hrana`).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The request does not say which database it is for.
+    #[error("{0}")]
+    NoDatabase(String),
+    /// No such database on this node (also: a token that does not cover it).
+    #[error("Namespace `{0}` doesn't exist")]
+    UnknownDatabase(String),
+    #[error("Unauthorized: `{0}`")]
+    Unauthorized(String),
+    #[error("Authorization forbidden: {0}")]
+    Forbidden(String),
+    /// The database cannot serve this now (awaiting upload, archived).
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl DataError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            DataError::NoDatabase(_) | DataError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            DataError::UnknownDatabase(_) => StatusCode::NOT_FOUND,
+            DataError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            DataError::Forbidden(_) => StatusCode::FORBIDDEN,
+            DataError::Unavailable(_) | DataError::Conflict(_) => StatusCode::CONFLICT,
+            DataError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            DataError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for DataError {
+    fn into_response(self) -> Response {
+        if let DataError::Internal(cause) = &self {
+            tracing::error!(%cause, "data plane request failed");
+        }
+        (
+            self.status(),
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response()
+    }
+}
+
+impl From<rusqlite::Error> for DataError {
+    fn from(e: rusqlite::Error) -> Self {
+        DataError::Internal(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for DataError {
+    fn from(e: std::io::Error) -> Self {
+        DataError::Internal(e.to_string())
+    }
+}

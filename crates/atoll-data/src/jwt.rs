@@ -1,0 +1,184 @@
+//! Database tokens: compact JWS signed with Ed25519 (`alg: EdDSA`), as libSQL servers verify
+//! them.
+//!
+//! Claims: `a` (`rw` or `ro`), `id` (database UUID, for database tokens) or `gid` (group
+//! UUID, for group tokens), `p.roa.ns` (database UUIDs the token may `ATTACH` read-only),
+//! `iat`, and `exp` (absent: never expires). The header carries the signing key's `kid`.
+//! Platform API tokens share nothing with these.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// `rw` or `ro`.
+    pub a: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p: Option<Permissions>,
+    #[serde(default)]
+    pub iat: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exp: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Permissions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roa: Option<Namespaces>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespaces {
+    #[serde(default)]
+    pub ns: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    alg: String,
+    typ: String,
+    #[serde(default)]
+    kid: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum JwtError {
+    #[error("The JWT is invalid")]
+    Invalid,
+    #[error("The JWT has expired")]
+    Expired,
+}
+
+/// A new random signing key.
+pub fn generate_key() -> SigningKey {
+    SigningKey::generate(&mut rand::rngs::OsRng)
+}
+
+pub fn encode_key(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+pub fn decode_signing_key(encoded: &str) -> Option<SigningKey> {
+    let bytes: [u8; 32] = URL_SAFE_NO_PAD.decode(encoded).ok()?.try_into().ok()?;
+    Some(SigningKey::from_bytes(&bytes))
+}
+
+pub fn decode_verifying_key(encoded: &str) -> Option<VerifyingKey> {
+    let bytes: [u8; 32] = URL_SAFE_NO_PAD.decode(encoded).ok()?.try_into().ok()?;
+    VerifyingKey::from_bytes(&bytes).ok()
+}
+
+pub fn sign(claims: &Claims, key: &SigningKey, kid: &str) -> String {
+    let header = Header {
+        alg: "EdDSA".into(),
+        typ: "JWT".into(),
+        kid: Some(kid.into()),
+    };
+    let header = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).expect("header serializes"));
+    let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).expect("claims serialize"));
+    let signing_input = format!("{header}.{payload}");
+    let signature = key.sign(signing_input.as_bytes());
+    format!(
+        "{signing_input}.{}",
+        URL_SAFE_NO_PAD.encode(signature.to_bytes())
+    )
+}
+
+/// Verifies `token` against `keys` (`(kid, key)` pairs) at time `now` (Unix seconds).
+/// The header's `kid` picks the key; a token without one is tried against each.
+pub fn verify(token: &str, keys: &[(String, VerifyingKey)], now: i64) -> Result<Claims, JwtError> {
+    let mut parts = token.split('.');
+    let (Some(header_b64), Some(payload_b64), Some(signature_b64), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(JwtError::Invalid);
+    };
+    let header: Header = decode_json(header_b64)?;
+    if header.alg != "EdDSA" {
+        return Err(JwtError::Invalid);
+    }
+    let signature: [u8; 64] = URL_SAFE_NO_PAD
+        .decode(signature_b64.trim_end_matches('='))
+        .map_err(|_| JwtError::Invalid)?
+        .try_into()
+        .map_err(|_| JwtError::Invalid)?;
+    let signature = Signature::from_bytes(&signature);
+    let signing_input = &token[..header_b64.len() + 1 + payload_b64.len()];
+    let verified = keys
+        .iter()
+        .filter(|(kid, _)| header.kid.as_ref().is_none_or(|k| k == kid))
+        .any(|(_, key)| key.verify(signing_input.as_bytes(), &signature).is_ok());
+    if !verified {
+        return Err(JwtError::Invalid);
+    }
+    let claims: Claims = decode_json(payload_b64)?;
+    if claims.exp.is_some_and(|exp| exp <= now) {
+        return Err(JwtError::Expired);
+    }
+    Ok(claims)
+}
+
+fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, JwtError> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(part.trim_end_matches('='))
+        .map_err(|_| JwtError::Invalid)?;
+    serde_json::from_slice(&bytes).map_err(|_| JwtError::Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims() -> Claims {
+        Claims {
+            a: "rw".into(),
+            id: Some("db".into()),
+            gid: None,
+            p: None,
+            iat: 1,
+            exp: Some(100),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_failures() {
+        let key = generate_key();
+        let other = generate_key();
+        let keys = vec![("k1".to_string(), key.verifying_key())];
+        let token = sign(&claims(), &key, "k1");
+        assert_eq!(verify(&token, &keys, 50), Ok(claims()));
+        assert_eq!(verify(&token, &keys, 100), Err(JwtError::Expired));
+        let forged = sign(&claims(), &other, "k1");
+        assert_eq!(verify(&forged, &keys, 50), Err(JwtError::Invalid));
+        let wrong_kid = sign(&claims(), &key, "k2");
+        assert_eq!(verify(&wrong_kid, &keys, 50), Err(JwtError::Invalid));
+        assert_eq!(verify("a.b", &keys, 50), Err(JwtError::Invalid));
+        assert_eq!(verify("", &keys, 50), Err(JwtError::Invalid));
+        // Tampering with the payload breaks the signature.
+        let mut parts: Vec<&str> = token.split('.').collect();
+        let mut tampered = claims();
+        tampered.a = "ro".into();
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tampered).unwrap());
+        parts[1] = &payload;
+        assert_eq!(verify(&parts.join("."), &keys, 50), Err(JwtError::Invalid));
+    }
+
+    #[test]
+    fn keys_encode_and_decode() {
+        let key = generate_key();
+        let encoded = encode_key(&key.to_bytes());
+        assert_eq!(
+            decode_signing_key(&encoded).unwrap().to_bytes(),
+            key.to_bytes()
+        );
+        let public = encode_key(key.verifying_key().as_bytes());
+        assert_eq!(decode_verifying_key(&public).unwrap(), key.verifying_key());
+        assert!(decode_verifying_key("short").is_none());
+    }
+}

@@ -1,0 +1,357 @@
+//! A data node: the databases it holds, what the control plane may do to them, and a
+//! bounded pool of idle connections.
+
+use crate::database::Database;
+use crate::error::DataError;
+use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, DatabaseStats, Seed};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Idle connections kept for reuse across all databases of a node. Each is a few hundred
+/// KiB at most (page cache), so this bounds the memory idle databases hold.
+pub const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 512;
+
+#[derive(Default)]
+struct Registry {
+    by_id: HashMap<String, Arc<Database>>,
+    by_label: HashMap<String, Arc<Database>>,
+}
+
+pub struct Node {
+    data_dir: PathBuf,
+    registry: RwLock<Registry>,
+    pub pool: ConnectionPool,
+}
+
+impl Node {
+    /// Opens the node's data directory and loads every database it holds.
+    pub fn open(data_dir: &Path) -> Result<Node, DataError> {
+        let dbs = data_dir.join("dbs");
+        std::fs::create_dir_all(&dbs)?;
+        let node = Node {
+            data_dir: data_dir.to_path_buf(),
+            registry: RwLock::new(Registry::default()),
+            pool: ConnectionPool::new(DEFAULT_MAX_IDLE_CONNECTIONS),
+        };
+        for entry in std::fs::read_dir(&dbs)? {
+            let dir = entry?.path();
+            let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
+                continue;
+            };
+            match serde_json::from_str::<DatabaseConfig>(&text) {
+                Ok(config) => node.insert(Arc::new(Database::new(dir, config))),
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "skipping database with unreadable config")
+                }
+            }
+        }
+        Ok(node)
+    }
+
+    fn insert(&self, db: Arc<Database>) {
+        let config = db.config();
+        let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+        registry
+            .by_label
+            .insert(config.label.clone(), Arc::clone(&db));
+        registry.by_id.insert(config.id, db);
+    }
+
+    pub fn by_label(&self, label: &str) -> Option<Arc<Database>> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_label
+            .get(label)
+            .cloned()
+    }
+
+    pub fn by_id(&self, id: &str) -> Option<Arc<Database>> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .get(id)
+            .cloned()
+    }
+
+    pub fn database_count(&self) -> usize {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .len()
+    }
+
+    fn db_dir(&self, id: &str) -> Result<PathBuf, DataError> {
+        // Ids come from the control plane; refuse anything that could leave `dbs/`.
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(DataError::BadRequest(format!("invalid database id {id:?}")));
+        }
+        Ok(self.data_dir.join("dbs").join(id))
+    }
+
+    /// Creates a database from its seed. Idempotent for the same id (a retried create
+    /// answers the existing database); on failure nothing is left behind.
+    pub fn create_database(&self, request: CreateDatabase) -> Result<Arc<Database>, DataError> {
+        let CreateDatabase { mut config, seed } = request;
+        if let Some(existing) = self.by_id(&config.id) {
+            return Ok(existing);
+        }
+        if self.by_label(&config.label).is_some() {
+            return Err(DataError::Conflict(format!(
+                "hostname label {} is taken on this node",
+                config.label
+            )));
+        }
+        let dir = self.db_dir(&config.id)?;
+        let staging = self
+            .data_dir
+            .join("dbs")
+            .join(format!(".creating-{}", config.id));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)?;
+        let result = (|| -> Result<(), DataError> {
+            let file = staging.join("data");
+            config.state = match &seed {
+                Seed::Upload => DatabaseState::AwaitingUpload,
+                _ => config.state,
+            };
+            match &seed {
+                Seed::Empty => initialise_empty(&file)?,
+                Seed::Upload => {}
+                Seed::Copy { source_id } => {
+                    let source = self.by_id(source_id).ok_or_else(|| {
+                        DataError::BadRequest(format!(
+                            "source database {source_id} is not on this node"
+                        ))
+                    })?;
+                    copy_database(&source, &file)?;
+                }
+                Seed::Dump { sql } => {
+                    initialise_empty(&file)?;
+                    let mut conn = rusqlite::Connection::open(&file)?;
+                    crate::dump::load_dump(&mut conn, sql)?;
+                }
+            }
+            write_config(&staging.join("config.json"), &config)?;
+            sync_dir(&staging)?;
+            std::fs::rename(&staging, &dir)?;
+            sync_dir(&self.data_dir.join("dbs"))?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+        let db = Arc::new(Database::new(dir, config));
+        self.insert(Arc::clone(&db));
+        Ok(db)
+    }
+
+    /// Replaces a database's configuration (flags, limits, keys, state, label).
+    pub fn configure(&self, config: DatabaseConfig) -> Result<Arc<Database>, DataError> {
+        let db = self
+            .by_id(&config.id)
+            .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
+        let old = db.config();
+        if old.label != config.label {
+            if let Some(other) = self.by_label(&config.label) {
+                if other.id() != config.id {
+                    return Err(DataError::Conflict(format!(
+                        "hostname label {} is taken on this node",
+                        config.label
+                    )));
+                }
+            }
+        }
+        write_config(&db.config_path(), &config)?;
+        db.set_config(config.clone());
+        let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+        if old.label != config.label {
+            registry.by_label.remove(&old.label);
+            registry
+                .by_label
+                .insert(config.label.clone(), Arc::clone(&db));
+        }
+        drop(registry);
+        // Limits are applied when a connection opens.
+        self.pool.forget(&config.id);
+        Ok(db)
+    }
+
+    /// Removes a database and its files.
+    pub fn delete_database(&self, id: &str) -> Result<(), DataError> {
+        let db = {
+            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+            let db = registry
+                .by_id
+                .remove(id)
+                .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+            registry.by_label.remove(&db.config().label);
+            db
+        };
+        self.pool.forget(id);
+        // Rename first so a crash half-way never leaves a loadable, half-deleted database.
+        let trash = self.data_dir.join("dbs").join(format!(".deleting-{id}"));
+        std::fs::rename(db.dir(), &trash)?;
+        std::fs::remove_dir_all(&trash)?;
+        Ok(())
+    }
+
+    pub fn stats(&self, id: &str) -> Result<DatabaseStats, DataError> {
+        let db = self
+            .by_id(id)
+            .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+        Ok(DatabaseStats {
+            storage_bytes: db.storage_bytes(),
+        })
+    }
+
+    /// Marks an uploaded database active (after its file was installed).
+    pub fn activate(&self, db: &Database) -> Result<(), DataError> {
+        let mut config = db.config();
+        config.state = DatabaseState::Active;
+        write_config(&db.config_path(), &config)?;
+        db.set_config(config);
+        Ok(())
+    }
+}
+
+fn initialise_empty(file: &Path) -> Result<(), DataError> {
+    let conn = rusqlite::Connection::open(file)?;
+    conn.execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;")?;
+    // Write the header now so the file is a valid, empty database from the first byte.
+    conn.execute_batch("PRAGMA user_version = 0; VACUUM;")?;
+    Ok(())
+}
+
+/// A consistent copy through SQLite's online backup, even while the source is written.
+fn copy_database(source: &Database, target: &Path) -> Result<(), DataError> {
+    if source.config().state == DatabaseState::AwaitingUpload {
+        return Err(DataError::BadRequest(
+            "the source database has no data yet".into(),
+        ));
+    }
+    let conn = source.open_connection()?;
+    conn.backup(rusqlite::DatabaseName::Main, target, None)?;
+    let copy = rusqlite::Connection::open(target)?;
+    copy.execute_batch("PRAGMA journal_mode = WAL;")?;
+    Ok(())
+}
+
+fn write_config(path: &Path, config: &DatabaseConfig) -> Result<(), DataError> {
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_vec_pretty(config).map_err(|e| DataError::Internal(e.to_string()))?;
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), DataError> {
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Idle connections by database, least recently used evicted first.
+pub struct ConnectionPool {
+    max_idle: usize,
+    inner: Mutex<PoolInner>,
+}
+
+#[derive(Default)]
+struct PoolInner {
+    by_db: HashMap<String, Vec<(u64, rusqlite::Connection)>>,
+    order: BTreeMap<u64, String>,
+    next: u64,
+}
+
+impl ConnectionPool {
+    pub fn new(max_idle: usize) -> ConnectionPool {
+        ConnectionPool {
+            max_idle,
+            inner: Mutex::new(PoolInner::default()),
+        }
+    }
+
+    /// An idle connection to `db`, or a new one.
+    pub fn checkout(&self, db: &Database) -> Result<rusqlite::Connection, DataError> {
+        let id = db.id();
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(idle) = inner.by_db.get_mut(&id) {
+                if let Some((seq, conn)) = idle.pop() {
+                    if idle.is_empty() {
+                        inner.by_db.remove(&id);
+                    }
+                    inner.order.remove(&seq);
+                    return Ok(conn);
+                }
+            }
+        }
+        db.open_connection()
+    }
+
+    /// Returns a connection for reuse. One inside a transaction is closed instead (which
+    /// rolls the transaction back).
+    pub fn checkin(&self, db_id: &str, conn: rusqlite::Connection) {
+        if !conn.is_autocommit() {
+            return;
+        }
+        let evicted = {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let seq = inner.next;
+            inner.next += 1;
+            inner
+                .by_db
+                .entry(db_id.to_string())
+                .or_default()
+                .push((seq, conn));
+            inner.order.insert(seq, db_id.to_string());
+            let mut evicted = Vec::new();
+            while inner.order.len() > self.max_idle {
+                let Some((seq, id)) = inner.order.pop_first() else {
+                    break;
+                };
+                if let Some(idle) = inner.by_db.get_mut(&id) {
+                    if let Some(pos) = idle.iter().position(|(s, _)| *s == seq) {
+                        evicted.push(idle.remove(pos).1);
+                    }
+                    if idle.is_empty() {
+                        inner.by_db.remove(&id);
+                    }
+                }
+            }
+            evicted
+        };
+        // Closing runs outside the lock (it may checkpoint).
+        drop(evicted);
+    }
+
+    /// Drops the idle connections of a database (its limits changed, or it is going away).
+    pub fn forget(&self, db_id: &str) {
+        let dropped = {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let dropped = inner.by_db.remove(db_id).unwrap_or_default();
+            for (seq, _) in &dropped {
+                inner.order.remove(seq);
+            }
+            dropped
+        };
+        drop(dropped);
+    }
+
+    pub fn idle_count(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .order
+            .len()
+    }
+}

@@ -1,0 +1,73 @@
+//! The node admin API: what the control plane tells a data node about its databases.
+//! The control plane reaches a node only through these messages (in process for
+//! `atoll dev`, over HTTP with a shared node secret for `atoll node`).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a database is in its life, as the data plane enforces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatabaseState {
+    /// Created for an upload that has not landed: counts towards quotas, refuses queries.
+    AwaitingUpload,
+    Active,
+    /// Archived with its group: refuses queries until the group is unarchived.
+    Archived,
+}
+
+/// A public key the data plane accepts database tokens from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenKey {
+    /// Key id, carried in the token header (`kid`).
+    pub kid: String,
+    /// Raw 32-byte Ed25519 public key, URL-safe base64 without padding.
+    pub public_key: String,
+}
+
+/// Everything a node needs to serve one database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseConfig {
+    /// Database UUID: the directory name on the node, and the `id` claim of its tokens.
+    pub id: String,
+    pub name: String,
+    pub org_id: String,
+    /// Group UUID: the `gid` claim of group tokens.
+    pub group_id: String,
+    /// The first label of its hostname, `<db>-<org>`.
+    pub label: String,
+    pub state: DatabaseState,
+    pub block_reads: bool,
+    pub block_writes: bool,
+    /// Largest size in bytes; `None` for no limit.
+    pub size_limit: Option<u64>,
+    /// Whether other databases may `ATTACH` this one (with a token allowing it).
+    pub allow_attach: bool,
+    /// Keys of the database and of its group.
+    pub keys: Vec<TokenKey>,
+}
+
+/// How a new database starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Seed {
+    /// An empty database.
+    Empty,
+    /// Nothing until a file is uploaded (state `awaiting_upload`).
+    Upload,
+    /// A copy of another database on the same node.
+    Copy { source_id: String },
+    /// An SQL dump, run in one transaction.
+    Dump { sql: String },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateDatabase {
+    pub config: DatabaseConfig,
+    pub seed: Seed,
+}
+
+/// Live figures of a database on its node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseStats {
+    pub storage_bytes: u64,
+}
