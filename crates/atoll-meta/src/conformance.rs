@@ -2,8 +2,8 @@
 //! empty, migrated store; `tests/conformance.rs` runs them all on SQLite and PostgreSQL.
 
 use crate::{
-    Entity, Invitee, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError, TokenKind,
-    TokenRestriction,
+    Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity, Invitee, NewGroup, NewToken,
+    NewUser, OrgKind, Store, StoreError, TokenKind, TokenRestriction,
 };
 use atoll_types::{Role, Scope};
 use std::future::Future;
@@ -36,6 +36,13 @@ pub fn checks() -> Vec<(&'static str, Check)> {
             Box::pin(deleting_an_organization(s))
         }),
         ("concurrent_writes", |s| Box::pin(concurrent_writes(s))),
+        ("databases", |s| Box::pin(databases(s))),
+        ("databases_follow_their_group", |s| {
+            Box::pin(databases_follow_their_group(s))
+        }),
+        ("idempotency_and_dumps", |s| {
+            Box::pin(idempotency_and_dumps(s))
+        }),
     ]
 }
 
@@ -748,4 +755,262 @@ async fn concurrent_writes(store: Store) {
     }
     assert_eq!((created, conflicts), (13, 11));
     assert_eq!(store.list_groups(&org.id).await.unwrap().len(), 13);
+}
+
+fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Database {
+    Database {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: org_id.to_string(),
+        group_id: group_id.to_string(),
+        name: name.to_string(),
+        label: label.to_string(),
+        state: DatabaseState::Active,
+        location: "local".to_string(),
+        node: "local".to_string(),
+        size_limit: None,
+        block_reads: false,
+        block_writes: false,
+        delete_protection: false,
+        allow_attach: false,
+        allowed_ips: vec![],
+        parent: None,
+        signing_key: "key".to_string(),
+        key_id: "kid".to_string(),
+        created_at: 0,
+    }
+}
+
+async fn databases(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let other = store
+        .create_group(&org.id, new_group("other"))
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    for name in ["b", "a", "d", "c"] {
+        let g = if name == "d" { &other.id } else { &group.id };
+        let db = store
+            .insert_database(new_database(&org.id, g, name, &format!("{name}-alice")))
+            .await
+            .unwrap();
+        assert_eq!((db.name.as_str(), db.state), (name, DatabaseState::Active));
+        names.push(db);
+    }
+    let err = store
+        .insert_database(new_database(&org.id, &group.id, "a", "a2-alice"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Database)),
+        "{err:?}"
+    );
+    let err = store
+        .insert_database(new_database(&org.id, &group.id, "zz", "a-alice"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Database)),
+        "{err:?}"
+    );
+
+    let all: Vec<_> = store
+        .databases_in_org(&org.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(all, vec!["a", "b", "c", "d"]);
+    let page = store
+        .list_databases(
+            &org.id,
+            DatabaseFilter {
+                after_name: Some("a".into()),
+                limit: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        vec!["b", "c"]
+    );
+    let in_other = store
+        .list_databases(
+            &org.id,
+            DatabaseFilter {
+                group_id: Some(other.id.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(in_other.len(), 1);
+    assert_eq!(store.databases_in_group(&group.id).await.unwrap().len(), 3);
+
+    let mut child = new_database(&org.id, &group.id, "child", "child-alice");
+    child.parent = Some((names[0].id.clone(), "b".into(), 42));
+    child.state = DatabaseState::Creating;
+    let child = store.insert_database(child).await.unwrap();
+    assert_eq!(child.parent, Some((names[0].id.clone(), "b".into(), 42)));
+    let children = store
+        .list_databases(
+            &org.id,
+            DatabaseFilter {
+                parent_id: Some(names[0].id.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(children, vec![child.clone()]);
+    assert_eq!(
+        store
+            .databases_in_state(DatabaseState::Creating)
+            .await
+            .unwrap(),
+        vec![child.clone()]
+    );
+
+    let changed = store
+        .update_database(
+            &child.id,
+            DatabaseChanges {
+                state: Some(DatabaseState::AwaitingUpload),
+                size_limit: Some(Some(1_000_000)),
+                block_writes: Some(true),
+                allowed_ips: Some(vec!["10.0.0.0/8".into(), "1.2.3.4".into()]),
+                signing_key: Some(("new".into(), "kid2".into())),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed.state, DatabaseState::AwaitingUpload);
+    assert_eq!(changed.size_limit, Some(1_000_000));
+    assert!(changed.block_writes && !changed.block_reads);
+    assert_eq!(changed.allowed_ips, vec!["10.0.0.0/8", "1.2.3.4"]);
+    assert_eq!(
+        (changed.signing_key.as_str(), changed.key_id.as_str()),
+        ("new", "kid2")
+    );
+    let cleared = store
+        .update_database(
+            &child.id,
+            DatabaseChanges {
+                size_limit: Some(None),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(cleared.size_limit, None);
+    assert!(cleared.block_writes);
+
+    assert_eq!(
+        store
+            .database_by_name(&org.id, "child")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        child.id
+    );
+    let deleted = store.delete_database(&child.id).await.unwrap();
+    assert_eq!(deleted.name, "child");
+    assert!(store.database_by_id(&child.id).await.unwrap().is_none());
+    let err = store.delete_database(&child.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Database)),
+        "{err:?}"
+    );
+}
+
+async fn databases_follow_their_group(store: Store) {
+    let (alice, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    let keyed = store
+        .set_group_key(&group.id, "secret", "k1")
+        .await
+        .unwrap();
+    assert_eq!(
+        (keyed.signing_key.as_str(), keyed.key_id.as_str()),
+        ("secret", "k1")
+    );
+    let db = store
+        .insert_database(new_database(&org.id, &group.id, "app", "app-alice"))
+        .await
+        .unwrap();
+
+    store.transfer_group(&group.id, &team.id).await.unwrap();
+    let moved = store.database_by_id(&db.id).await.unwrap().unwrap();
+    assert_eq!(
+        (moved.org_id.as_str(), moved.label.as_str()),
+        (team.id.as_str(), "app-acme")
+    );
+    assert!(store
+        .database_by_name(&team.id, "app")
+        .await
+        .unwrap()
+        .is_some());
+
+    let target = store
+        .create_group(&org.id, new_group("target"))
+        .await
+        .unwrap();
+    let back = store
+        .move_database(&db.id, &org.id, &target.id, "app-alice")
+        .await
+        .unwrap();
+    assert_eq!(
+        (back.group_id.as_str(), back.label.as_str()),
+        (target.id.as_str(), "app-alice")
+    );
+
+    // Deleting a group deletes its databases.
+    store.delete_group(&target.id).await.unwrap();
+    assert!(store.database_by_id(&db.id).await.unwrap().is_none());
+}
+
+async fn idempotency_and_dumps(store: Store) {
+    let (_, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    assert!(store
+        .idempotent_response(&org.id, "k")
+        .await
+        .unwrap()
+        .is_none());
+    store
+        .remember_response(&org.id, "k", "f1", "{\"a\":1}")
+        .await
+        .unwrap();
+    store
+        .remember_response(&org.id, "k", "f2", "{\"a\":2}")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.idempotent_response(&org.id, "k").await.unwrap(),
+        Some(("f1".into(), "{\"a\":1}".into()))
+    );
+
+    store
+        .insert_dump("d1", &org.id, "CREATE TABLE t(x);".into())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.dump(&org.id, "d1").await.unwrap().as_deref(),
+        Some("CREATE TABLE t(x);")
+    );
+    assert!(store.dump("other-org", "d1").await.unwrap().is_none());
 }

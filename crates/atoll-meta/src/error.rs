@@ -9,6 +9,8 @@ pub enum Entity {
     Invite,
     Group,
     Token,
+    Database,
+    Dump,
 }
 
 impl fmt::Display for Entity {
@@ -20,6 +22,8 @@ impl fmt::Display for Entity {
             Entity::Invite => "invite",
             Entity::Group => "group",
             Entity::Token => "token",
+            Entity::Database => "database",
+            Entity::Dump => "dump",
         })
     }
 }

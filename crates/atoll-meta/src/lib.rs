@@ -20,7 +20,9 @@ pub mod testing;
 pub use backend::{Conn, Row, Value};
 pub use error::{Entity, StoreError};
 pub use model::*;
-pub use store::{BackendKind, GroupChanges, NewGroup, NewUser, Store};
+pub use store::{
+    BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, NewGroup, NewUser, Store,
+};
 
 /// Milliseconds since the Unix epoch: the one time unit of the store.
 pub fn now_millis() -> i64 {

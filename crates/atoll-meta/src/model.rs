@@ -102,6 +102,10 @@ pub struct Group {
     pub archived: bool,
     pub created_at: i64,
     pub last_activity_at: i64,
+    /// Ed25519 key signing the group's database tokens (URL-safe base64); empty until the
+    /// first token or database needs it.
+    pub signing_key: String,
+    pub key_id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,4 +187,56 @@ pub struct TokenListing {
 pub struct Credential {
     pub token: ApiToken,
     pub user: User,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatabaseState {
+    /// Being placed on its node; a database left in this state by a crash is removed at
+    /// the next start.
+    Creating,
+    AwaitingUpload,
+    Active,
+}
+
+impl DatabaseState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatabaseState::Creating => "creating",
+            DatabaseState::AwaitingUpload => "awaiting_upload",
+            DatabaseState::Active => "active",
+        }
+    }
+    pub(crate) fn parse(text: &str) -> DatabaseState {
+        match text {
+            "creating" => DatabaseState::Creating,
+            "awaiting_upload" => DatabaseState::AwaitingUpload,
+            _ => DatabaseState::Active,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Database {
+    pub id: String,
+    pub org_id: String,
+    pub group_id: String,
+    pub name: String,
+    /// `<name>-<org slug>`, the first label of its hostname.
+    pub label: String,
+    pub state: DatabaseState,
+    pub location: String,
+    /// The data node holding it.
+    pub node: String,
+    pub size_limit: Option<i64>,
+    pub block_reads: bool,
+    pub block_writes: bool,
+    pub delete_protection: bool,
+    pub allow_attach: bool,
+    pub allowed_ips: Vec<String>,
+    /// The database it was copied from: id, name, when.
+    pub parent: Option<(String, String, i64)>,
+    /// Ed25519 key signing its database tokens (URL-safe base64).
+    pub signing_key: String,
+    pub key_id: String,
+    pub created_at: i64,
 }

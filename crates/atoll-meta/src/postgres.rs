@@ -9,7 +9,10 @@ use postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use postgres::{Client, NoTls};
 use std::sync::Mutex;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/postgres/0001_identity.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/postgres/0001_identity.sql")),
+    (2, include_str!("migrations/postgres/0002_databases.sql")),
+];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).
 const MIGRATION_LOCK_KEY: i64 = 0x4154_4f4c_4c00;

@@ -7,7 +7,10 @@ use rusqlite::{types::ValueRef, Connection, ErrorCode};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/sqlite/0001_identity.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/sqlite/0001_identity.sql")),
+    (2, include_str!("migrations/sqlite/0002_databases.sql")),
+];
 const MAX_IDLE_READERS: usize = 8;
 
 pub(crate) struct SqliteBackend {

@@ -1,5 +1,6 @@
 //! [`Store`]: the metadata operations, each one transaction on a blocking thread.
 
+mod databases;
 mod groups;
 mod invites;
 mod members;
@@ -7,6 +8,7 @@ mod organizations;
 mod tokens;
 mod users;
 
+pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
 pub use users::{NewGroup, NewUser};
 

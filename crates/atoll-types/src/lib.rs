@@ -5,6 +5,7 @@
 //! roles, token scopes, the expiration grammar and the stable error codes. This crate knows
 //! nothing of HTTP servers or SQL, so the CLI and the typed client can share it.
 
+pub mod databases;
 pub mod error;
 pub mod expiration;
 pub mod groups;
@@ -15,6 +16,7 @@ pub mod node;
 pub mod organizations;
 pub mod roles;
 pub mod scopes;
+pub mod sizes;
 pub mod tokens;
 pub mod users;
 

@@ -5,7 +5,7 @@ use crate::error::{Entity, Result, StoreError};
 use crate::model::Group;
 
 const GROUP_COLUMNS: &str = "g.id, g.org_id, g.name, g.primary_location, g.locations, g.version, \
-     g.delete_protection, g.archived, g.created_at, g.last_activity_at";
+     g.delete_protection, g.archived, g.created_at, g.last_activity_at, g.signing_key, g.key_id";
 
 fn group_from_row(row: &Row) -> Group {
     Group {
@@ -24,6 +24,8 @@ fn group_from_row(row: &Row) -> Group {
         archived: row.bool(7),
         created_at: row.int(8),
         last_activity_at: row.int(9),
+        signing_key: row.text(10),
+        key_id: row.text(11),
     }
 }
 
@@ -155,7 +157,30 @@ impl Store {
         .await
     }
 
-    /// Moves a group to another organization and revokes the tokens pinned to it.
+    /// Sets the key that signs the group's database tokens (new groups, rotation).
+    pub async fn set_group_key(
+        &self,
+        group_id: &str,
+        signing_key: &str,
+        key_id: &str,
+    ) -> Result<Group> {
+        let (group_id, signing_key, key_id) = (
+            group_id.to_string(),
+            signing_key.to_string(),
+            key_id.to_string(),
+        );
+        self.write("set_group_key", move |c| {
+            c.execute(
+                "UPDATE org_groups SET signing_key = $2, key_id = $3 WHERE id = $1",
+                &[(&group_id).into(), signing_key.into(), key_id.into()],
+            )?;
+            group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
+        })
+        .await
+    }
+
+    /// Moves a group (with its databases) to another organization and revokes the tokens
+    /// pinned to it.
     pub async fn transfer_group(&self, group_id: &str, to_org_id: &str) -> Result<Group> {
         let (group_id, to_org_id) = (group_id.to_string(), to_org_id.to_string());
         self.write("transfer_group", move |c| {
@@ -163,12 +188,20 @@ impl Store {
             let moved = c
                 .execute(
                     "UPDATE org_groups SET org_id = $2 WHERE id = $1",
-                    &[(&group_id).into(), to_org_id.into()],
+                    &[(&group_id).into(), (&to_org_id).into()],
                 )
                 .map_err(|e| e.duplicate_is(Entity::Group))?;
             if moved == 0 {
                 return Err(StoreError::NotFound(Entity::Group));
             }
+            // Its databases follow, with hostnames under the new organization's slug.
+            c.execute(
+                "UPDATE databases SET org_id = $2,
+                        label = name || '-' || (SELECT slug FROM organizations WHERE id = $2)
+                 WHERE group_id = $1",
+                &[(&group_id).into(), to_org_id.into()],
+            )
+            .map_err(|e| e.duplicate_is(Entity::Database))?;
             group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
         })
         .await

@@ -1,0 +1,344 @@
+use super::Store;
+use crate::backend::{Conn, Row, Value};
+use crate::error::{Entity, Result, StoreError};
+use crate::model::{Database, DatabaseState};
+
+const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
+     d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
+     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at";
+
+fn database_from_row(row: &Row) -> Database {
+    let parent = match (row.opt_text(14), row.opt_text(15)) {
+        (Some(id), Some(name)) => Some((id, name, row.int(16))),
+        _ => None,
+    };
+    Database {
+        id: row.text(0),
+        org_id: row.text(1),
+        group_id: row.text(2),
+        name: row.text(3),
+        label: row.text(4),
+        state: DatabaseState::parse(&row.text(5)),
+        location: row.text(6),
+        node: row.text(7),
+        size_limit: row.opt_int(8),
+        block_reads: row.bool(9),
+        block_writes: row.bool(10),
+        delete_protection: row.bool(11),
+        allow_attach: row.bool(12),
+        allowed_ips: row
+            .text(13)
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        parent,
+        signing_key: row.text(17),
+        key_id: row.text(18),
+        created_at: row.int(19),
+    }
+}
+
+fn database_by_id(c: &mut dyn Conn, id: &str) -> Result<Option<Database>> {
+    let sql = format!("SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.id = $1");
+    Ok(c.query_opt(&sql, &[id.into()])?
+        .map(|row| database_from_row(&row)))
+}
+
+/// Changes to a database; `None` leaves a field as it is (`size_limit: Some(None)` clears
+/// the limit).
+#[derive(Debug, Clone, Default)]
+pub struct DatabaseChanges {
+    pub state: Option<DatabaseState>,
+    pub size_limit: Option<Option<i64>>,
+    pub block_reads: Option<bool>,
+    pub block_writes: Option<bool>,
+    pub delete_protection: Option<bool>,
+    pub allow_attach: Option<bool>,
+    pub allowed_ips: Option<Vec<String>>,
+    /// A new signing key and its id (rotation).
+    pub signing_key: Option<(String, String)>,
+}
+
+/// What to look for in [`Store::list_databases`].
+#[derive(Debug, Clone, Default)]
+pub struct DatabaseFilter {
+    pub group_id: Option<String>,
+    pub parent_id: Option<String>,
+    /// Names strictly after this one (the cursor).
+    pub after_name: Option<String>,
+    pub limit: Option<i64>,
+}
+
+impl Store {
+    /// Stores a new database. A taken name, or a hostname label another organization's
+    /// database already has, is `AlreadyExists(Database)`.
+    pub async fn insert_database(&self, db: Database) -> Result<Database> {
+        self.write("insert_database", move |c| {
+            let (parent_id, parent_name, branched_at) = match &db.parent {
+                Some((id, name, at)) => (Some(id.clone()), Some(name.clone()), Some(*at)),
+                None => (None, None, None),
+            };
+            c.execute(
+                "INSERT INTO databases (id, org_id, group_id, name, label, state, location, node, size_limit,
+                     block_reads, block_writes, delete_protection, allow_attach, allowed_ips, parent_id,
+                     parent_name, branched_at, signing_key, key_id, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                &[
+                    (&db.id).into(),
+                    (&db.org_id).into(),
+                    (&db.group_id).into(),
+                    (&db.name).into(),
+                    (&db.label).into(),
+                    db.state.as_str().into(),
+                    (&db.location).into(),
+                    (&db.node).into(),
+                    Value::from(db.size_limit),
+                    db.block_reads.into(),
+                    db.block_writes.into(),
+                    db.delete_protection.into(),
+                    db.allow_attach.into(),
+                    db.allowed_ips.join(",").into(),
+                    Value::from(parent_id),
+                    Value::from(parent_name),
+                    Value::from(branched_at),
+                    (&db.signing_key).into(),
+                    (&db.key_id).into(),
+                    crate::now_millis().into(),
+                ],
+            )
+            .map_err(|e| e.duplicate_is(Entity::Database))?;
+            database_by_id(c, &db.id)?.ok_or(StoreError::NotFound(Entity::Database))
+        })
+        .await
+    }
+
+    pub async fn database_by_name(&self, org_id: &str, name: &str) -> Result<Option<Database>> {
+        let (org_id, name) = (org_id.to_string(), name.to_string());
+        self.read("database_by_name", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.org_id = $1 AND d.name = $2"
+            );
+            Ok(c.query_opt(&sql, &[org_id.into(), name.into()])?
+                .map(|row| database_from_row(&row)))
+        })
+        .await
+    }
+
+    pub async fn database_by_id(&self, id: &str) -> Result<Option<Database>> {
+        let id = id.to_string();
+        self.read("database_by_id", move |c| database_by_id(c, &id))
+            .await
+    }
+
+    /// An organization's databases by name, filtered and paginated.
+    pub async fn list_databases(
+        &self,
+        org_id: &str,
+        filter: DatabaseFilter,
+    ) -> Result<Vec<Database>> {
+        let org_id = org_id.to_string();
+        self.read("list_databases", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d
+                 WHERE d.org_id = $1
+                   AND (CAST($2 AS TEXT) IS NULL OR d.group_id = $2)
+                   AND (CAST($3 AS TEXT) IS NULL OR d.parent_id = $3)
+                   AND (CAST($4 AS TEXT) IS NULL OR d.name > $4)
+                 ORDER BY d.name
+                 LIMIT $5"
+            );
+            let limit = filter.limit.unwrap_or(i64::MAX);
+            let rows = c.query(
+                &sql,
+                &[
+                    org_id.into(),
+                    Value::from(filter.group_id),
+                    Value::from(filter.parent_id),
+                    Value::from(filter.after_name),
+                    limit.into(),
+                ],
+            )?;
+            Ok(rows.iter().map(database_from_row).collect())
+        })
+        .await
+    }
+
+    /// Every database of a group (to reconfigure them all, or delete them with it).
+    pub async fn databases_in_group(&self, group_id: &str) -> Result<Vec<Database>> {
+        let group_id = group_id.to_string();
+        self.read("databases_in_group", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.group_id = $1 ORDER BY d.name"
+            );
+            Ok(c.query(&sql, &[group_id.into()])?
+                .iter()
+                .map(database_from_row)
+                .collect())
+        })
+        .await
+    }
+
+    /// Every database of an organization, whatever its state.
+    pub async fn databases_in_org(&self, org_id: &str) -> Result<Vec<Database>> {
+        self.list_databases(org_id, DatabaseFilter::default()).await
+    }
+
+    /// Databases a crash left half-created.
+    pub async fn databases_in_state(&self, state: DatabaseState) -> Result<Vec<Database>> {
+        self.read("databases_in_state", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.state = $1 ORDER BY d.id"
+            );
+            Ok(c.query(&sql, &[state.as_str().into()])?
+                .iter()
+                .map(database_from_row)
+                .collect())
+        })
+        .await
+    }
+
+    pub async fn update_database(&self, id: &str, changes: DatabaseChanges) -> Result<Database> {
+        let id = id.to_string();
+        self.write("update_database", move |c| {
+            let current = database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))?;
+            let size_limit = match changes.size_limit {
+                Some(limit) => limit,
+                None => current.size_limit,
+            };
+            let (signing_key, key_id) = changes.signing_key.unwrap_or((current.signing_key, current.key_id));
+            c.execute(
+                "UPDATE databases SET state = $2, size_limit = $3, block_reads = $4, block_writes = $5,
+                        delete_protection = $6, allow_attach = $7, allowed_ips = $8, signing_key = $9, key_id = $10
+                 WHERE id = $1",
+                &[
+                    (&id).into(),
+                    changes.state.unwrap_or(current.state).as_str().into(),
+                    Value::from(size_limit),
+                    changes.block_reads.unwrap_or(current.block_reads).into(),
+                    changes.block_writes.unwrap_or(current.block_writes).into(),
+                    changes.delete_protection.unwrap_or(current.delete_protection).into(),
+                    changes.allow_attach.unwrap_or(current.allow_attach).into(),
+                    changes.allowed_ips.unwrap_or(current.allowed_ips).join(",").into(),
+                    signing_key.into(),
+                    key_id.into(),
+                ],
+            )?;
+            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+        })
+        .await
+    }
+
+    /// Moves a database to another organization and group, under its new hostname label.
+    pub async fn move_database(
+        &self,
+        id: &str,
+        org_id: &str,
+        group_id: &str,
+        label: &str,
+    ) -> Result<Database> {
+        let (id, org_id, group_id, label) = (
+            id.to_string(),
+            org_id.to_string(),
+            group_id.to_string(),
+            label.to_string(),
+        );
+        self.write("move_database", move |c| {
+            c.execute(
+                "UPDATE databases SET org_id = $2, group_id = $3, label = $4 WHERE id = $1",
+                &[(&id).into(), org_id.into(), group_id.into(), label.into()],
+            )
+            .map_err(|e| e.duplicate_is(Entity::Database))?;
+            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+        })
+        .await
+    }
+
+    pub async fn delete_database(&self, id: &str) -> Result<Database> {
+        let id = id.to_string();
+        self.write("delete_database", move |c| {
+            let db = database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))?;
+            c.execute("DELETE FROM databases WHERE id = $1", &[id.into()])?;
+            Ok(db)
+        })
+        .await
+    }
+
+    /// The answer stored for an `Idempotency-Key`: `(fingerprint of the request, response)`.
+    pub async fn idempotent_response(
+        &self,
+        org_id: &str,
+        key: &str,
+    ) -> Result<Option<(String, String)>> {
+        let (org_id, key) = (org_id.to_string(), key.to_string());
+        self.read("idempotent_response", move |c| {
+            Ok(c.query_opt(
+                "SELECT fingerprint, response FROM idempotency_keys WHERE org_id = $1 AND key = $2",
+                &[org_id.into(), key.into()],
+            )?
+            .map(|row| (row.text(0), row.text(1))))
+        })
+        .await
+    }
+
+    /// Remembers the answer to an idempotent request. A concurrent twin that stored first
+    /// wins; its answer is returned.
+    pub async fn remember_response(
+        &self,
+        org_id: &str,
+        key: &str,
+        fingerprint: &str,
+        response: &str,
+    ) -> Result<()> {
+        let (org_id, key, fingerprint, response) = (
+            org_id.to_string(),
+            key.to_string(),
+            fingerprint.to_string(),
+            response.to_string(),
+        );
+        self.write("remember_response", move |c| {
+            c.execute(
+                "INSERT INTO idempotency_keys (org_id, key, fingerprint, response, created_at)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (org_id, key) DO NOTHING",
+                &[
+                    org_id.into(),
+                    key.into(),
+                    fingerprint.into(),
+                    response.into(),
+                    crate::now_millis().into(),
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn insert_dump(&self, id: &str, org_id: &str, sql: String) -> Result<()> {
+        let (id, org_id) = (id.to_string(), org_id.to_string());
+        self.write("insert_dump", move |c| {
+            c.execute(
+                "INSERT INTO dumps (id, org_id, sql, created_at) VALUES ($1, $2, $3, $4)",
+                &[
+                    id.into(),
+                    org_id.into(),
+                    sql.into(),
+                    crate::now_millis().into(),
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn dump(&self, org_id: &str, id: &str) -> Result<Option<String>> {
+        let (org_id, id) = (org_id.to_string(), id.to_string());
+        self.read("dump", move |c| {
+            Ok(c.query_opt(
+                "SELECT sql FROM dumps WHERE org_id = $1 AND id = $2",
+                &[org_id.into(), id.into()],
+            )?
+            .map(|row| row.text(0)))
+        })
+        .await
+    }
+}
