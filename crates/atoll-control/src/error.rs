@@ -25,6 +25,9 @@ pub enum ApiError {
     /// Something this server does not offer.
     #[error("{0}")]
     NotAvailable(String),
+    /// A data node failed or could not be reached.
+    #[error("data plane error: {0}")]
+    Upstream(String),
     /// A failure of ours. The cause is logged where it happens, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -44,6 +47,7 @@ impl ApiError {
             ApiError::Conflict(..) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -57,6 +61,7 @@ impl ApiError {
             | ApiError::Conflict(code, _) => *code,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
+            ApiError::Upstream(_) => ErrorCode::DataPlane,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -68,6 +73,11 @@ impl IntoResponse for ApiError {
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "request failed");
                 "internal error: the server could not complete the request; see its log".to_string()
+            }
+            ApiError::Upstream(cause) => {
+                tracing::error!(%cause, "data plane request failed");
+                "the database's data node could not complete the request; see the server log"
+                    .to_string()
             }
             other => other.to_string(),
         };
@@ -91,6 +101,8 @@ impl From<StoreError> for ApiError {
                     Entity::Invite => ErrorCode::InviteNotFound,
                     Entity::Group => ErrorCode::GroupNotFound,
                     Entity::Token => ErrorCode::TokenNotFound,
+                    Entity::Database => ErrorCode::DatabaseNotFound,
+                    Entity::Dump => ErrorCode::DumpNotFound,
                 };
                 ApiError::NotFound(code, format!("{entity} not found"))
             }
@@ -101,6 +113,7 @@ impl From<StoreError> for ApiError {
                     Entity::Member => ErrorCode::MemberAlreadyExists,
                     Entity::Invite | Entity::Token => ErrorCode::TokenAlreadyExists,
                     Entity::Group => ErrorCode::GroupAlreadyExists,
+                    Entity::Database | Entity::Dump => ErrorCode::DatabaseAlreadyExists,
                 };
                 ApiError::Conflict(code, format!("{entity} already exists"))
             }

@@ -8,6 +8,8 @@
 pub mod auth;
 mod body;
 pub mod config;
+pub mod data_plane;
+mod database_tokens;
 pub mod error;
 mod openapi;
 pub mod routes;
@@ -15,4 +17,5 @@ mod server;
 mod wire;
 
 pub use config::{ControlConfig, Location};
+pub use data_plane::DataPlane;
 pub use server::{bootstrap_user, serve, AppState, BootstrapOutcome};

@@ -4,6 +4,8 @@ use crate::auth::secrets::{
     generate_password, hash_password, hash_secret, new_token_id, PlainToken,
 };
 use crate::config::ControlConfig;
+use crate::data_plane::DataPlane;
+
 use crate::error::{ApiError, ApiResult};
 use atoll_meta::{NewGroup, NewToken, NewUser, Store, TokenKind, TokenRestriction};
 use atoll_types::ErrorCode;
@@ -22,14 +24,21 @@ pub const LOGIN_TOKEN_LIFETIME_MS: i64 = 7 * 24 * 3600 * 1000;
 pub struct AppState {
     pub store: Store,
     pub config: Arc<ControlConfig>,
+    pub data_plane: Arc<DataPlane>,
 }
 
 impl AppState {
-    pub fn new(store: Store, config: ControlConfig) -> AppState {
+    pub fn new(store: Store, config: ControlConfig, data_plane: DataPlane) -> AppState {
         AppState {
             store,
             config: Arc::new(config),
+            data_plane: Arc::new(data_plane),
         }
+    }
+
+    /// Where clients reach a database: `<db>-<org>.<suffix>`.
+    pub fn hostname(&self, label: &str) -> String {
+        format!("{label}.{}", self.config.db_hostname_suffix)
     }
 }
 

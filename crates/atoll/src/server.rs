@@ -1,12 +1,13 @@
 //! The server commands: `atoll dev`, `atoll serve`, `atoll migrate`.
 
 use anyhow::{bail, Context};
-use atoll_control::{AppState, ControlConfig, Location};
+use atoll_control::{AppState, ControlConfig, DataPlane, Location};
 use atoll_meta::Store;
 use clap::Args;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Args, Clone)]
 pub struct DevArgs {
@@ -27,7 +28,18 @@ pub struct DevArgs {
     #[arg(long, env = "ATOLL_PASSWORD", hide_env_values = true)]
     password: Option<String>,
     #[command(flatten)]
+    hosts: HostArgs,
+    #[command(flatten)]
     common: CommonArgs,
+}
+
+#[derive(Args, Clone)]
+pub struct HostArgs {
+    /// Database hosts are `<db>-<org>.<db-domain>` (point a wildcard DNS record at the
+    /// data plane; `localhost` works in most browsers and with the `/db/<db>-<org>/`
+    /// path prefix everywhere).
+    #[arg(long, env = "ATOLL_DB_DOMAIN", default_value = "localhost")]
+    db_domain: String,
 }
 
 #[derive(Args, Clone)]
@@ -38,6 +50,15 @@ pub struct ServeArgs {
     /// Address of the platform API.
     #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Directory of the data node this process runs (until remote `atoll node`s are
+    /// configured, `serve` holds the databases itself).
+    #[arg(long, env = "ATOLL_DATA_DIR", default_value = "./atoll-data")]
+    data_dir: PathBuf,
+    /// Address of the database hosts (the data plane).
+    #[arg(long, env = "ATOLL_DB_LISTEN", default_value = "127.0.0.1:8081")]
+    db_listen: SocketAddr,
+    #[command(flatten)]
+    hosts: HostArgs,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -88,16 +109,67 @@ impl CommonArgs {
     }
 }
 
-/// `atoll dev`: the control plane on an embedded store in `--data-dir`.
+/// A data node inside this process: its database-host listener and the control plane's
+/// handle on it.
+struct InProcessNode {
+    data_plane: DataPlane,
+    db_url: String,
+    hostname_suffix: String,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn start_in_process_node(
+    data_dir: &Path,
+    db_listen: SocketAddr,
+    db_domain: &str,
+) -> anyhow::Result<InProcessNode> {
+    let node_dir = data_dir.to_path_buf();
+    let node = tokio::task::spawn_blocking(move || atoll_data::node::Node::open(&node_dir))
+        .await?
+        .map_err(|e| anyhow::anyhow!("cannot open the data node in {}: {e}", data_dir.display()))?;
+    let node = Arc::new(node);
+    let listener = tokio::net::TcpListener::bind(db_listen)
+        .await
+        .with_context(|| format!("cannot listen on {db_listen} for the database hosts"))?;
+    let address = listener.local_addr()?;
+    let db_url = format!("http://{address}");
+    let hostname_suffix = if address.port() == 80 {
+        db_domain.to_string()
+    } else {
+        format!("{db_domain}:{}", address.port())
+    };
+    let state = atoll_data::DataPlaneState::new(Arc::clone(&node), db_domain);
+    let task = tokio::spawn(atoll_data::serve(listener, state, shutdown_signal()));
+    Ok(InProcessNode {
+        data_plane: DataPlane::in_process(node, &db_url),
+        db_url,
+        hostname_suffix,
+        task,
+    })
+}
+
+/// `atoll dev`: the control plane and a data node on an embedded store in `--data-dir`.
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     args.common.init_logging();
-    let config = args.common.config()?;
+    let mut config = args.common.config()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     let store = Store::open_sqlite(&args.data_dir.join("meta.db"))
         .await
         .context("cannot open the metadata store")?;
-    let state = AppState::new(store, config);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let api_url = format!("http://{}", listener.local_addr()?);
+    let node = start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
+    config.db_hostname_suffix = node.hostname_suffix.clone();
+    config.public_url = api_url.clone();
+    let state = AppState::new(store, config, node.data_plane);
+    state
+        .data_plane
+        .reconcile(&state.store)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reconcile the data node: {e}"))?;
 
     let token_path = args.data_dir.join("admin.token");
     let existing = std::fs::read_to_string(&token_path).ok();
@@ -112,13 +184,14 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         write_secret(&args.data_dir.join("admin.password"), password)?;
     }
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let api_url = format!("http://{}", listener.local_addr()?);
     let mut out = std::io::stdout().lock();
     writeln!(out, "Atoll {} (dev) is running.", env!("CARGO_PKG_VERSION"))?;
     writeln!(out, "  API URL:   {api_url}")?;
+    writeln!(
+        out,
+        "  Databases: {} (https://<db>-<org>.{} or {}/db/<db>-<org>/)",
+        node.db_url, state.config.db_hostname_suffix, node.db_url
+    )?;
     writeln!(
         out,
         "  User:      {}{}",
@@ -141,32 +214,40 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     writeln!(out, "  Data:      {}", args.data_dir.display())?;
     writeln!(
         out,
-        "  Databases: {} (data plane: not in this build yet)",
-        args.db_listen
-    )?;
-    writeln!(
-        out,
         "Try: curl -H \"Authorization: Bearer $(cat {})\" {api_url}/v1/organizations",
         token_path.display()
     )?;
     drop(out);
 
     atoll_control::serve(listener, state, shutdown_signal()).await?;
+    node.task.abort();
     Ok(())
 }
 
-/// `atoll serve`: the control plane alone, on PostgreSQL or SQLite.
+/// `atoll serve`: the control plane on PostgreSQL (or SQLite), with its data node.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.common.init_logging();
-    let config = args.common.config()?;
+    let mut config = args.common.config()?;
     let store = Store::open(&args.database_url)
         .await
         .context("cannot open the metadata store")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(address = %listener.local_addr()?, backend = ?store.kind(), "control plane listening");
-    atoll_control::serve(listener, AppState::new(store, config), shutdown_signal()).await?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
+    let node = start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
+    config.db_hostname_suffix = node.hostname_suffix.clone();
+    config.public_url = format!("http://{}", listener.local_addr()?);
+    let state = AppState::new(store, config, node.data_plane);
+    state
+        .data_plane
+        .reconcile(&state.store)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reconcile the data node: {e}"))?;
+    tracing::info!(address = %listener.local_addr()?, databases = %node.db_url, backend = ?state.store.kind(), "control plane listening");
+    atoll_control::serve(listener, state, shutdown_signal()).await?;
+    node.task.abort();
     Ok(())
 }
 

@@ -17,7 +17,7 @@
 use super::principal::{authenticate, Principal};
 use crate::error::ApiError;
 use crate::server::AppState;
-use atoll_meta::{Group, Organization, TokenRestriction};
+use atoll_meta::{Database, Group, Organization, TokenRestriction};
 use atoll_types::{ErrorCode, Role, Scope};
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
@@ -63,6 +63,18 @@ pub enum Action {
     DeleteGroup,
     TransferGroup,
     ConfigureGroup,
+    MintGroupToken,
+    RotateGroupCredentials,
+    // Databases.
+    ListDatabases,
+    /// The group comes from the body: the handler checks a group-scoped token against it.
+    CreateDatabase,
+    UploadDump,
+    ReadDatabase,
+    DeleteDatabase,
+    ConfigureDatabase,
+    MintDatabaseToken,
+    RotateDatabaseCredentials,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -76,6 +88,8 @@ pub enum Target {
     Organization,
     /// One group of one organization.
     Group,
+    /// One database (and so its group) of one organization.
+    Database,
 }
 
 /// Which kinds of token may perform an action.
@@ -164,6 +178,22 @@ impl Action {
             Action::DeleteGroup => rule(Group, OrganizationLevel, Member),
             Action::TransferGroup => rule(Group, OrganizationLevel, Admin),
             Action::ConfigureGroup => rule(Group, GroupScope(Scope::GroupConfigure), Member),
+            Action::MintGroupToken => rule(Group, GroupScope(Scope::GroupMintToken), Member),
+            Action::RotateGroupCredentials => {
+                rule(Group, GroupScope(Scope::GroupRotateCreds), Member)
+            }
+
+            Action::ListDatabases => rule(Organization, GroupScope(Scope::Read), Viewer),
+            Action::CreateDatabase | Action::UploadDump => {
+                rule(Organization, GroupScope(Scope::DbCreate), Member)
+            }
+            Action::ReadDatabase => rule(Database, GroupScope(Scope::Read), Viewer),
+            Action::DeleteDatabase => rule(Database, GroupScope(Scope::DbDelete), Member),
+            Action::ConfigureDatabase => rule(Database, GroupScope(Scope::DbConfigure), Member),
+            Action::MintDatabaseToken => rule(Database, GroupScope(Scope::DbMintToken), Member),
+            Action::RotateDatabaseCredentials => {
+                rule(Database, GroupScope(Scope::DbRotateCreds), Member)
+            }
         }
     }
 }
@@ -175,6 +205,7 @@ pub struct Access {
     pub org: Option<Organization>,
     pub role: Option<Role>,
     pub group: Option<Group>,
+    pub database: Option<Database>,
 }
 
 impl Access {
@@ -190,6 +221,23 @@ impl Access {
         self.group
             .as_ref()
             .expect("group routes resolve their group")
+    }
+
+    pub fn database(&self) -> &Database {
+        self.database
+            .as_ref()
+            .expect("database routes resolve their database")
+    }
+
+    /// For actions whose group is not in the path (creating a database in the group named
+    /// by the body): a group-scoped token must be pinned to that group.
+    pub fn check_group(&self, group: &Group) -> Result<(), ApiError> {
+        match self.pinned_group_id() {
+            Some(pinned) if pinned != group.id => Err(ApiError::Forbidden(
+                "this token is restricted to another group".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub fn role(&self) -> Role {
@@ -237,6 +285,7 @@ impl FromRequestParts<AppState> for Access {
             action,
             params.get("org").map(String::as_str),
             params.get("group").map(String::as_str),
+            params.get("db").map(String::as_str),
         )
         .await
     }
@@ -248,6 +297,7 @@ pub async fn authorize(
     action: Action,
     org_slug: Option<&str>,
     group_name: Option<&str>,
+    database_name: Option<&str>,
 ) -> Result<Access, ApiError> {
     let rule = action.rule();
     if rule.instance_admin && !principal.user.is_admin {
@@ -262,6 +312,7 @@ pub async fn authorize(
             org: None,
             role: None,
             group: None,
+            database: None,
         });
     }
 
@@ -279,8 +330,9 @@ pub async fn authorize(
         .ok_or_else(not_found)?;
     let role = role.ok_or_else(not_found)?;
 
-    let group = match (rule.target, group_name) {
-        (Target::Group, Some(name)) => Some(
+    let mut database = None;
+    let group = match (rule.target, group_name, database_name) {
+        (Target::Group, Some(name), _) => Some(
             state
                 .store
                 .group_by_name(&org.id, name)
@@ -289,6 +341,20 @@ pub async fn authorize(
                     ApiError::NotFound(ErrorCode::GroupNotFound, "group not found".into())
                 })?,
         ),
+        (Target::Database, _, Some(name)) => {
+            let db = state
+                .store
+                .database_by_name(&org.id, name)
+                .await?
+                .ok_or_else(|| database_not_found(name))?;
+            let group = state
+                .store
+                .group_by_id(&db.group_id)
+                .await?
+                .ok_or_else(|| database_not_found(name))?;
+            database = Some(db);
+            Some(group)
+        }
         _ => None,
     };
     check_token(&principal, rule, Some(&org), group.as_ref())?;
@@ -298,7 +364,16 @@ pub async fn authorize(
         org: Some(org),
         role: Some(role),
         group,
+        database,
     })
+}
+
+/// The contract's text for an unknown database.
+pub fn database_not_found(name: &str) -> ApiError {
+    ApiError::NotFound(
+        ErrorCode::DatabaseNotFound,
+        format!("could not find database with name {name}: record not found"),
+    )
 }
 
 fn check_token(

@@ -4,10 +4,15 @@
 use super::Route;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
+use crate::data_plane::push_group_databases;
+use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
-use atoll_meta::{GroupChanges, NewGroup, StoreError};
+use atoll_meta::{Entity, GroupChanges, NewGroup, StoreError};
+use atoll_types::databases::{CreateDatabaseTokenRequest, DatabaseToken};
+use axum::extract::Query;
+
 use atoll_types::groups::{
     CreateGroupRequest, Group, GroupConfiguration, GroupList, GroupResponse, RenameGroupRequest,
     TransferGroupRequest, UpdateGroupConfiguration,
@@ -132,6 +137,24 @@ pub fn routes() -> Vec<Route> {
                 wait_location,
             )
             .response::<Empty>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/auth/tokens"),
+                Action::MintGroupToken,
+                "Mint a database token valid for every database of the group",
+                create_token,
+            )
+            .request::<CreateDatabaseTokenRequest>()
+            .response::<DatabaseToken>()
+            .query(&["expiration", "authorization"]),
+            Route::new(
+                Method::POST,
+                format!("{group}/auth/rotate"),
+                Action::RotateGroupCredentials,
+                "Rotate the group's signing key: every group token stops working",
+                rotate,
+            )
+            .response::<Empty>(),
         ]);
     }
     routes
@@ -216,7 +239,15 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
             ),
         ));
     }
+    // The store forgets the databases with their group; then their nodes drop the files.
+    let databases = state.store.databases_in_group(&group.id).await?;
     let deleted = state.store.delete_group(&group.id).await?;
+    for db in databases {
+        if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
+            tracing::warn!(error = %e, database = %db.id, "could not delete a database of a deleted group on its node");
+        }
+    }
+
     Ok(Json(GroupResponse {
         group: wire::group(&deleted),
     }))
@@ -282,7 +313,18 @@ async fn transfer(
         .store
         .transfer_group(&group.id, &target.id)
         .await
-        .map_err(group_exists(&group.name))?;
+        .map_err(|e| match e {
+            StoreError::AlreadyExists(Entity::Database) => ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!(
+                    "organization {} already has a database named like one of group {}",
+                    target.slug, group.name
+                ),
+            ),
+            other => group_exists(&group.name)(other),
+        })?;
+    // Its databases answer under their new hostnames from now on.
+    push_group_databases(&state.data_plane, &state.store, &moved).await?;
     Ok(Json(wire::group(&moved)))
 }
 
@@ -298,9 +340,43 @@ async fn unarchive(
         .store
         .update_group(&access.group().id, changes)
         .await?;
+    push_group_databases(&state.data_plane, &state.store, &group).await?;
     Ok(Json(GroupResponse {
         group: wire::group(&group),
     }))
+}
+
+async fn create_token(
+    State(state): State<AppState>,
+    access: Access,
+    Query(query): Query<TokenQuery>,
+    LenientJson(body): LenientJson<CreateDatabaseTokenRequest>,
+) -> ApiResult<Json<DatabaseToken>> {
+    let group = group_with_key(&state, access.group().clone()).await?;
+    if group.key_id != access.group().key_id {
+        // The group just got its first key: its databases must learn it.
+        push_group_databases(&state.data_plane, &state.store, &group).await?;
+    }
+    let jwt = mint(
+        &state,
+        access.org(),
+        Subject::Group(&group.id),
+        (&group.signing_key, &group.key_id),
+        &query,
+        &body,
+    )
+    .await?;
+    Ok(Json(DatabaseToken { jwt }))
+}
+
+async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json<Empty>> {
+    let (secret, kid) = new_signing_key();
+    let group = state
+        .store
+        .set_group_key(&access.group().id, &secret, &kid)
+        .await?;
+    push_group_databases(&state.data_plane, &state.store, &group).await?;
+    Ok(Json(Empty {}))
 }
 
 async fn rename(

@@ -22,6 +22,7 @@
 mod admin;
 mod api_tokens;
 mod auth;
+mod databases;
 mod groups;
 mod health;
 mod invites;
@@ -124,6 +125,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(organization_tokens::routes());
     routes.extend(locations::routes());
     routes.extend(groups::routes());
+    routes.extend(databases::routes());
     routes
 }
 

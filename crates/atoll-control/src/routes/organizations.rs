@@ -199,7 +199,14 @@ async fn delete(
             "a personal organization cannot be deleted".into(),
         ));
     }
+    let databases = state.store.databases_in_org(&org.id).await?;
     state.store.delete_org(&org.id).await?;
+    for db in databases {
+        if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
+            tracing::warn!(error = %e, database = %db.id, "could not delete a database of a deleted organization on its node");
+        }
+    }
+
     Ok(Json(DeleteOrganizationResponse {
         organization: org.slug.clone(),
     }))

@@ -169,7 +169,42 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         | ("POST" | "DELETE", "/v1/organizations/{org}/groups/{group}/locations/{location}") => {
             team_group(Scope(S::GroupConfigure), Role::Member)
         }
-        (_, p) if p.starts_with("/v1/groups") => Personal,
+        ("POST", "/v1/organizations/{org}/groups/{group}/auth/tokens") => {
+            team_group(Scope(S::GroupMintToken), Role::Member)
+        }
+        ("POST", "/v1/organizations/{org}/groups/{group}/auth/rotate") => {
+            team_group(Scope(S::GroupRotateCreds), Role::Member)
+        }
+
+        ("GET", "/v1/organizations/{org}/databases") => team(Scope(S::Read), Role::Viewer),
+        // The group is named in the body: a token pinned to another group is refused.
+        ("POST", "/v1/organizations/{org}/databases") => {
+            team_group(Scope(S::DbCreate), Role::Member)
+        }
+        ("POST", "/v1/organizations/{org}/databases/dumps") => {
+            team(Scope(S::DbCreate), Role::Member)
+        }
+        ("GET", "/v1/organizations/{org}/databases/{db}")
+        | ("GET", "/v1/organizations/{org}/databases/{db}/configuration")
+        | ("GET", "/v1/organizations/{org}/databases/{db}/instances")
+        | ("GET", "/v1/organizations/{org}/databases/{db}/instances/{instance}") => {
+            team_group(Scope(S::Read), Role::Viewer)
+        }
+        ("DELETE", "/v1/organizations/{org}/databases/{db}") => {
+            team_group(Scope(S::DbDelete), Role::Member)
+        }
+        ("PATCH", "/v1/organizations/{org}/databases/{db}/configuration")
+        | ("POST", "/v1/organizations/{org}/databases/{db}/wakeup")
+        | ("POST", "/v1/organizations/{org}/databases/{db}/transfer") => {
+            team_group(Scope(S::DbConfigure), Role::Member)
+        }
+        ("POST", "/v1/organizations/{org}/databases/{db}/auth/tokens") => {
+            team_group(Scope(S::DbMintToken), Role::Member)
+        }
+        ("POST", "/v1/organizations/{org}/databases/{db}/auth/rotate") => {
+            team_group(Scope(S::DbRotateCreds), Role::Member)
+        }
+        (_, p) if p.starts_with("/v1/groups") || p.starts_with("/v1/databases") => Personal,
         _ => return None,
     })
 }
@@ -281,6 +316,10 @@ async fn world(app: &TestApp, users: &Users) -> World {
     let (g1, g2) = (unique("g"), unique("g"));
     app.group(&org, owner, &g1).await;
     app.group(&org, owner, &g2).await;
+    // Transferred databases land in the receiving organization's group of the same name.
+    app.group(&other_org, owner, &g1).await;
+    app.group(&other_org, owner, "default").await;
+
     let mut group_scoped = Vec::new();
     for scope in Scope::ALL {
         let token = app
@@ -314,6 +353,8 @@ struct Cell {
     method: Method,
     path: String,
     body: Option<Value>,
+    /// A multipart `file` instead of a JSON body.
+    file: Option<String>,
     undo: Option<(Method, String, Option<Value>)>,
 }
 
@@ -323,6 +364,7 @@ impl Cell {
             method: spec.method.clone(),
             path,
             body,
+            file: None,
             undo: None,
         }
     }
@@ -344,6 +386,59 @@ async fn prepare(
     let path = spec.path.replace("{org}", org);
     let method = spec.method.as_str();
     let template = spec.path.as_str();
+
+    // Database routes, team and personal alike: each cell acts on a database of its own
+    // (in the pinned group for team routes, in the caller's personal organization otherwise).
+    if let Some(rest) = template
+        .strip_prefix("/v1/organizations/{org}/databases")
+        .or_else(|| template.strip_prefix("/v1/databases"))
+    {
+        let personal = template.starts_with("/v1/databases");
+        let (prefix, prepare_token, group) = if personal {
+            ("/v1".to_string(), login, "default".to_string())
+        } else {
+            (team_prefix.clone(), owner.as_str(), world.g1.clone())
+        };
+        let base = format!("{prefix}/databases");
+        let db = unique("db");
+        if rest.starts_with("/{db}") {
+            app.database(&prefix, prepare_token, &db, &group).await;
+        }
+        let db_path = format!("{base}/{db}");
+        let mut cell = match (method, rest) {
+            ("GET", "") => Cell::new(spec, base.clone(), None),
+            ("POST", "") => Cell::new(
+                spec,
+                base.clone(),
+                Some(json!({"name": unique("new-db"), "group": group})),
+            ),
+            ("POST", "/dumps") => {
+                let mut cell = Cell::new(spec, format!("{base}/dumps"), None);
+                cell.file = Some("CREATE TABLE t (x);\nINSERT INTO t VALUES (1);\n".into());
+                cell
+            }
+            ("PATCH", "/{db}/configuration") => Cell::new(
+                spec,
+                format!("{db_path}/configuration"),
+                Some(json!({"block_reads": false})),
+            ),
+            ("POST", "/{db}/transfer") => Cell::new(
+                spec,
+                format!("{db_path}/transfer"),
+                Some(json!({"org": world.other_org})),
+            ),
+            ("GET", "/{db}/instances/{instance}") => {
+                Cell::new(spec, format!("{db_path}/instances/local"), None)
+            }
+            (_, rest) => Cell::new(
+                spec,
+                format!("{db_path}{}", rest.trim_start_matches("/{db}")),
+                None,
+            ),
+        };
+        cell.method = spec.method.clone();
+        return cell;
+    }
 
     // Group routes, team and personal alike.
     if let Some(rest) = template
@@ -687,14 +782,22 @@ async fn every_route_answers_every_principal_as_the_policy_says() {
                 users.logins[user].clone()
             };
             let cell = prepare(&app, &users, world, spec, user, &login).await;
-            let reply = app
-                .call(
-                    cell.method.clone(),
-                    &cell.path,
-                    token.as_deref(),
-                    cell.body.clone(),
-                )
-                .await;
+            let reply = match &cell.file {
+                Some(file) => {
+                    app.post_file(&cell.path, token.as_deref().unwrap_or(""), file)
+                        .await
+                }
+                None => {
+                    app.call(
+                        cell.method.clone(),
+                        &cell.path,
+                        token.as_deref(),
+                        cell.body.clone(),
+                    )
+                    .await
+                }
+            };
+
             cells += 1;
             let expected = expected_status(who, kind);
             if reply.status != expected {

@@ -12,10 +12,21 @@ pub const PASSWORD: &str = "correct-horse-battery";
 
 pub struct TestApp {
     pub url: String,
+    /// The data plane: databases are at `{db_url}/db/<db>-<org>/`.
+    pub db_url: String,
     pub client: reqwest::Client,
     /// Login token of the instance administrator `admin`.
     pub admin_token: String,
     _shutdown: tokio::sync::oneshot::Sender<()>,
+    _db_shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+fn uuid_like() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// An answer: status and JSON body (`Value::Null` when the body is not JSON).
@@ -62,7 +73,26 @@ impl TestApp {
             "sqlite" => fresh_sqlite_store().await.0,
             other => panic!("ATOLL_TEST_BACKEND must be sqlite or postgres, not {other}"),
         };
-        let state = AppState::new(store, ControlConfig::default());
+        // A data node in the same process, serving on its own loopback port.
+        let node_dir = std::env::temp_dir().join(format!("atoll-node-{}", uuid_like()));
+        let node = std::sync::Arc::new(atoll_data::node::Node::open(&node_dir).expect("open node"));
+        let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let db_port = db_listener.local_addr().unwrap().port();
+        let db_url = format!("http://127.0.0.1:{db_port}");
+        let data_state = atoll_data::DataPlaneState::new(std::sync::Arc::clone(&node), "localhost");
+        let (db_tx, db_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(atoll_data::serve(db_listener, data_state, async {
+            let _ = db_rx.await;
+        }));
+        let config = ControlConfig {
+            db_hostname_suffix: format!("localhost:{db_port}"),
+            ..ControlConfig::default()
+        };
+        let state = AppState::new(
+            store,
+            config,
+            atoll_control::DataPlane::in_process(node, &db_url),
+        );
         let outcome = atoll_control::bootstrap_user(&state, ADMIN, Some(PASSWORD.into()), None)
             .await
             .expect("bootstrap");
@@ -79,9 +109,11 @@ impl TestApp {
         });
         Some(TestApp {
             url,
+            db_url,
             client: reqwest::Client::new(),
             admin_token: outcome.token,
             _shutdown: tx,
+            _db_shutdown: db_tx,
         })
     }
 
@@ -180,7 +212,42 @@ impl TestApp {
         .expect(200);
     }
 
+    /// Posts a multipart form with one `file` part.
+    pub async fn post_file(&self, path: &str, token: &str, file: &str) -> Reply {
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::text(file.to_string()).file_name("dump.sql"),
+        );
+        let response = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {token}"))
+            .multipart(form)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        Reply {
+            status,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    /// Creates a database; returns its name.
+    pub async fn database(&self, prefix: &str, token: &str, name: &str, group: &str) -> String {
+        self.post(
+            &format!("{prefix}/databases"),
+            token,
+            json!({"name": name, "group": group}),
+        )
+        .await
+        .expect(200);
+        name.to_string()
+    }
+
     /// Mints an API token with `body`; returns its secret.
+
     pub async fn api_token(&self, token: &str, body: Value) -> String {
         let name = unique("tok");
         let reply = self

@@ -157,22 +157,45 @@ impl Store {
         .await
     }
 
-    /// Sets the key that signs the group's database tokens (new groups, rotation).
+    /// Sets the key that signs the group's database tokens (rotation).
     pub async fn set_group_key(
         &self,
         group_id: &str,
         signing_key: &str,
         key_id: &str,
     ) -> Result<Group> {
+        self.store_group_key(group_id, signing_key, key_id, false)
+            .await
+    }
+
+    /// Gives a group its first signing key, unless a concurrent request already did: the
+    /// group's key as stored is returned either way.
+    pub async fn ensure_group_key(
+        &self,
+        group_id: &str,
+        signing_key: &str,
+        key_id: &str,
+    ) -> Result<Group> {
+        self.store_group_key(group_id, signing_key, key_id, true)
+            .await
+    }
+
+    async fn store_group_key(
+        &self,
+        group_id: &str,
+        signing_key: &str,
+        key_id: &str,
+        only_if_unset: bool,
+    ) -> Result<Group> {
         let (group_id, signing_key, key_id) = (
             group_id.to_string(),
             signing_key.to_string(),
             key_id.to_string(),
         );
-        self.write("set_group_key", move |c| {
+        self.write("store_group_key", move |c| {
             c.execute(
-                "UPDATE org_groups SET signing_key = $2, key_id = $3 WHERE id = $1",
-                &[(&group_id).into(), signing_key.into(), key_id.into()],
+                "UPDATE org_groups SET signing_key = $2, key_id = $3 WHERE id = $1 AND ($4 = 0 OR signing_key = '')",
+                &[(&group_id).into(), signing_key.into(), key_id.into(), only_if_unset.into()],
             )?;
             group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
         })

@@ -1,0 +1,119 @@
+//! Database tokens (data-plane credentials): signing keys per database and per group, and
+//! minting. Rotating a key means every token it signed stops working as soon as the node
+//! has the new configuration.
+
+use crate::error::{ApiError, ApiResult};
+use crate::server::AppState;
+use atoll_data::jwt::{self, Claims, Namespaces, Permissions};
+use atoll_meta::{Group, Organization};
+use atoll_types::databases::CreateDatabaseTokenRequest;
+use atoll_types::ErrorCode;
+use serde::Deserialize;
+
+/// A new signing key: `(secret, key id)`.
+pub fn new_signing_key() -> (String, String) {
+    let key = jwt::generate_key();
+    let kid = uuid::Uuid::new_v4().simple().to_string();
+    (jwt::encode_key(&key.to_bytes()), kid)
+}
+
+/// The group with a signing key, giving it its first one when it has none.
+pub async fn group_with_key(state: &AppState, group: Group) -> ApiResult<Group> {
+    if !group.signing_key.is_empty() {
+        return Ok(group);
+    }
+    let (secret, kid) = new_signing_key();
+    Ok(state
+        .store
+        .ensure_group_key(&group.id, &secret, &kid)
+        .await?)
+}
+
+/// `?expiration=…&authorization=…` of the token routes.
+#[derive(Debug, Deserialize)]
+pub struct TokenQuery {
+    pub expiration: Option<String>,
+    pub authorization: Option<String>,
+}
+
+/// What the token covers.
+pub enum Subject<'a> {
+    Database(&'a str),
+    Group(&'a str),
+}
+
+/// Validates the request and signs a token for `subject` with `(secret, kid)`.
+pub async fn mint(
+    state: &AppState,
+    org: &Organization,
+    subject: Subject<'_>,
+    signing: (&str, &str),
+    query: &TokenQuery,
+    body: &CreateDatabaseTokenRequest,
+) -> ApiResult<String> {
+    let now = unix_now();
+    let exp = match query.expiration.as_deref() {
+        None => None,
+        Some(text) => atoll_types::expiration::parse_expiration(text)
+            .map_err(|_| {
+                ApiError::Invalid(
+                    ErrorCode::InvalidExpiration,
+                    "Invalid expiration format".into(),
+                )
+            })?
+            .map(|seconds| now.saturating_add(i64::try_from(seconds).unwrap_or(i64::MAX))),
+    };
+    let access = match query.authorization.as_deref() {
+        None | Some("") | Some("full-access") => "rw",
+        Some("read-only") => "ro",
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "invalid authorization {other:?}: use full-access or read-only"
+            )))
+        }
+    };
+    // Attach permissions name databases; the token carries their ids, so a database
+    // created later under a reused name is not covered.
+    let mut attach = Vec::new();
+    let names = body
+        .permissions
+        .as_ref()
+        .and_then(|p| p.read_attach.as_ref())
+        .map(|r| r.databases.clone())
+        .unwrap_or_default();
+    for name in names {
+        let target =
+            state
+                .store
+                .database_by_name(&org.id, &name)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::Invalid(
+                ErrorCode::DatabaseNotFound,
+                format!("read_attach: could not find database with name {name}: record not found"),
+            )
+                })?;
+        attach.push(target.id);
+    }
+    let (id, gid) = match subject {
+        Subject::Database(id) => (Some(id.to_string()), None),
+        Subject::Group(id) => (None, Some(id.to_string())),
+    };
+    let claims = Claims {
+        a: access.to_string(),
+        id,
+        gid,
+        p: (!attach.is_empty()).then(|| Permissions {
+            roa: Some(Namespaces { ns: attach }),
+        }),
+        iat: now,
+        exp,
+    };
+    let key = jwt::decode_signing_key(signing.0)
+        .ok_or_else(|| ApiError::Internal("stored signing key is unreadable".into()))?;
+    Ok(jwt::sign(&claims, &key, signing.1))
+}
+
+fn unix_now() -> i64 {
+    atoll_meta::now_millis() / 1000
+}

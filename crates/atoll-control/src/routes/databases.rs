@@ -1,0 +1,842 @@
+//! Databases: `/v1/organizations/{org}/databases…`, and the same routes un-prefixed
+//! (`/v1/databases…`) for the caller's personal organization, as the Turso CLI calls them.
+//! Group tokens live with the groups (`groups.rs`).
+
+use super::Route;
+use crate::auth::{Access, Action};
+use crate::body::{parse_lenient, LenientJson};
+use crate::data_plane::node_config;
+use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
+use crate::error::{ApiError, ApiResult};
+use crate::server::AppState;
+use crate::wire;
+use atoll_meta::{Database, DatabaseChanges, DatabaseFilter, DatabaseState, StoreError};
+use atoll_types::databases::{
+    CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest, CreatedDatabase,
+    DatabaseConfiguration, DatabaseList, DatabaseResponse, DatabaseToken, DeletedDatabase,
+    DumpUploaded, InstanceList, InstanceResponse, Pagination, TransferDatabaseRequest,
+    UpdateDatabaseConfiguration,
+};
+use atoll_types::node::{CreateDatabase, Seed};
+use atoll_types::{Empty, ErrorCode, Role};
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::{HeaderMap, Method};
+use axum::Json;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+pub fn routes() -> Vec<Route> {
+    let mut routes = Vec::new();
+    for prefix in ["/v1/organizations/{org}", "/v1"] {
+        let dbs = format!("{prefix}/databases");
+        let db = format!("{prefix}/databases/{{db}}");
+        routes.extend([
+            Route::new(
+                Method::GET,
+                dbs.clone(),
+                Action::ListDatabases,
+                "List databases (filters group, parent; cursor pagination)",
+                list,
+            )
+            .response::<DatabaseList>()
+            .query(&["group", "parent", "limit", "cursor"]),
+            Route::new(
+                Method::POST,
+                dbs.clone(),
+                Action::CreateDatabase,
+                "Create a database; answers once it serves queries",
+                create,
+            )
+            .request::<CreateDatabaseRequest>()
+            .response::<CreateDatabaseResponse>(),
+            Route::new(
+                Method::POST,
+                format!("{dbs}/dumps"),
+                Action::UploadDump,
+                "Upload an SQL dump (multipart `file`) to seed a database from",
+                upload_dump,
+            )
+            .response::<DumpUploaded>(),
+            Route::new(
+                Method::GET,
+                db.clone(),
+                Action::ReadDatabase,
+                "Retrieve a database",
+                retrieve,
+            )
+            .response::<DatabaseResponse>(),
+            Route::new(
+                Method::DELETE,
+                db.clone(),
+                Action::DeleteDatabase,
+                "Delete a database and its data",
+                delete,
+            )
+            .response::<DeletedDatabase>(),
+            Route::new(
+                Method::GET,
+                format!("{db}/configuration"),
+                Action::ReadDatabase,
+                "Database configuration",
+                configuration,
+            )
+            .response::<DatabaseConfiguration>(),
+            Route::new(
+                Method::PATCH,
+                format!("{db}/configuration"),
+                Action::ConfigureDatabase,
+                "Update database configuration",
+                configure,
+            )
+            .request::<UpdateDatabaseConfiguration>()
+            .response::<DatabaseConfiguration>(),
+            Route::new(
+                Method::GET,
+                format!("{db}/instances"),
+                Action::ReadDatabase,
+                "List the database's instances",
+                instances,
+            )
+            .response::<InstanceList>(),
+            Route::new(
+                Method::GET,
+                format!("{db}/instances/{{instance}}"),
+                Action::ReadDatabase,
+                "Retrieve one instance",
+                instance,
+            )
+            .response::<InstanceResponse>(),
+            Route::new(
+                Method::POST,
+                format!("{db}/wakeup"),
+                Action::ConfigureDatabase,
+                "Wake a database (databases never sleep on Atoll)",
+                wakeup,
+            )
+            .response::<Empty>(),
+            Route::new(
+                Method::POST,
+                format!("{db}/transfer"),
+                Action::ConfigureDatabase,
+                "Move a database to another organization",
+                transfer,
+            )
+            .request::<TransferDatabaseRequest>()
+            .response::<DatabaseResponse>(),
+            Route::new(
+                Method::POST,
+                format!("{db}/auth/tokens"),
+                Action::MintDatabaseToken,
+                "Mint a database token",
+                create_token,
+            )
+            .request::<CreateDatabaseTokenRequest>()
+            .response::<DatabaseToken>()
+            .query(&["expiration", "authorization"]),
+            Route::new(
+                Method::POST,
+                format!("{db}/auth/rotate"),
+                Action::RotateDatabaseCredentials,
+                "Rotate the database's signing key: every token it signed stops working",
+                rotate,
+            )
+            .response::<Empty>(),
+        ]);
+    }
+    routes
+}
+
+fn database_wire(
+    state: &AppState,
+    db: &Database,
+    group_name: &str,
+    archived: bool,
+) -> atoll_types::databases::Database {
+    atoll_types::databases::Database {
+        name: db.name.clone(),
+        db_id: db.id.clone(),
+        hostname: state.hostname(&db.label),
+        block_reads: db.block_reads,
+        block_writes: db.block_writes,
+        allow_attach: db.allow_attach,
+        regions: vec![db.location.clone()],
+        primary_region: db.location.clone(),
+        kind: "logical".to_string(),
+        version: state.config.group_version.clone(),
+        group: group_name.to_string(),
+        is_schema: false,
+        schema: String::new(),
+        sleeping: false,
+        archived,
+        delete_protection: db.delete_protection,
+        parent: db
+            .parent
+            .as_ref()
+            .map(|(id, name, at)| atoll_types::databases::DatabaseParent {
+                id: id.clone(),
+                name: name.clone(),
+                branched_at: wire::rfc3339(*at),
+            }),
+        state: match db.state {
+            DatabaseState::AwaitingUpload => "awaiting_upload",
+            DatabaseState::Creating => "creating",
+            DatabaseState::Active => "active",
+        }
+        .to_string(),
+        http_url: state.data_plane.http_url(&db.node, &db.label),
+    }
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    group: Option<String>,
+    parent: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    access: Access,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<Json<DatabaseList>> {
+    let org = access.org();
+    let groups = state.store.list_groups(&org.id).await?;
+    let mut filter = DatabaseFilter {
+        parent_id: query.parent.clone(),
+        ..Default::default()
+    };
+    if let Some(name) = &query.group {
+        let group = groups.iter().find(|g| &g.name == name).ok_or_else(|| {
+            ApiError::NotFound(ErrorCode::GroupNotFound, "group not found".into())
+        })?;
+        filter.group_id = Some(group.id.clone());
+    }
+    // A group-scoped token lists its own group only.
+    if let Some(pinned) = access.pinned_group_id() {
+        if filter.group_id.as_deref().is_some_and(|g| g != pinned) {
+            return Ok(Json(DatabaseList {
+                databases: vec![],
+                pagination: Pagination { next: None },
+            }));
+        }
+        filter.group_id = Some(pinned.to_string());
+    }
+    if let Some(limit) = query.limit {
+        if !(1..=10_000).contains(&limit) {
+            return Err(ApiError::invalid("limit must be between 1 and 10000"));
+        }
+        // One more than asked tells whether another page follows.
+        filter.limit = Some(limit + 1);
+    }
+    if let Some(cursor) = &query.cursor {
+        let decoded = URL_SAFE_NO_PAD
+            .decode(cursor)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
+        filter.after_name = Some(decoded.ok_or_else(|| ApiError::invalid("invalid cursor"))?);
+    }
+    let mut databases = state.store.list_databases(&org.id, filter).await?;
+    let mut next = None;
+    if let Some(limit) = query.limit {
+        if databases.len() as i64 > limit {
+            databases.truncate(limit as usize);
+            next = databases
+                .last()
+                .map(|d| URL_SAFE_NO_PAD.encode(d.name.as_bytes()));
+        }
+    }
+    let databases = databases
+        .iter()
+        .filter(|d| d.state != DatabaseState::Creating)
+        .map(|d| {
+            let group = groups.iter().find(|g| g.id == d.group_id);
+            database_wire(
+                &state,
+                d,
+                group.map_or("", |g| g.name.as_str()),
+                group.is_some_and(|g| g.archived),
+            )
+        })
+        .collect();
+    Ok(Json(DatabaseList {
+        databases,
+        pagination: Pagination { next },
+    }))
+}
+
+async fn retrieve(State(state): State<AppState>, access: Access) -> Json<DatabaseResponse> {
+    let group = access.group();
+    Json(DatabaseResponse {
+        database: database_wire(&state, access.database(), &group.name, group.archived),
+    })
+}
+
+/// Parses `size_limit`: bytes, or with a unit.
+fn size_limit(text: &str) -> ApiResult<Option<i64>> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let bytes = atoll_types::sizes::parse_size(text)
+        .map_err(|e| ApiError::Invalid(ErrorCode::InvalidSize, e))?;
+    if bytes < 4096 {
+        return Err(ApiError::Invalid(
+            ErrorCode::InvalidSize,
+            "size_limit must be at least 4096 bytes (one page)".into(),
+        ));
+    }
+    i64::try_from(bytes)
+        .map(Some)
+        .map_err(|_| ApiError::Invalid(ErrorCode::InvalidSize, "size_limit is too large".into()))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    access: Access,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<CreateDatabaseResponse>> {
+    let request: CreateDatabaseRequest = parse_lenient(&body)?;
+    let org = access.org().clone();
+    let idempotency_key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let fingerprint = {
+        let value: serde_json::Value = parse_lenient(&body)?;
+        let digest = Sha256::digest(value.to_string().as_bytes());
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    if let Some(key) = &idempotency_key {
+        if let Some((stored, response)) = state.store.idempotent_response(&org.id, key).await? {
+            if stored != fingerprint {
+                return Err(ApiError::Conflict(
+                    ErrorCode::IdempotencyKeyReused,
+                    "this Idempotency-Key was used for a different request".into(),
+                ));
+            }
+            let response =
+                serde_json::from_str(&response).map_err(|e| ApiError::Internal(e.to_string()))?;
+            return Ok(Json(response));
+        }
+    }
+
+    atoll_types::names::validate_resource_name("database", &request.name)
+        .map_err(|e| ApiError::Invalid(ErrorCode::InvalidName, e))?;
+    let limit = size_limit(request.size_limit.as_deref().unwrap_or(""))?;
+    let group_name = request
+        .group
+        .clone()
+        .filter(|g| !g.is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    let group = state
+        .store
+        .group_by_name(&org.id, &group_name)
+        .await?
+        .ok_or_else(|| ApiError::Invalid(ErrorCode::GroupNotFound, "group not found".into()))?;
+    access.check_group(&group)?;
+    if let Some(location) = request.location.as_deref().filter(|l| !l.is_empty()) {
+        if !group.locations.iter().any(|l| l == location) {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidLocation,
+                format!(
+                    "invalid location: {location} (group {} is in {})",
+                    group.name,
+                    group.locations.join(", ")
+                ),
+            ));
+        }
+    }
+    let exists = || {
+        ApiError::Conflict(
+            ErrorCode::DatabaseAlreadyExists,
+            format!("database with name {} already exists", request.name),
+        )
+    };
+    if state
+        .store
+        .database_by_name(&org.id, &request.name)
+        .await?
+        .is_some()
+    {
+        return Err(exists());
+    }
+
+    let node = state.data_plane.place(&group.primary_location)?;
+    let (seed, parent) = seed_for(&state, &org.id, &request, &node).await?;
+    let group = group_with_key(&state, group).await?;
+    let (signing_key, key_id) = new_signing_key();
+    let final_state = if seed == Seed::Upload {
+        DatabaseState::AwaitingUpload
+    } else {
+        DatabaseState::Active
+    };
+    let label = format!("{}-{}", request.name, org.slug);
+    let record = Database {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: org.id.clone(),
+        group_id: group.id.clone(),
+        name: request.name.clone(),
+        label,
+        state: DatabaseState::Creating,
+        location: group.primary_location.clone(),
+        node: node.clone(),
+        size_limit: limit,
+        block_reads: false,
+        block_writes: false,
+        delete_protection: false,
+        allow_attach: false,
+        allowed_ips: vec![],
+        parent,
+        signing_key,
+        key_id,
+        created_at: 0,
+    };
+    // Recorded as `creating` first: a crash before the node has it leaves a record the
+    // next start removes, never a database the store does not know.
+    let record = state
+        .store
+        .insert_database(record)
+        .await
+        .map_err(|e| match e {
+            StoreError::AlreadyExists(_) => exists(),
+            other => other.into(),
+        })?;
+    let mut config = node_config(&record, &group);
+    config.state = match final_state {
+        DatabaseState::AwaitingUpload => atoll_types::node::DatabaseState::AwaitingUpload,
+        _ => config.state,
+    };
+    if let Err(e) = state
+        .data_plane
+        .create_database(&node, CreateDatabase { config, seed })
+        .await
+    {
+        // Nothing half-created stays behind.
+        if let Err(cleanup) = state.store.delete_database(&record.id).await {
+            tracing::error!(error = %cleanup, database = %record.id, "could not remove a failed database");
+        }
+        return Err(e);
+    }
+    let record = state
+        .store
+        .update_database(
+            &record.id,
+            DatabaseChanges {
+                state: Some(final_state),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let response = CreateDatabaseResponse {
+        database: CreatedDatabase {
+            db_id: record.id.clone(),
+            hostname: state.hostname(&record.label),
+            name: record.name,
+        },
+    };
+    if let Some(key) = idempotency_key {
+        let text =
+            serde_json::to_string(&response).map_err(|e| ApiError::Internal(e.to_string()))?;
+        state
+            .store
+            .remember_response(&org.id, &key, &fingerprint, &text)
+            .await?;
+        if let Some((_, stored)) = state.store.idempotent_response(&org.id, &key).await? {
+            return Ok(Json(
+                serde_json::from_str(&stored).map_err(|e| ApiError::Internal(e.to_string()))?,
+            ));
+        }
+    }
+    Ok(Json(response))
+}
+
+/// The node seed and the parent record for a create request.
+async fn seed_for(
+    state: &AppState,
+    org_id: &str,
+    request: &CreateDatabaseRequest,
+    node: &str,
+) -> ApiResult<(Seed, Option<(String, String, i64)>)> {
+    let Some(seed) = &request.seed else {
+        return Ok((Seed::Empty, None));
+    };
+    match seed.kind.as_str() {
+        "database_upload" => Ok((Seed::Upload, None)),
+        "database" => {
+            if seed.timestamp.as_deref().is_some_and(|t| !t.is_empty()) {
+                return Err(ApiError::NotAvailable(
+                    "point-in-time restore is not available on this server yet: omit `timestamp` to copy the database as it is now".into(),
+                ));
+            }
+            let source_name = seed
+                .name
+                .clone()
+                .or_else(|| seed.value.clone())
+                .unwrap_or_default();
+            if source_name.is_empty() {
+                return Err(ApiError::Invalid(
+                    ErrorCode::InvalidSeed,
+                    "seed `database` needs the source database's `name`".into(),
+                ));
+            }
+            let source = state
+                .store
+                .database_by_name(org_id, &source_name)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::Invalid(
+                        ErrorCode::InvalidSeed,
+                        format!(
+                            "could not find database with name {source_name}: record not found"
+                        ),
+                    )
+                })?;
+            if source.state != DatabaseState::Active {
+                return Err(ApiError::Invalid(
+                    ErrorCode::InvalidSeed,
+                    format!("database {source_name} has no data to copy yet"),
+                ));
+            }
+            if source.node != node {
+                return Err(ApiError::Invalid(
+                    ErrorCode::InvalidSeed,
+                    format!("database {source_name} lives in another location: create the copy in a group in {}", source.location),
+                ));
+            }
+            Ok((
+                Seed::Copy {
+                    source_id: source.id.clone(),
+                },
+                Some((source.id, source.name, atoll_meta::now_millis())),
+            ))
+        }
+        "dump" => {
+            let url = seed.url.clone().unwrap_or_default();
+            let id = url
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let sql = state.store.dump(org_id, &id).await?.ok_or_else(|| {
+                ApiError::Invalid(
+                    ErrorCode::DumpNotFound,
+                    format!("dump {url:?} not found: upload it first with POST /v1/organizations/{{org}}/databases/dumps"),
+                )
+            })?;
+            Ok((Seed::Dump { sql }, None))
+        }
+        other => Err(ApiError::Invalid(
+            ErrorCode::InvalidSeed,
+            format!("unknown seed type {other:?}: use database_upload, database or dump"),
+        )),
+    }
+}
+
+async fn upload_dump(
+    State(state): State<AppState>,
+    access: Access,
+    mut multipart: Multipart,
+) -> ApiResult<Json<DumpUploaded>> {
+    let org = access.org();
+    let mut sql = None;
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::invalid(format!("invalid multipart body: {e}")))?
+    {
+        if field.name() == Some("file") {
+            let bytes = field
+                .bytes()
+                .await
+                .map_err(|e| ApiError::invalid(format!("cannot read the dump: {e}")))?;
+            if bytes.len() > state.config.max_dump_bytes {
+                return Err(ApiError::PayloadTooLarge(format!(
+                    "the dump is larger than {} bytes",
+                    state.config.max_dump_bytes
+                )));
+            }
+            let text = String::from_utf8(bytes.to_vec())
+                .map_err(|_| ApiError::invalid("the dump is not UTF-8 text"))?;
+            sql = Some(text);
+        }
+    }
+    let sql = sql
+        .ok_or_else(|| ApiError::invalid("multipart field `file` with the SQL dump is missing"))?;
+    if sql.trim().is_empty() {
+        return Err(ApiError::invalid("the dump is empty"));
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    state.store.insert_dump(&id, &org.id, sql).await?;
+    Ok(Json(DumpUploaded {
+        dump_url: format!(
+            "{}/v1/organizations/{}/databases/dumps/{id}",
+            state.config.public_url, org.slug
+        ),
+    }))
+}
+
+async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json<DeletedDatabase>> {
+    let db = access.database();
+    if db.delete_protection {
+        return Err(ApiError::Conflict(
+            ErrorCode::DeleteProtected,
+            format!(
+                "database {} has delete protection on: turn it off in its configuration first",
+                db.name
+            ),
+        ));
+    }
+    state.store.delete_database(&db.id).await?;
+    if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
+        // The record is gone, so nobody can reach it; the node drops it at its next start.
+        tracing::warn!(error = %e, database = %db.id, "could not delete the database on its node");
+    }
+    Ok(Json(DeletedDatabase {
+        database: db.name.clone(),
+    }))
+}
+
+fn configuration_of(db: &Database) -> DatabaseConfiguration {
+    DatabaseConfiguration {
+        size_limit: db.size_limit.map(|l| l.to_string()).unwrap_or_default(),
+        allow_attach: db.allow_attach,
+        block_reads: db.block_reads,
+        block_writes: db.block_writes,
+        delete_protection: db.delete_protection,
+        allowed_ips: db.allowed_ips.clone(),
+        allowed_aws_vpc_ids: vec![],
+    }
+}
+
+async fn configuration(access: Access) -> Json<DatabaseConfiguration> {
+    Json(configuration_of(access.database()))
+}
+
+async fn configure(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<UpdateDatabaseConfiguration>,
+) -> ApiResult<Json<DatabaseConfiguration>> {
+    let db = access.database();
+    let size_limit = match body.size_limit.as_deref() {
+        None => None,
+        Some(text) => Some(size_limit(text)?),
+    };
+    if let Some(ips) = &body.allowed_ips {
+        for ip in ips {
+            if !valid_ip_or_cidr(ip) {
+                return Err(ApiError::invalid(format!(
+                    "allowed_ips: {ip:?} is not an IP address or CIDR range"
+                )));
+            }
+        }
+    }
+    if body
+        .allowed_aws_vpc_ids
+        .as_ref()
+        .is_some_and(|ids| !ids.is_empty())
+    {
+        return Err(ApiError::NotAvailable(
+            "AWS VPC endpoints do not exist on Atoll: allowed_aws_vpc_ids must be empty".into(),
+        ));
+    }
+    let changes = DatabaseChanges {
+        size_limit,
+        block_reads: body.block_reads,
+        block_writes: body.block_writes,
+        delete_protection: body.delete_protection,
+        allow_attach: body.allow_attach,
+        allowed_ips: body.allowed_ips,
+        ..Default::default()
+    };
+    let updated = state.store.update_database(&db.id, changes).await?;
+    state
+        .data_plane
+        .configure(&updated.node, node_config(&updated, access.group()))
+        .await?;
+    Ok(Json(configuration_of(&updated)))
+}
+
+fn valid_ip_or_cidr(text: &str) -> bool {
+    let (ip, prefix) = text
+        .split_once('/')
+        .map_or((text, None), |(ip, p)| (ip, Some(p)));
+    let Ok(addr) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    match prefix {
+        None => true,
+        Some(p) => p
+            .parse::<u8>()
+            .is_ok_and(|bits| bits <= if addr.is_ipv4() { 32 } else { 128 }),
+    }
+}
+
+fn instance_of(state: &AppState, db: &Database) -> atoll_types::databases::Instance {
+    atoll_types::databases::Instance {
+        uuid: db.id.clone(),
+        name: db.location.clone(),
+        kind: "primary".to_string(),
+        region: db.location.clone(),
+        hostname: state.hostname(&db.label),
+    }
+}
+
+async fn instances(State(state): State<AppState>, access: Access) -> Json<InstanceList> {
+    Json(InstanceList {
+        instances: vec![instance_of(&state, access.database())],
+    })
+}
+
+async fn instance(
+    State(state): State<AppState>,
+    access: Access,
+    Path(params): Path<HashMap<String, String>>,
+) -> ApiResult<Json<InstanceResponse>> {
+    let db = access.database();
+    let name = &params["instance"];
+    if *name != db.location && *name != db.id {
+        return Err(ApiError::NotFound(
+            ErrorCode::DatabaseNotFound,
+            format!("could not find instance {name} of database {}", db.name),
+        ));
+    }
+    Ok(Json(InstanceResponse {
+        instance: instance_of(&state, db),
+    }))
+}
+
+/// Databases on Atoll never sleep; archived ones come back with their group.
+async fn wakeup(access: Access) -> ApiResult<Json<Empty>> {
+    if access.group().archived {
+        return Err(ApiError::Conflict(
+            ErrorCode::InvalidRequest,
+            format!(
+                "database {} is archived with group {}: unarchive the group",
+                access.database().name,
+                access.group().name
+            ),
+        ));
+    }
+    Ok(Json(Empty {}))
+}
+
+async fn transfer(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<TransferDatabaseRequest>,
+) -> ApiResult<Json<DatabaseResponse>> {
+    let db = access.database();
+    let slug = body
+        .org
+        .or(body.organization)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::invalid("`org` (the receiving organization) is required"))?;
+    let user = &access.principal.user;
+    let not_found = || {
+        ApiError::NotFound(
+            ErrorCode::OrganizationNotFound,
+            format!("organization {slug} not found"),
+        )
+    };
+    let (target, role) = state
+        .store
+        .org_with_role(&slug, &user.id)
+        .await?
+        .ok_or_else(not_found)?;
+    if role.ok_or_else(not_found)? < Role::Member {
+        return Err(ApiError::Forbidden(
+            "transferring a database needs the member role or higher in the receiving organization"
+                .into(),
+        ));
+    }
+    if target.id == db.org_id {
+        return Err(ApiError::invalid(
+            "the database already belongs to this organization",
+        ));
+    }
+    // It lands in the receiving organization's group of the same name.
+    let group_name = &access.group().name;
+    let group = state
+        .store
+        .group_by_name(&target.id, group_name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Invalid(
+                ErrorCode::GroupNotFound,
+                format!(
+                    "organization {slug} has no group named {group_name} to receive the database"
+                ),
+            )
+        })?;
+    if group.primary_location != access.group().primary_location {
+        return Err(ApiError::invalid(format!(
+            "group {group_name} of {slug} is in another location"
+        )));
+    }
+    let group = group_with_key(&state, group).await?;
+    let moved = state
+        .store
+        .move_database(
+            &db.id,
+            &target.id,
+            &group.id,
+            &format!("{}-{}", db.name, target.slug),
+        )
+        .await
+        .map_err(|e| match e {
+            StoreError::AlreadyExists(_) => ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!("database with name {} already exists in {slug}", db.name),
+            ),
+            other => other.into(),
+        })?;
+    state
+        .data_plane
+        .configure(&moved.node, node_config(&moved, &group))
+        .await?;
+    Ok(Json(DatabaseResponse {
+        database: database_wire(&state, &moved, &group.name, group.archived),
+    }))
+}
+
+async fn create_token(
+    State(state): State<AppState>,
+    access: Access,
+    Query(query): Query<TokenQuery>,
+    LenientJson(body): LenientJson<CreateDatabaseTokenRequest>,
+) -> ApiResult<Json<DatabaseToken>> {
+    let db = access.database();
+    let jwt = mint(
+        &state,
+        access.org(),
+        Subject::Database(&db.id),
+        (&db.signing_key, &db.key_id),
+        &query,
+        &body,
+    )
+    .await?;
+    Ok(Json(DatabaseToken { jwt }))
+}
+
+async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json<Empty>> {
+    let db = access.database();
+    let changes = DatabaseChanges {
+        signing_key: Some(new_signing_key()),
+        ..Default::default()
+    };
+    let updated = state.store.update_database(&db.id, changes).await?;
+    state
+        .data_plane
+        .configure(&updated.node, node_config(&updated, access.group()))
+        .await?;
+    Ok(Json(Empty {}))
+}
