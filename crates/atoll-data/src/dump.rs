@@ -1,27 +1,433 @@
-//! SQL dumps: loading one into a database (seed `dump`), and `GET /dump`.
+//! SQL dumps: loading one into a database (seed `dump`), and writing one (`GET /dump`).
+//!
+//! The format is `sqlite3 .dump`'s, so a dump from either loads into the other:
+//! `PRAGMA foreign_keys=OFF;`, `BEGIN TRANSACTION;`, each table's `CREATE TABLE` followed by
+//! its rows as `INSERT INTO "t" VALUES(…);`, `sqlite_sequence`, then indexes, triggers and
+//! views, then `COMMIT;`.
 
 use crate::error::DataError;
+use rusqlite::types::ValueRef;
+use std::io::Write;
 
 /// Runs an SQL dump in one transaction: all of it, or nothing. The `BEGIN TRANSACTION;` /
-/// `COMMIT;` lines `sqlite3 .dump` writes are accepted.
+/// `COMMIT;` statements `sqlite3 .dump` writes are skipped (the load is its own
+/// transaction); a `ROLLBACK` (what `sqlite3` writes after a dump that hit errors) refuses
+/// the dump.
 pub fn load_dump(conn: &mut rusqlite::Connection, sql: &str) -> Result<(), DataError> {
-    let body = strip_transaction_lines(sql);
     let tx = conn.transaction()?;
-    tx.execute_batch(&body)
-        .map_err(|e| DataError::BadRequest(format!("the dump failed to load: {e}")))?;
+    let mut batch = rusqlite::Batch::new(&tx, sql);
+    let mut count = 0usize;
+    // Statement by statement rather than one `execute_batch`, to tell transaction control
+    // apart from SQL: text matching would also hit lines inside string literals.
+    loop {
+        let failed = |e: rusqlite::Error, at: String| {
+            DataError::BadRequest(format!("the dump failed to load {at}: {e}"))
+        };
+        let mut stmt = match batch.next() {
+            Ok(Some(stmt)) => stmt,
+            Ok(None) => break,
+            Err(e) => return Err(failed(e, format!("after statement {count}"))),
+        };
+        count += 1;
+        // Transaction control statements are the read-only kind; only those need a look
+        // at their text.
+        if stmt.readonly() {
+            match transaction_control(&stmt.expanded_sql().unwrap_or_default()) {
+                Some(TransactionControl::Begin | TransactionControl::Commit) => continue,
+                Some(TransactionControl::Rollback) => {
+                    return Err(DataError::BadRequest(format!(
+                        "the dump ends its transaction with ROLLBACK at statement {count}: sqlite3 writes that when the source database had errors, so the dump is incomplete"
+                    )))
+                }
+                None => {}
+            }
+        }
+        let mut rows = stmt.raw_query();
+        loop {
+            match rows.next() {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    drop(rows);
+                    let text = stmt.expanded_sql().unwrap_or_default();
+                    return Err(failed(
+                        e,
+                        format!("at statement {count} ({})", snippet(&text)),
+                    ));
+                }
+            }
+        }
+    }
     tx.commit()?;
     Ok(())
 }
 
-fn strip_transaction_lines(sql: &str) -> String {
-    sql.lines()
-        .filter(|line| {
-            let l = line.trim().to_ascii_uppercase();
-            !matches!(
-                l.as_str(),
-                "BEGIN TRANSACTION;" | "BEGIN;" | "COMMIT;" | "END TRANSACTION;"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+enum TransactionControl {
+    Begin,
+    Commit,
+    Rollback,
+}
+
+fn transaction_control(sql: &str) -> Option<TransactionControl> {
+    let mut words = sql.split(|c: char| c.is_whitespace() || c == ';');
+    let first = words.find(|w| !w.is_empty())?.to_ascii_uppercase();
+    match first.as_str() {
+        "BEGIN" => Some(TransactionControl::Begin),
+        "COMMIT" | "END" => Some(TransactionControl::Commit),
+        // `ROLLBACK TO <savepoint>` is an ordinary part of a script.
+        "ROLLBACK" => match words.find(|w| !w.is_empty()) {
+            Some(w) if w.eq_ignore_ascii_case("TO") => None,
+            Some(w) if w.eq_ignore_ascii_case("TRANSACTION") => {
+                match words.find(|w| !w.is_empty()) {
+                    Some(w) if w.eq_ignore_ascii_case("TO") => None,
+                    _ => Some(TransactionControl::Rollback),
+                }
+            }
+            _ => Some(TransactionControl::Rollback),
+        },
+        _ => None,
+    }
+}
+
+/// The start of a statement, for error messages that must not echo a whole dump.
+fn snippet(sql: &str) -> String {
+    let sql = sql.trim();
+    match sql.char_indices().nth(80) {
+        Some((at, _)) => format!("{}…", &sql[..at]),
+        None => sql.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DumpOptions {
+    /// Write the rowid of every row of a rowid table without an `INTEGER PRIMARY KEY`
+    /// (sqld's `?preserve_row_ids=true`, `sqlite3 .dump --preserve-rowids`): other tables
+    /// may refer to those rowids, which a plain reload renumbers.
+    pub preserve_row_ids: bool,
+}
+
+/// Writes an SQL dump of `conn`'s main database to `out`, from one read transaction, so it
+/// is consistent while writers go on. Errors from `out` (a client that went away) come
+/// back as `DataError::Internal`.
+pub fn write_dump(
+    conn: &rusqlite::Connection,
+    out: &mut dyn Write,
+    options: DumpOptions,
+) -> Result<(), DataError> {
+    // Rolled back when dropped: the dump only reads.
+    let tx = conn.unchecked_transaction()?;
+    out.write_all(b"PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n")?;
+
+    let mut writable_schema = false;
+    let tables: Vec<(String, String)> = {
+        let mut stmt = tx.prepare(
+            "SELECT name, sql FROM sqlite_schema
+             WHERE type = 'table' AND sql NOT NULL
+             ORDER BY name = 'sqlite_sequence', rowid",
+        )?;
+        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    for (name, sql) in &tables {
+        if name == "sqlite_sequence" {
+            // Created by the first AUTOINCREMENT table; only its rows need restoring.
+            out.write_all(b"DELETE FROM sqlite_sequence;\n")?;
+        } else if name.starts_with("sqlite_stat") {
+            // Creates the statistics tables (ANALYZE of a table without indexes adds no
+            // rows) so the rows below have somewhere to go.
+            out.write_all(b"ANALYZE sqlite_schema;\n")?;
+        } else if name.starts_with("sqlite_") {
+            continue;
+        } else if starts_with_ignore_case(sql, "CREATE VIRTUAL TABLE") {
+            // Creating the virtual table would create its shadow tables too, which are
+            // dumped (with their contents) on their own: so only its schema row goes in,
+            // as sqlite3 does it.
+            if !writable_schema {
+                out.write_all(b"PRAGMA writable_schema=ON;\n")?;
+                writable_schema = true;
+            }
+            writeln!(
+                out,
+                "INSERT INTO sqlite_schema(type,name,tbl_name,rootpage,sql) VALUES('table',{},{},0,{});",
+                text_literal(name),
+                text_literal(name),
+                text_literal(sql)
+            )?;
+            continue;
+        } else {
+            writeln!(out, "{sql};")?;
+        }
+        dump_rows(&tx, out, name, options)?;
+    }
+
+    let mut stmt = tx.prepare(
+        "SELECT sql FROM sqlite_schema
+         WHERE sql NOT NULL AND type IN ('index', 'trigger', 'view')
+         ORDER BY rowid",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let sql: String = row.get(0)?;
+        writeln!(out, "{sql};")?;
+    }
+    if writable_schema {
+        out.write_all(b"PRAGMA writable_schema=OFF;\n")?;
+    }
+    out.write_all(b"COMMIT;\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn dump_rows(
+    conn: &rusqlite::Connection,
+    out: &mut dyn Write,
+    table: &str,
+    options: DumpOptions,
+) -> Result<(), DataError> {
+    // Generated columns (hidden 2 and 3) cannot be inserted into; they come back on
+    // their own.
+    let mut all_columns = 0;
+    let mut columns = Vec::new();
+    let mut integer_keys = 0;
+    let mut keys = 0;
+    {
+        let mut stmt = conn.prepare("SELECT name, type, pk, hidden FROM pragma_table_xinfo(?1)")?;
+        let mut rows = stmt.query([table])?;
+        while let Some(row) = rows.next()? {
+            all_columns += 1;
+            let name: String = row.get(0)?;
+            let kind: String = row.get(1)?;
+            let pk: i64 = row.get(2)?;
+            let hidden: i64 = row.get(3)?;
+            if pk > 0 {
+                keys += 1;
+                if kind.eq_ignore_ascii_case("INTEGER") {
+                    integer_keys += 1;
+                }
+            }
+            if hidden == 0 {
+                columns.push(name);
+            }
+        }
+    }
+    let rowid = if options.preserve_row_ids {
+        rowid_column(conn, table, &columns, keys == 1 && integer_keys == 1)?
+    } else {
+        None
+    };
+
+    let mut select = String::from("SELECT ");
+    let mut insert = format!("INSERT INTO {}", identifier(table));
+    if rowid.is_some() || columns.len() != all_columns {
+        let mut names: Vec<String> = rowid.iter().map(|r| r.to_string()).collect();
+        names.extend(columns.iter().map(|c| identifier(c)));
+        insert.push('(');
+        insert.push_str(&names.join(","));
+        insert.push(')');
+    }
+    insert.push_str(" VALUES(");
+    let mut selected: Vec<String> = rowid.iter().map(|r| r.to_string()).collect();
+    selected.extend(columns.iter().map(|c| identifier(c)));
+    select.push_str(&selected.join(","));
+    select.push_str(" FROM ");
+    select.push_str(&identifier(table));
+
+    let mut stmt = conn.prepare(&select)?;
+    let width = stmt.column_count();
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        out.write_all(insert.as_bytes())?;
+        for i in 0..width {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            write_value(out, row.get_ref(i)?)?;
+        }
+        out.write_all(b");\n")?;
+    }
+    Ok(())
+}
+
+/// The name to read and write a table's rowid by, when it has one that a plain reload
+/// would not keep: not for WITHOUT ROWID tables, nor when an `INTEGER PRIMARY KEY` column
+/// is the rowid (the column keeps it), nor when columns named `rowid`, `_rowid_` and `oid`
+/// hide it.
+fn rowid_column(
+    conn: &rusqlite::Connection,
+    table: &str,
+    columns: &[String],
+    single_integer_key: bool,
+) -> Result<Option<&'static str>, DataError> {
+    let without_rowid: bool = conn
+        .query_row(
+            "SELECT wr FROM pragma_table_list(?1) WHERE schema = 'main'",
+            [table],
+            |row| row.get(0),
+        )
+        .unwrap_or(false);
+    if without_rowid {
+        return Ok(None);
+    }
+    if single_integer_key {
+        // An INTEGER PRIMARY KEY is the rowid, unless declared DESC: then it has an index
+        // of its own (origin 'pk').
+        let has_pk_index: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) WHERE origin = 'pk')",
+            [table],
+            |row| row.get(0),
+        )?;
+        if !has_pk_index {
+            return Ok(None);
+        }
+    }
+    Ok(["rowid", "_rowid_", "oid"]
+        .into_iter()
+        .find(|name| !columns.iter().any(|c| c.eq_ignore_ascii_case(name))))
+}
+
+fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
+    text.len() >= prefix.len()
+        && text.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+/// `"name"`, quotes doubled: always quoted, so keywords and odd names need no thought.
+fn identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// An SQL literal for a value, reading back as the same value of the same type.
+fn write_value(out: &mut dyn Write, value: ValueRef<'_>) -> std::io::Result<()> {
+    match value {
+        ValueRef::Null => out.write_all(b"NULL"),
+        ValueRef::Integer(i) => write!(out, "{i}"),
+        ValueRef::Real(r) => out.write_all(real_literal(r).as_bytes()),
+        ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
+            // SQL text stops at a NUL, so text holding one goes as bytes too.
+            Ok(text) if !text.contains('\0') => out.write_all(text_literal(text).as_bytes()),
+            // SQLite keeps whatever bytes it was given as text; keep them exactly.
+            _ => {
+                out.write_all(b"CAST(")?;
+                write_blob(out, bytes)?;
+                out.write_all(b" AS TEXT)")
+            }
+        },
+        ValueRef::Blob(bytes) => write_blob(out, bytes),
+    }
+}
+
+/// Rust's `Debug` for `f64` is the shortest text that reads back as the same number, and
+/// always has a `.` or an exponent, so SQLite reads it as a REAL (`1.0`, not `1`).
+fn real_literal(r: f64) -> String {
+    if r.is_nan() {
+        // SQLite stores NaN as NULL; this is only for completeness.
+        "NULL".into()
+    } else if r.is_infinite() {
+        // Overflows to ±Inf when SQLite reads it, as sqlite3 writes it.
+        if r > 0.0 { "1e999" } else { "-1e999" }.into()
+    } else {
+        format!("{r:?}")
+    }
+}
+
+fn write_blob(out: &mut dyn Write, bytes: &[u8]) -> std::io::Result<()> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = Vec::with_capacity(bytes.len() * 2 + 3);
+    text.extend_from_slice(b"X'");
+    for b in bytes {
+        text.push(HEX[usize::from(b >> 4)]);
+        text.push(HEX[usize::from(b & 15)]);
+    }
+    text.push(b'\'');
+    out.write_all(&text)
+}
+
+/// `'text'` with quotes doubled. Line breaks are written as sqlite3 writes them —
+/// `replace('a\nb','\n',char(10))` with a marker absent from the text — so every statement
+/// stays on one line and tools that read dumps line by line keep `\r\n` intact.
+fn text_literal(text: &str) -> String {
+    let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let has_lf = text.contains('\n');
+    let has_cr = text.contains('\r');
+    if !has_lf && !has_cr {
+        return quoted(text);
+    }
+    let lf_marker = unused_marker(text, "\\n", "\\012");
+    let cr_marker = unused_marker(text, "\\r", "\\015");
+    let mut body = text.to_string();
+    let mut literal = String::new();
+    if has_lf {
+        body = body.replace('\n', &lf_marker);
+        literal.push_str("replace(");
+    }
+    if has_cr {
+        body = body.replace('\r', &cr_marker);
+        literal.push_str("replace(");
+    }
+    literal.push_str(&quoted(&body));
+    if has_cr {
+        literal.push_str(&format!(",{},char(13))", quoted(&cr_marker)));
+    }
+    if has_lf {
+        literal.push_str(&format!(",{},char(10))", quoted(&lf_marker)));
+    }
+    literal
+}
+
+fn unused_marker(text: &str, first: &str, second: &str) -> String {
+    if !text.contains(first) {
+        return first.to_string();
+    }
+    if !text.contains(second) {
+        return second.to_string();
+    }
+    (0..)
+        .map(|i| format!("({first}{i})"))
+        .find(|marker| !text.contains(marker.as_str()))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_literals_quote_and_keep_line_breaks_out_of_the_line() {
+        assert_eq!(text_literal("it's"), "'it''s'");
+        assert_eq!(text_literal("a\nb"), "replace('a\\nb','\\n',char(10))");
+        assert_eq!(
+            text_literal("a\r\nb"),
+            "replace(replace('a\\r\\nb','\\r',char(13)),'\\n',char(10))"
+        );
+        assert_eq!(
+            text_literal("\\n\n"),
+            "replace('\\n\\012','\\012',char(10))"
+        );
+    }
+
+    #[test]
+    fn reals_read_back_as_reals() {
+        assert_eq!(real_literal(1.0), "1.0");
+        assert_eq!(real_literal(0.1), "0.1");
+        assert_eq!(real_literal(1e300), "1e300");
+        assert_eq!(real_literal(f64::NEG_INFINITY), "-1e999");
+    }
+
+    #[test]
+    fn transaction_control_is_recognised() {
+        assert!(matches!(
+            transaction_control("BEGIN TRANSACTION;"),
+            Some(TransactionControl::Begin)
+        ));
+        assert!(matches!(
+            transaction_control("  end"),
+            Some(TransactionControl::Commit)
+        ));
+        assert!(matches!(
+            transaction_control("ROLLBACK; -- due to errors"),
+            Some(TransactionControl::Rollback)
+        ));
+        assert!(transaction_control("ROLLBACK TO sp1").is_none());
+        assert!(transaction_control("ROLLBACK TRANSACTION TO sp1").is_none());
+        assert!(transaction_control("SELECT 1").is_none());
+    }
 }

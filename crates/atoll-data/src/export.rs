@@ -1,9 +1,308 @@
-//! Exports: `GET /info`, `GET /export/{generation}`, `GET /dump`. (Being written.)
+//! Getting a whole database out: `GET /info` and `GET /export/{generation}` (the SQLite
+//! file, as `turso db export` and libSQL's synced databases fetch it) and `GET /dump`
+//! (SQL text, as `turso db shell <db> .dump` fetches it).
+//!
+//! Both are consistent snapshots taken while writers go on, streamed from a blocking
+//! thread without holding the database in memory.
 
+use crate::auth::DbRequest;
+use crate::database::Database;
+use crate::dump::{self, DumpOptions};
+use crate::error::DataError;
+use crate::node::Node;
 use crate::DataPlaneState;
-use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Atoll databases have one generation: their history is not split into generations as
+/// Turso's bottomless storage splits it. Clients only ever fetch the current one.
+pub const CURRENT_GENERATION: u64 = 1;
+
+/// Bytes handed to the response at a time.
+const STREAM_CHUNK: usize = 64 << 10;
 
 pub fn routes() -> Router<Arc<DataPlaneState>> {
     Router::new()
+        .route("/info", get(info))
+        .route("/export/{generation}", get(export))
+        .route("/dump", get(dump_sql))
+}
+
+/// `GET /info` → `{"current_generation": 1}`.
+async fn info(req: DbRequest) -> Result<Json<serde_json::Value>, DataError> {
+    req.db.ensure_queryable()?;
+    Ok(Json(json!({ "current_generation": CURRENT_GENERATION })))
+}
+
+/// `GET /export/{generation}`: the database file.
+async fn export(
+    State(state): State<Arc<DataPlaneState>>,
+    req: DbRequest,
+    Path(generation): Path<String>,
+) -> Result<Response, DataError> {
+    req.db.ensure_queryable()?;
+    if generation.parse::<u64>().ok() != Some(CURRENT_GENERATION) {
+        return Ok((
+            StatusCode::NOT_FOUND,
+            Json(json!({
+                "error": format!(
+                    "generation {generation} does not exist: the current generation is {CURRENT_GENERATION} (GET /info)"
+                )
+            })),
+        )
+            .into_response());
+    }
+    let node = Arc::clone(&state.node);
+    let db = Arc::clone(&req.db);
+    let (len, body) = stream_from_blocking(
+        move || {
+            let snapshot = snapshot(&node, &db)?;
+            let len = snapshot.file.metadata()?.len();
+            Ok((snapshot, len))
+        },
+        |mut snapshot, out| {
+            copy(&mut snapshot.file, out)?;
+            Ok(())
+        },
+    )
+    .await?;
+    let name = req.db.config().name;
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    // Database names are lowercase letters, digits and dashes; anything else is left out.
+    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.db\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+#[derive(serde::Deserialize)]
+struct DumpQuery {
+    #[serde(default)]
+    preserve_row_ids: bool,
+}
+
+/// `GET /dump[?preserve_row_ids=true]`: SQL text that recreates the database.
+async fn dump_sql(
+    State(state): State<Arc<DataPlaneState>>,
+    req: DbRequest,
+    Query(query): Query<DumpQuery>,
+) -> Result<Response, DataError> {
+    req.db.ensure_queryable()?;
+    let options = DumpOptions {
+        preserve_row_ids: query.preserve_row_ids,
+    };
+    let node = Arc::clone(&state.node);
+    let db = Arc::clone(&req.db);
+    let ((), body) = stream_from_blocking(
+        move || {
+            let conn = node.pool.checkout(&db)?;
+            Ok(((node, db, conn), ()))
+        },
+        move |(node, db, conn), out| {
+            let result = dump::write_dump(&conn, out, options);
+            node.pool.checkin(&db.id(), conn);
+            result
+        },
+    )
+    .await?;
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+/// A consistent copy of a database in a temporary file, deleted once read.
+struct Snapshot {
+    file: std::fs::File,
+    /// Still to delete when dropped (where an open file cannot be deleted).
+    path: Option<PathBuf>,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Copies the database with SQLite's online backup in a single step: one read transaction,
+/// so the copy is the database as of one commit, and writers are not held up meanwhile
+/// (WAL). A copy in small steps would restart whenever a writer commits in between and
+/// might never finish on a busy database.
+fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
+    let path = db
+        .dir()
+        .join(format!(".export-{}", uuid::Uuid::new_v4().simple()));
+    let copied = (|| {
+        let source = node.pool.checkout(db)?;
+        let result = backup_into(&source, &path);
+        node.pool.checkin(&db.id(), source);
+        result
+    })();
+    if let Err(e) = copied {
+        remove_with_journal(&path);
+        return Err(e);
+    }
+    let file = std::fs::File::open(&path)?;
+    // Unlinked while open, the file goes away by itself when the download ends, however it
+    // ends, or if the process dies first. Only where unlinking an open file is refused is
+    // it kept until then.
+    let path = match std::fs::remove_file(&path) {
+        Ok(()) => None,
+        Err(_) => Some(path),
+    };
+    Ok(Snapshot { file, path })
+}
+
+fn backup_into(source: &rusqlite::Connection, path: &FsPath) -> Result<(), DataError> {
+    let mut target = rusqlite::Connection::open(path)?;
+    // A scratch copy: no rollback journal to write, nothing to fsync.
+    target.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
+    {
+        let backup = rusqlite::backup::Backup::new(source, &mut target)?;
+        let mut attempts = 0;
+        loop {
+            match backup.step(-1)? {
+                rusqlite::backup::StepResult::Done => break,
+                // A writer holding the source in an exclusive lock: a later try will do.
+                _ if attempts < 100 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    return Err(DataError::Internal(
+                        "the database stayed locked throughout the export".into(),
+                    ))
+                }
+            }
+        }
+    }
+    target
+        .close()
+        .map_err(|(_, e)| DataError::Internal(e.to_string()))?;
+    Ok(())
+}
+
+fn remove_with_journal(path: &FsPath) {
+    let _ = std::fs::remove_file(path);
+    let mut journal = path.as_os_str().to_owned();
+    journal.push("-journal");
+    let _ = std::fs::remove_file(PathBuf::from(journal));
+}
+
+fn copy(from: &mut impl Read, out: &mut dyn Write) -> Result<(), DataError> {
+    let mut buf = vec![0u8; STREAM_CHUNK];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.write_all(&buf[..n])?,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A response body fed from a blocking thread. `prepare` runs there first: its failure
+/// still becomes the response's status, and its `M` (a length, say) goes into the headers.
+/// Then `produce` writes the body; a failure there can only cut the body off, so the
+/// client sees a broken transfer rather than a complete-looking one.
+async fn stream_from_blocking<S, M, P, F>(prepare: P, produce: F) -> Result<(M, Body), DataError>
+where
+    S: Send + 'static,
+    M: Send + 'static,
+    P: FnOnce() -> Result<(S, M), DataError> + Send + 'static,
+    F: FnOnce(S, &mut dyn Write) -> Result<(), DataError> + Send + 'static,
+{
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        let (state, meta) = match prepare() {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+        };
+        if ready_tx.send(Ok(meta)).is_err() {
+            return;
+        }
+        let mut out = ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(STREAM_CHUNK),
+            closed: false,
+        };
+        let result = produce(state, &mut out).and_then(|()| Ok(out.flush()?));
+        if let Err(e) = result {
+            if out.closed {
+                tracing::debug!("client left before the end of the stream");
+            } else {
+                tracing::warn!(error = %e, "stream failed half-way; cutting the response off");
+                let _ = out
+                    .tx
+                    .blocking_send(Err(std::io::Error::other(e.to_string())));
+            }
+        }
+    });
+    let meta = ready_rx
+        .await
+        .map_err(|_| DataError::Internal("the export thread stopped".into()))??;
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    Ok((meta, Body::from_stream(stream)))
+}
+
+/// Buffers writes into chunks for the response channel; blocks while the client is slow.
+struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    buf: Vec<u8>,
+    /// The response was dropped: the client went away.
+    closed: bool,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(STREAM_CHUNK),
+        ));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            self.closed = true;
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= STREAM_CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
 }

@@ -1,0 +1,810 @@
+//! Running Hrana statements, batches and sequences on a connection under Atoll's rules:
+//! parameter binding, the database's block flags, the caller's write and ATTACH rights,
+//! and the size limit. Everything here is synchronous and runs on blocking threads.
+//!
+//! Results come in two layers: `Err(HranaError)` aborts the whole request (protocol
+//! errors, permission refusals), while an `Outcome` that is `Err(proto::Error)` is the
+//! statement's own failure, reported to the client as a Hrana error.
+
+use super::statement::{quote_literal, AttachRequest, StatementKind};
+use super::values::{hrana_value, response_size, SqlArg};
+use super::{HranaError, SqlStore, Version};
+use crate::auth::DbAccess;
+use crate::database::{Database, PAGE_SIZE};
+use crate::error::DataError;
+use crate::node::Node;
+use atoll_types::node::DatabaseConfig;
+use libsql_hrana::proto;
+use rusqlite::{Connection, ErrorCode, Statement, StatementStatus};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A statement's own result: its value, or the Hrana error to report for it.
+pub(crate) type Outcome<T> = Result<T, proto::Error>;
+
+/// Rows a single request may return (beyond it, `RESPONSE_TOO_LARGE`), so one query
+/// cannot exhaust the node's memory. Cursors stream and are not limited.
+const MAX_RESPONSE_BYTES: usize = 10 * 1024 * 1024;
+
+/// SQLite's own ceiling for `max_page_count`, restored when a database loses its limit.
+const UNLIMITED_PAGES: u64 = 4_294_967_294;
+
+/// Who runs statements on which database, in which protocol version.
+#[derive(Clone)]
+pub(crate) struct Caller {
+    pub node: Arc<Node>,
+    pub db: Arc<Database>,
+    pub access: DbAccess,
+    pub version: Version,
+}
+
+/// One program run (one stream request) on a connection, under the database
+/// configuration read when it started.
+pub(crate) struct Run<'a> {
+    caller: &'a Caller,
+    client: &'a ClientConnection,
+    conn: &'a Connection,
+    config: DatabaseConfig,
+    response_budget: Cell<usize>,
+}
+
+/// What a statement did, besides its rows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StmtStats {
+    pub affected_row_count: u64,
+    pub last_insert_rowid: Option<i64>,
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub query_duration_ms: f64,
+}
+
+/// Receives the columns and rows of a statement, so one executor serves collected
+/// results and streamed cursors alike. An error stops the statement and becomes its error.
+pub(crate) trait RowSink {
+    fn columns(&mut self, cols: Vec<proto::Col>) -> Outcome<()>;
+    fn row(&mut self, values: Vec<proto::Value>) -> Outcome<()>;
+}
+
+/// Receives a batch step by step.
+pub(crate) trait BatchSink: RowSink {
+    fn begin_step(&mut self, step: usize);
+    fn end_step(&mut self, step: usize, outcome: Outcome<StmtStats>);
+    fn skip_step(&mut self, step: usize);
+    /// Whether nobody listens any more (the remaining steps are not run).
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// A prepared statement that passed the permission checks.
+struct Admitted<'a> {
+    stmt: Statement<'a>,
+    kind: StatementKind,
+}
+
+impl<'a> Run<'a> {
+    /// Starts a run: reads the configuration and applies its size limit, which a previous
+    /// request (or the database's new configuration) may have changed.
+    pub(crate) fn start(
+        caller: &'a Caller,
+        client: &'a ClientConnection,
+    ) -> Result<Run<'a>, HranaError> {
+        let conn = &client.conn;
+        let config = caller.db.config();
+        apply_page_limit(conn, &config)?;
+        Ok(Run {
+            caller,
+            client,
+            conn,
+            config,
+            response_budget: Cell::new(MAX_RESPONSE_BYTES),
+        })
+    }
+
+    /// `execute`: one statement with its rows.
+    pub(crate) fn execute(
+        &self,
+        stmt: &proto::Stmt,
+        sql: &str,
+    ) -> Result<Outcome<proto::StmtResult>, HranaError> {
+        let mut collector = ResultCollector::new(&self.response_budget);
+        let outcome = self.run_statement(sql, stmt, &mut collector)?;
+        Ok(outcome.map(|stats| collector.finish(stats)))
+    }
+
+    /// `batch`: steps with conditions, each result or error in its slot.
+    pub(crate) fn batch(
+        &self,
+        batch: &proto::Batch,
+        sqls: &SqlStore,
+    ) -> Result<proto::BatchResult, HranaError> {
+        let mut collector = BatchCollector::new(&self.response_budget, batch.steps.len());
+        self.run_batch(batch, sqls, &mut collector)?;
+        Ok(collector.finish())
+    }
+
+    /// Runs a batch into any sink (a collected result or a cursor).
+    pub(crate) fn run_batch(
+        &self,
+        batch: &proto::Batch,
+        sqls: &SqlStore,
+        sink: &mut impl BatchSink,
+    ) -> Result<(), HranaError> {
+        let texts = self.batch_texts(batch, sqls)?;
+        let mut succeeded = Vec::with_capacity(batch.steps.len());
+        for (index, (step, sql)) in batch.steps.iter().zip(texts).enumerate() {
+            if sink.is_closed() {
+                break;
+            }
+            let runs = match &step.condition {
+                Some(condition) => self.evaluate(condition, &succeeded),
+                None => true,
+            };
+            if !runs {
+                sink.skip_step(index);
+                succeeded.push(false);
+                continue;
+            }
+            sink.begin_step(index);
+            let outcome = self.run_statement(sql, &step.stmt, sink)?;
+            succeeded.push(outcome.is_ok());
+            sink.end_step(index, outcome);
+        }
+        Ok(())
+    }
+
+    /// The SQL text of each step, after checking the protocol rules of the batch (known
+    /// SQL ids, conditions that only look back, `is_autocommit` only from Hrana 3).
+    pub(crate) fn batch_texts<'b>(
+        &self,
+        batch: &'b proto::Batch,
+        sqls: &'b SqlStore,
+    ) -> Result<Vec<&'b str>, HranaError> {
+        batch
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(index, step)| {
+                if let Some(condition) = &step.condition {
+                    check_condition(condition, index, self.caller.version)?;
+                }
+                sqls.resolve(
+                    step.stmt.sql.as_deref(),
+                    step.stmt.sql_id,
+                    self.caller.version,
+                )
+            })
+            .collect()
+    }
+
+    /// `sequence`: every statement of the text in turn, without arguments or rows,
+    /// stopping at the first failure.
+    pub(crate) fn sequence(&self, sql: &str) -> Result<Outcome<()>, HranaError> {
+        let no_arguments = proto::Stmt::new("", false);
+        let mut statements = rusqlite::Batch::new(self.conn, sql);
+        loop {
+            // Each statement is prepared after the previous one ran: it may use its tables.
+            let stmt = match statements.next() {
+                Ok(Some(stmt)) => stmt,
+                Ok(None) => return Ok(Ok(())),
+                Err(e) => return Ok(Err(sqlite_error(e))),
+            };
+            if let Err(error) = self.run_prepared(stmt, &no_arguments, &mut DiscardRows)? {
+                return Ok(Err(error));
+            }
+        }
+    }
+
+    /// `describe`: parameters and columns of a statement, without running it.
+    pub(crate) fn describe(&self, sql: &str) -> Outcome<proto::DescribeResult> {
+        let stmt = self.prepare_one(sql)?;
+        let kind = StatementKind::of(&stmt.expanded_sql().unwrap_or_default());
+        Ok(proto::DescribeResult {
+            params: (1..=stmt.parameter_count())
+                .map(|index| proto::DescribeParam {
+                    name: stmt.parameter_name(index).map(str::to_string),
+                })
+                .collect(),
+            cols: stmt
+                .columns()
+                .iter()
+                .map(|col| proto::DescribeCol {
+                    name: col.name().to_string(),
+                    decltype: col.decl_type().map(str::to_string),
+                })
+                .collect(),
+            is_explain: kind == StatementKind::Explain,
+            is_readonly: stmt.readonly(),
+        })
+    }
+
+    /// Refuses the whole request if any statement of `sql` is not allowed to this caller,
+    /// before anything runs. Statements that do not prepare yet (they may need tables an
+    /// earlier statement creates) are checked again when they run.
+    pub(crate) fn authorize(&self, sql: &str) -> Result<(), HranaError> {
+        let mut statements = rusqlite::Batch::new(self.conn, sql);
+        while let Ok(Some(stmt)) = statements.next() {
+            // A statement-level failure here is reported when the statement runs.
+            let _ = self.admit(stmt)?;
+        }
+        Ok(())
+    }
+
+    /// [`Run::authorize`] for every step of a batch.
+    pub(crate) fn authorize_batch(
+        &self,
+        batch: &proto::Batch,
+        sqls: &SqlStore,
+    ) -> Result<(), HranaError> {
+        for sql in self.batch_texts(batch, sqls)? {
+            self.authorize(sql)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_autocommit(&self) -> bool {
+        self.conn.is_autocommit()
+    }
+
+    fn run_statement(
+        &self,
+        sql: &str,
+        stmt: &proto::Stmt,
+        sink: &mut dyn RowSink,
+    ) -> Result<Outcome<StmtStats>, HranaError> {
+        if !stmt.args.is_empty() && !stmt.named_args.is_empty() {
+            return Ok(Err(hrana_error(
+                "ARGS_BOTH_POSITIONAL_AND_NAMED",
+                "Specifying both positional and named arguments is not supported",
+            )));
+        }
+        match self.prepare_one(sql) {
+            Ok(prepared) => self.run_prepared(prepared, stmt, sink),
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    /// Prepares the only statement of `sql`.
+    fn prepare_one(&self, sql: &str) -> Outcome<Statement<'a>> {
+        let mut statements = rusqlite::Batch::new(self.conn, sql);
+        let first = match statements.next() {
+            Ok(Some(stmt)) => stmt,
+            Ok(None) => {
+                return Err(hrana_error(
+                    "SQL_NO_STATEMENT",
+                    "SQL string does not contain any statement",
+                ))
+            }
+            Err(e) => return Err(sqlite_error(e)),
+        };
+        // Anything but comments after the first statement (even text that fails to
+        // prepare) is a second statement.
+        if !matches!(statements.next(), Ok(None)) {
+            return Err(hrana_error(
+                "SQL_MANY_STATEMENTS",
+                "SQL string contains more than one statement",
+            ));
+        }
+        Ok(first)
+    }
+
+    fn run_prepared(
+        &self,
+        stmt: Statement<'a>,
+        request: &proto::Stmt,
+        sink: &mut dyn RowSink,
+    ) -> Result<Outcome<StmtStats>, HranaError> {
+        let mut admitted = match self.admit(stmt)? {
+            Ok(admitted) => admitted,
+            Err(error) => return Ok(Err(error)),
+        };
+        if self.is_blocked(&admitted) {
+            return Ok(Err(hrana_error("BLOCKED", "Operation was blocked")));
+        }
+        if admitted.kind.alters_connection() {
+            self.client.altered.set(true);
+        }
+        if let Err(error) = bind_arguments(&mut admitted.stmt, admitted.kind, request)? {
+            return Ok(Err(error));
+        }
+        let outcome = self.step(&mut admitted, request.want_rows.unwrap_or(true), sink);
+        // The client may have raised `max_page_count` to escape its size limit.
+        if admitted.kind == StatementKind::Pragma {
+            apply_page_limit(self.conn, &self.config)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Classifies a statement and checks the caller may run it; an ATTACH comes back
+    /// rewritten to open its target read-only.
+    fn admit(&self, stmt: Statement<'a>) -> Result<Outcome<Admitted<'a>>, HranaError> {
+        let text = stmt.expanded_sql().unwrap_or_default();
+        let kind = StatementKind::of(&text);
+        let stmt = match kind {
+            StatementKind::Attach => {
+                let Some(request) = AttachRequest::parse(&text) else {
+                    return Ok(Err(hrana_error(
+                        "SQL_PARSE_ERROR",
+                        "SQL string could not be parsed: ATTACH takes the form ATTACH DATABASE '<database name>' AS <alias>",
+                    )));
+                };
+                let target = match self.attach_target(&request.name)? {
+                    Ok(target) => target,
+                    Err(error) => return Ok(Err(error)),
+                };
+                let rewritten = format!(
+                    "ATTACH DATABASE {} AS {}",
+                    quote_literal(&read_only_uri(&target)),
+                    request.alias
+                );
+                match self.conn.prepare(&rewritten) {
+                    Ok(stmt) => stmt,
+                    Err(e) => return Ok(Err(sqlite_error(e))),
+                }
+            }
+            StatementKind::VacuumInto => {
+                return Err(DataError::Forbidden(
+                    "VACUUM INTO is not allowed: it would write a file on the server".into(),
+                )
+                .into())
+            }
+            _ => stmt,
+        };
+        if writes(kind, &stmt) && !self.caller.access.write {
+            return Err(DataError::Forbidden(format!(
+                "Current session doesn't have Write permission to namespace {}",
+                self.config.label
+            ))
+            .into());
+        }
+        Ok(Ok(Admitted { stmt, kind }))
+    }
+
+    /// The file of the database `name` (of the same organization) the caller may attach.
+    fn attach_target(&self, name: &str) -> Result<Outcome<std::path::PathBuf>, HranaError> {
+        let denied = || {
+            HranaError::from(DataError::Forbidden(format!(
+                "Current session doesn't have AttachRead permission to namespace {name}"
+            )))
+        };
+        // Labels are `<db>-<org>`; the organization part is what follows this
+        // database's own name.
+        let org = self
+            .config
+            .label
+            .strip_prefix(&format!("{}-", self.config.name))
+            .ok_or_else(denied)?;
+        let target = self
+            .caller
+            .node
+            .by_label(&format!("{name}-{org}"))
+            .ok_or_else(denied)?;
+        let target_config = target.config();
+        if !self.caller.access.attach.contains(&target_config.id) {
+            return Err(denied());
+        }
+        if !target_config.allow_attach {
+            return Err(
+                DataError::Forbidden(format!("Namespace `{name}` doesn't allow attach")).into(),
+            );
+        }
+        target.ensure_queryable()?;
+        // Attaching must not become a way around the target's own read block.
+        if target_config.block_reads {
+            return Ok(Err(hrana_error("BLOCKED", "Operation was blocked")));
+        }
+        std::path::absolute(target.file_path())
+            .map(Ok)
+            .map_err(|e| DataError::from(e).into())
+    }
+
+    fn is_blocked(&self, admitted: &Admitted<'_>) -> bool {
+        if self.config.block_reads {
+            !matches!(
+                admitted.kind,
+                StatementKind::TransactionControl | StatementKind::Attach | StatementKind::Detach
+            )
+        } else if self.config.block_writes {
+            writes(admitted.kind, &admitted.stmt)
+        } else {
+            false
+        }
+    }
+
+    fn step(
+        &self,
+        admitted: &mut Admitted<'a>,
+        want_rows: bool,
+        sink: &mut dyn RowSink,
+    ) -> Outcome<StmtStats> {
+        let stmt = &mut admitted.stmt;
+        let cols = stmt
+            .columns()
+            .iter()
+            .map(|col| proto::Col {
+                name: Some(col.name().to_string()),
+                decltype: col.decl_type().map(str::to_string),
+            })
+            .collect();
+        sink.columns(cols)?;
+        let column_count = stmt.column_count();
+        let started = Instant::now();
+        {
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(sqlite_error)? {
+                if want_rows {
+                    let values = (0..column_count)
+                        .map(|index| row.get_ref(index).map_or(proto::Value::Null, hrana_value))
+                        .collect();
+                    sink.row(values)?;
+                }
+            }
+        }
+        let query_duration_ms = started.elapsed().as_micros() as f64 / 1000.0;
+        let counter = |status| u64::try_from(stmt.get_status(status)).unwrap_or(0);
+        Ok(StmtStats {
+            affected_row_count: if admitted.kind.counts_changes() {
+                self.conn.changes()
+            } else {
+                0
+            },
+            last_insert_rowid: (admitted.kind == StatementKind::Insert)
+                .then(|| self.conn.last_insert_rowid()),
+            rows_read: counter(StatementStatus::RowsRead),
+            rows_written: counter(StatementStatus::RowsWritten),
+            query_duration_ms,
+        })
+    }
+
+    fn evaluate(&self, condition: &proto::BatchCond, succeeded: &[bool]) -> bool {
+        let step_succeeded = |step: u32| succeeded.get(step as usize).copied().unwrap_or(false);
+        match condition {
+            proto::BatchCond::Ok { step } => step_succeeded(*step),
+            // As in sqld: a skipped step counts as failed.
+            proto::BatchCond::Error { step } => !step_succeeded(*step),
+            proto::BatchCond::Not { cond } => !self.evaluate(cond, succeeded),
+            proto::BatchCond::And(list) => list.conds.iter().all(|c| self.evaluate(c, succeeded)),
+            proto::BatchCond::Or(list) => list.conds.iter().any(|c| self.evaluate(c, succeeded)),
+            proto::BatchCond::IsAutocommit {} => self.conn.is_autocommit(),
+            proto::BatchCond::None => false,
+        }
+    }
+}
+
+/// Whether running the statement may change the database. Transaction control, ATTACH and
+/// EXPLAIN never do, whatever SQLite says (`BEGIN IMMEDIATE` counts as a write for it).
+fn writes(kind: StatementKind, stmt: &Statement<'_>) -> bool {
+    !kind.is_always_read() && !stmt.readonly()
+}
+
+fn check_condition(
+    condition: &proto::BatchCond,
+    step: usize,
+    version: Version,
+) -> Result<(), HranaError> {
+    let check_reference = |referenced: u32| {
+        if (referenced as usize) < step {
+            Ok(())
+        } else {
+            Err(HranaError::Protocol(
+                "Invalid reference to step in a batch condition".into(),
+            ))
+        }
+    };
+    match condition {
+        proto::BatchCond::None => Err(HranaError::Protocol(
+            "BatchCond type not recognized".into(),
+        )),
+        proto::BatchCond::Ok { step } | proto::BatchCond::Error { step } => {
+            check_reference(*step)
+        }
+        proto::BatchCond::Not { cond } => check_condition(cond, step, version),
+        proto::BatchCond::And(list) | proto::BatchCond::Or(list) => list
+            .conds
+            .iter()
+            .try_for_each(|cond| check_condition(cond, step, version)),
+        proto::BatchCond::IsAutocommit {} if version < Version::Hrana3 => {
+            Err(HranaError::Protocol(
+                "BatchCond of type `is_autocommit` is only supported in protocol version hrana3 and higher"
+                    .into(),
+            ))
+        }
+        proto::BatchCond::IsAutocommit {} => Ok(()),
+    }
+}
+
+/// Binds `args` by position or `named_args` by name (with or without the `:`, `@` or `$`
+/// sigil); every parameter needs a value, except in EXPLAIN.
+fn bind_arguments(
+    stmt: &mut Statement<'_>,
+    kind: StatementKind,
+    request: &proto::Stmt,
+) -> Result<Outcome<()>, HranaError> {
+    let count = stmt.parameter_count();
+    let may_leave_unbound = kind == StatementKind::Explain;
+    let invalid = |detail: String| {
+        Ok(Err(hrana_error(
+            "ARGS_INVALID",
+            format!("Arguments do not match SQL parameters: {detail}"),
+        )))
+    };
+    if request.named_args.is_empty() {
+        let given = request.args.len();
+        if given > count {
+            return invalid(format!(
+                "{given} arguments were given, but the statement has {count} parameters"
+            ));
+        }
+        for (index, value) in request.args.iter().enumerate() {
+            if let Err(e) = stmt.raw_bind_parameter(index + 1, SqlArg::new(value)?) {
+                return Ok(Err(sqlite_error(e)));
+            }
+        }
+        if given < count && !may_leave_unbound {
+            return invalid(format!(
+                "the statement has {count} parameters, but {given} arguments were given"
+            ));
+        }
+        return Ok(Ok(()));
+    }
+    let by_name: HashMap<&str, &proto::Value> = request
+        .named_args
+        .iter()
+        .map(|arg| (arg.name.as_str(), &arg.value))
+        .collect();
+    for index in 1..=count {
+        let name = stmt.parameter_name(index).map(str::to_string);
+        let value = name.as_deref().and_then(|name| {
+            by_name.get(name).copied().or_else(|| {
+                name.strip_prefix(|c| matches!(c, ':' | '@' | '$'))
+                    .and_then(|bare| by_name.get(bare).copied())
+            })
+        });
+        match (value, name) {
+            (Some(value), _) => {
+                if let Err(e) = stmt.raw_bind_parameter(index, SqlArg::new(value)?) {
+                    return Ok(Err(sqlite_error(e)));
+                }
+            }
+            (None, _) if may_leave_unbound => {}
+            (None, Some(name)) => return invalid(format!("no value for parameter {name}")),
+            (None, None) => {
+                return invalid(format!(
+                    "parameter {index} is positional, but only named arguments were given"
+                ))
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Sets `max_page_count` from the configuration's size limit.
+fn apply_page_limit(conn: &Connection, config: &DatabaseConfig) -> Result<(), HranaError> {
+    let pages = config
+        .size_limit
+        .map_or(UNLIMITED_PAGES, |limit| (limit / PAGE_SIZE).max(1));
+    conn.pragma_update(None, "max_page_count", pages)
+        .map_err(|e| HranaError::Data(e.into()))
+}
+
+/// A URI that opens `path` read-only, for ATTACH.
+fn read_only_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3F"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?mode=ro");
+    uri
+}
+
+pub(crate) fn hrana_error(code: &str, message: impl Into<String>) -> proto::Error {
+    proto::Error {
+        message: message.into(),
+        code: code.to_string(),
+    }
+}
+
+/// The Hrana error for an SQLite failure: `SQL_INPUT_ERROR` when SQLite points at the
+/// offending text, else `SQLITE_<primary code>` (a generic error is `SQLITE_UNKNOWN`).
+pub(crate) fn sqlite_error(error: rusqlite::Error) -> proto::Error {
+    match error {
+        rusqlite::Error::SqlInputError { msg, offset, .. } => hrana_error(
+            "SQL_INPUT_ERROR",
+            format!("SQL input error: {msg} (at offset {offset})"),
+        ),
+        rusqlite::Error::SqliteFailure(error, message) => hrana_error(
+            sqlite_code(error.code),
+            format!(
+                "SQLite error: {}",
+                message.unwrap_or_else(|| error.to_string())
+            ),
+        ),
+        other => hrana_error("SQLITE_UNKNOWN", format!("SQLite error: {other}")),
+    }
+}
+
+fn sqlite_code(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InternalMalfunction => "SQLITE_INTERNAL",
+        ErrorCode::PermissionDenied => "SQLITE_PERM",
+        ErrorCode::OperationAborted => "SQLITE_ABORT",
+        ErrorCode::DatabaseBusy => "SQLITE_BUSY",
+        ErrorCode::DatabaseLocked => "SQLITE_LOCKED",
+        ErrorCode::OutOfMemory => "SQLITE_NOMEM",
+        ErrorCode::ReadOnly => "SQLITE_READONLY",
+        ErrorCode::OperationInterrupted => "SQLITE_INTERRUPT",
+        ErrorCode::SystemIoFailure => "SQLITE_IOERR",
+        ErrorCode::DatabaseCorrupt => "SQLITE_CORRUPT",
+        ErrorCode::NotFound => "SQLITE_NOTFOUND",
+        ErrorCode::DiskFull => "SQLITE_FULL",
+        ErrorCode::CannotOpen => "SQLITE_CANTOPEN",
+        ErrorCode::FileLockingProtocolFailed => "SQLITE_PROTOCOL",
+        ErrorCode::SchemaChanged => "SQLITE_SCHEMA",
+        ErrorCode::TooBig => "SQLITE_TOOBIG",
+        ErrorCode::ConstraintViolation => "SQLITE_CONSTRAINT",
+        ErrorCode::TypeMismatch => "SQLITE_MISMATCH",
+        ErrorCode::ApiMisuse => "SQLITE_MISUSE",
+        ErrorCode::NoLargeFileSupport => "SQLITE_NOLFS",
+        ErrorCode::AuthorizationForStatementDenied => "SQLITE_AUTH",
+        ErrorCode::ParameterOutOfRange => "SQLITE_RANGE",
+        ErrorCode::NotADatabase => "SQLITE_NOTADB",
+        _ => "SQLITE_UNKNOWN",
+    }
+}
+
+/// A pooled connection lent to a client. It goes back to the pool only as the client
+/// found it: outside a transaction, and without changed settings, temporary objects or
+/// attached databases (which the next client, maybe with other rights, must not inherit);
+/// otherwise it is closed, which also rolls back what the client left open.
+pub(crate) struct ClientConnection {
+    conn: Connection,
+    altered: Cell<bool>,
+}
+
+impl ClientConnection {
+    pub(crate) fn new(conn: Connection) -> ClientConnection {
+        ClientConnection {
+            conn,
+            altered: Cell::new(false),
+        }
+    }
+
+    pub(crate) fn checkout(node: &Node, db: &Database) -> Result<ClientConnection, DataError> {
+        node.pool.checkout(db).map(ClientConnection::new)
+    }
+
+    pub(crate) fn is_autocommit(&self) -> bool {
+        self.conn.is_autocommit()
+    }
+
+    /// Returns the connection to the pool if it can be reused, else closes it.
+    pub(crate) fn give_back(self, node: &Node, db_id: &str) {
+        if !self.altered.get() {
+            node.pool.checkin(db_id, self.conn);
+        }
+    }
+}
+
+/// Collects one statement's columns and rows within the response budget.
+struct ResultCollector<'b> {
+    budget: &'b Cell<usize>,
+    cols: Vec<proto::Col>,
+    rows: Vec<proto::Row>,
+}
+
+impl<'b> ResultCollector<'b> {
+    fn new(budget: &'b Cell<usize>) -> ResultCollector<'b> {
+        ResultCollector {
+            budget,
+            cols: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn finish(&mut self, stats: StmtStats) -> proto::StmtResult {
+        proto::StmtResult {
+            cols: std::mem::take(&mut self.cols),
+            rows: std::mem::take(&mut self.rows),
+            affected_row_count: stats.affected_row_count,
+            last_insert_rowid: stats.last_insert_rowid,
+            replication_index: None,
+            rows_read: stats.rows_read,
+            rows_written: stats.rows_written,
+            query_duration_ms: stats.query_duration_ms,
+        }
+    }
+}
+
+impl RowSink for ResultCollector<'_> {
+    fn columns(&mut self, cols: Vec<proto::Col>) -> Outcome<()> {
+        self.cols = cols;
+        self.rows.clear();
+        Ok(())
+    }
+
+    fn row(&mut self, values: Vec<proto::Value>) -> Outcome<()> {
+        let size: usize = values.iter().map(response_size).sum();
+        let remaining = self.budget.get();
+        if size > remaining {
+            return Err(hrana_error("RESPONSE_TOO_LARGE", "Response is too large"));
+        }
+        self.budget.set(remaining - size);
+        self.rows.push(proto::Row { values });
+        Ok(())
+    }
+}
+
+/// Collects a batch into a `BatchResult`.
+struct BatchCollector<'b> {
+    current: ResultCollector<'b>,
+    result: proto::BatchResult,
+}
+
+impl<'b> BatchCollector<'b> {
+    fn new(budget: &'b Cell<usize>, steps: usize) -> BatchCollector<'b> {
+        BatchCollector {
+            current: ResultCollector::new(budget),
+            result: proto::BatchResult {
+                step_results: Vec::with_capacity(steps),
+                step_errors: Vec::with_capacity(steps),
+                replication_index: None,
+            },
+        }
+    }
+
+    fn finish(self) -> proto::BatchResult {
+        self.result
+    }
+}
+
+impl RowSink for BatchCollector<'_> {
+    fn columns(&mut self, cols: Vec<proto::Col>) -> Outcome<()> {
+        self.current.columns(cols)
+    }
+
+    fn row(&mut self, values: Vec<proto::Value>) -> Outcome<()> {
+        self.current.row(values)
+    }
+}
+
+impl BatchSink for BatchCollector<'_> {
+    fn begin_step(&mut self, _step: usize) {
+        self.current.cols.clear();
+        self.current.rows.clear();
+    }
+
+    fn end_step(&mut self, _step: usize, outcome: Outcome<StmtStats>) {
+        let (result, error) = match outcome {
+            Ok(stats) => (Some(self.current.finish(stats)), None),
+            Err(error) => (None, Some(error)),
+        };
+        self.result.step_results.push(result);
+        self.result.step_errors.push(error);
+    }
+
+    fn skip_step(&mut self, _step: usize) {
+        self.result.step_results.push(None);
+        self.result.step_errors.push(None);
+    }
+}
+
+/// For `sequence`, whose rows nobody wants.
+struct DiscardRows;
+
+impl RowSink for DiscardRows {
+    fn columns(&mut self, _cols: Vec<proto::Col>) -> Outcome<()> {
+        Ok(())
+    }
+
+    fn row(&mut self, _values: Vec<proto::Value>) -> Outcome<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,520 @@
+//! Hrana over HTTP, versions 2 and 3: `POST /v2/pipeline`, `/v3/pipeline`, `/v3/cursor`
+//! (JSON) and `/v3-protobuf/pipeline`, `/v3-protobuf/cursor` (protobuf).
+//!
+//! A pipeline is a list of stream requests run in order on the stream its baton names
+//! (or on a new one), each answered by one result. Before any of them runs, every
+//! statement in the pipeline is checked against the caller's rights, so a refused
+//! request changes nothing.
+
+use super::cursor::{check_cursor, run_cursor, JsonCursorEntry, CURSOR_BUFFER};
+use super::exec::{Caller, ClientConnection, Outcome, Run};
+use super::stream::HttpStream;
+use super::{blocking, Encoding, HranaError, Version};
+use crate::auth::DbRequest;
+use crate::node::Node;
+use crate::DataPlaneState;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use libsql_hrana::proto;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often idle streams are checked for expiry.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(super) async fn pipeline_v2(
+    State(state): State<Arc<DataPlaneState>>,
+    request: DbRequest,
+    body: Bytes,
+) -> Response {
+    respond(
+        pipeline(state, request, body, Version::Hrana2, Encoding::Json).await,
+        Encoding::Json,
+    )
+}
+
+pub(super) async fn pipeline_v3(
+    State(state): State<Arc<DataPlaneState>>,
+    request: DbRequest,
+    body: Bytes,
+) -> Response {
+    respond(
+        pipeline(state, request, body, Version::Hrana3, Encoding::Json).await,
+        Encoding::Json,
+    )
+}
+
+pub(super) async fn pipeline_v3_protobuf(
+    State(state): State<Arc<DataPlaneState>>,
+    request: DbRequest,
+    body: Bytes,
+) -> Response {
+    respond(
+        pipeline(state, request, body, Version::Hrana3, Encoding::Protobuf).await,
+        Encoding::Protobuf,
+    )
+}
+
+pub(super) async fn cursor_v3(
+    State(state): State<Arc<DataPlaneState>>,
+    request: DbRequest,
+    body: Bytes,
+) -> Response {
+    respond(
+        cursor(state, request, body, Encoding::Json).await,
+        Encoding::Json,
+    )
+}
+
+pub(super) async fn cursor_v3_protobuf(
+    State(state): State<Arc<DataPlaneState>>,
+    request: DbRequest,
+    body: Bytes,
+) -> Response {
+    respond(
+        cursor(state, request, body, Encoding::Protobuf).await,
+        Encoding::Protobuf,
+    )
+}
+
+fn respond(result: Result<Response, HranaError>, encoding: Encoding) -> Response {
+    result.unwrap_or_else(|error| error.into_response(encoding))
+}
+
+async fn pipeline(
+    state: Arc<DataPlaneState>,
+    request: DbRequest,
+    body: Bytes,
+    version: Version,
+    encoding: Encoding,
+) -> Result<Response, HranaError> {
+    request.db.ensure_queryable()?;
+    let body: proto::PipelineReqBody = decode(&body, encoding)?;
+    let caller = Caller {
+        node: Arc::clone(&state.node),
+        db: request.db,
+        access: request.access,
+        version,
+    };
+    let lease = open_stream(&state, &caller, body.baton.as_deref()).await?;
+    // The blocking task owns the stream to the end, even if this request is abandoned.
+    let (baton, results) =
+        blocking(move || run_leased_pipeline(&caller, lease, body.requests)).await??;
+    Ok(encode(
+        &proto::PipelineRespBody {
+            baton,
+            base_url: None,
+            results,
+        },
+        encoding,
+    ))
+}
+
+/// A stream taken by one request. Dropped without being released (the request failed,
+/// panicked or was abandoned), the stream is forgotten and its connection closed.
+struct Lease {
+    state: Arc<DataPlaneState>,
+    stream: Option<Box<HttpStream>>,
+}
+
+impl Lease {
+    fn stream(&mut self) -> &mut HttpStream {
+        self.stream
+            .as_mut()
+            .expect("a lease holds its stream until it ends")
+    }
+
+    /// Keeps the stream for the next request; answers its baton (`None` once closed).
+    fn release(mut self) -> Option<String> {
+        let stream = self.stream.take()?;
+        self.state.streams.release(stream)
+    }
+
+    /// Drops the stream after a failed request, handing its connection back.
+    fn discard(mut self, node: &Node) {
+        if let Some(mut stream) = self.stream.take() {
+            self.state.streams.remove(stream.id());
+            if let Some(conn) = stream.conn.take() {
+                conn.give_back(node, stream.db_id());
+            }
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(stream) = self.stream.take() {
+            self.state.streams.remove(stream.id());
+        }
+    }
+}
+
+/// The stream a request continues (by its baton) or a new one.
+async fn open_stream(
+    state: &Arc<DataPlaneState>,
+    caller: &Caller,
+    baton: Option<&str>,
+) -> Result<Lease, HranaError> {
+    let db_id = caller.db.id();
+    let stream = match baton {
+        Some(baton) => state.streams.acquire(baton, &db_id)?,
+        None => {
+            let node = Arc::clone(&caller.node);
+            let db = Arc::clone(&caller.db);
+            let conn = blocking(move || ClientConnection::checkout(&node, &db)).await??;
+            start_sweeper(state);
+            state.streams.create(&db_id, conn)
+        }
+    };
+    Ok(Lease {
+        state: Arc::clone(state),
+        stream: Some(stream),
+    })
+}
+
+/// Expires idle streams in the background, for as long as the node serves.
+fn start_sweeper(state: &Arc<DataPlaneState>) {
+    if !state.streams.claim_sweeper() {
+        return;
+    }
+    let state = Arc::downgrade(state);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
+        loop {
+            ticks.tick().await;
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            let expired = state.streams.sweep(Instant::now());
+            if !expired.is_empty() {
+                let node = Arc::clone(&state.node);
+                tokio::task::spawn_blocking(move || {
+                    for (db_id, conn) in expired {
+                        conn.give_back(&node, &db_id);
+                    }
+                });
+            }
+        }
+    });
+}
+
+/// Runs a pipeline, then keeps the stream (answering its next baton) or, if the pipeline
+/// failed, drops it.
+fn run_leased_pipeline(
+    caller: &Caller,
+    mut lease: Lease,
+    requests: Vec<proto::StreamRequest>,
+) -> Result<(Option<String>, Vec<proto::StreamResult>), HranaError> {
+    match run_pipeline(caller, lease.stream(), requests) {
+        Ok(results) => Ok((lease.release(), results)),
+        Err(error) => {
+            lease.discard(&caller.node);
+            Err(error)
+        }
+    }
+}
+
+fn run_pipeline(
+    caller: &Caller,
+    stream: &mut HttpStream,
+    requests: Vec<proto::StreamRequest>,
+) -> Result<Vec<proto::StreamResult>, HranaError> {
+    authorize_pipeline(caller, stream, &requests)?;
+    requests
+        .into_iter()
+        .map(|request| {
+            Ok(match run_request(caller, stream, request)? {
+                Ok(response) => proto::StreamResult::Ok { response },
+                Err(error) => proto::StreamResult::Error { error },
+            })
+        })
+        .collect()
+}
+
+/// Checks every statement of the pipeline before any runs, following the SQL texts the
+/// pipeline itself stores and closes.
+fn authorize_pipeline(
+    caller: &Caller,
+    stream: &HttpStream,
+    requests: &[proto::StreamRequest],
+) -> Result<(), HranaError> {
+    let Some(conn) = &stream.conn else {
+        return Ok(());
+    };
+    let run = Run::start(caller, conn)?;
+    // Texts stored (`Some`) or closed (`None`) earlier in this pipeline.
+    let mut changed: HashMap<i32, Option<&str>> = HashMap::new();
+    let text = |sql: &Option<String>, sql_id: Option<i32>, changed: &HashMap<i32, Option<&str>>| {
+        match (sql.as_deref(), sql_id) {
+            (Some(sql), None) => Some(sql.to_string()),
+            (None, Some(id)) => match changed.get(&id) {
+                Some(text) => text.map(str::to_string),
+                None => stream
+                    .sqls
+                    .resolve(None, Some(id), caller.version)
+                    .ok()
+                    .map(str::to_string),
+            },
+            // Reported as a protocol error when the request runs.
+            _ => None,
+        }
+    };
+    for request in requests {
+        match request {
+            proto::StreamRequest::StoreSql(store) => {
+                changed.insert(store.sql_id, Some(&store.sql));
+            }
+            proto::StreamRequest::CloseSql(close) => {
+                changed.insert(close.sql_id, None);
+            }
+            proto::StreamRequest::Execute(execute) => {
+                if let Some(sql) = text(&execute.stmt.sql, execute.stmt.sql_id, &changed) {
+                    run.authorize(&sql)?;
+                }
+            }
+            proto::StreamRequest::Batch(batch) => {
+                for step in &batch.batch.steps {
+                    if let Some(sql) = text(&step.stmt.sql, step.stmt.sql_id, &changed) {
+                        run.authorize(&sql)?;
+                    }
+                }
+            }
+            proto::StreamRequest::Sequence(sequence) => {
+                if let Some(sql) = text(&sequence.sql, sequence.sql_id, &changed) {
+                    run.authorize(&sql)?;
+                }
+            }
+            // Nothing runs after the stream is closed.
+            proto::StreamRequest::Close(_) => break,
+            proto::StreamRequest::Describe(_)
+            | proto::StreamRequest::GetAutocommit(_)
+            | proto::StreamRequest::None => {}
+        }
+    }
+    Ok(())
+}
+
+fn run_request(
+    caller: &Caller,
+    stream: &mut HttpStream,
+    request: proto::StreamRequest,
+) -> Result<Outcome<proto::StreamResponse>, HranaError> {
+    use proto::StreamResponse as Response;
+    Ok(match request {
+        proto::StreamRequest::None => {
+            return Err(HranaError::Protocol(
+                "StreamRequest type not recognized".into(),
+            ))
+        }
+        proto::StreamRequest::Close(_) => {
+            if let Some(conn) = stream.conn.take() {
+                conn.give_back(&caller.node, stream.db_id());
+            }
+            Ok(Response::Close(proto::CloseStreamResp {}))
+        }
+        proto::StreamRequest::Execute(request) => {
+            let sql = stream.sqls.resolve(
+                request.stmt.sql.as_deref(),
+                request.stmt.sql_id,
+                caller.version,
+            )?;
+            Run::start(caller, open_connection(stream)?)?
+                .execute(&request.stmt, sql)?
+                .map(|result| Response::Execute(proto::ExecuteStreamResp { result }))
+        }
+        proto::StreamRequest::Batch(request) => {
+            let result = Run::start(caller, open_connection(stream)?)?
+                .batch(&request.batch, &stream.sqls)?;
+            Ok(Response::Batch(proto::BatchStreamResp { result }))
+        }
+        proto::StreamRequest::Sequence(request) => {
+            let sql =
+                stream
+                    .sqls
+                    .resolve(request.sql.as_deref(), request.sql_id, caller.version)?;
+            Run::start(caller, open_connection(stream)?)?
+                .sequence(sql)?
+                .map(|()| Response::Sequence(proto::SequenceStreamResp {}))
+        }
+        proto::StreamRequest::Describe(request) => {
+            let sql =
+                stream
+                    .sqls
+                    .resolve(request.sql.as_deref(), request.sql_id, caller.version)?;
+            Run::start(caller, open_connection(stream)?)?
+                .describe(sql)
+                .map(|result| Response::Describe(proto::DescribeStreamResp { result }))
+        }
+        proto::StreamRequest::StoreSql(request) => stream
+            .sqls
+            .store(request.sql_id, request.sql)?
+            .map(|()| Response::StoreSql(proto::StoreSqlStreamResp {})),
+        proto::StreamRequest::CloseSql(request) => {
+            stream.sqls.close(request.sql_id);
+            Ok(Response::CloseSql(proto::CloseSqlStreamResp {}))
+        }
+        proto::StreamRequest::GetAutocommit(_) => {
+            if caller.version < Version::Hrana3 {
+                return Err(HranaError::Protocol(
+                    "The `get_autocommit` request is only supported in protocol version hrana3 and higher"
+                        .into(),
+                ));
+            }
+            let is_autocommit = open_connection(stream)?.is_autocommit();
+            Ok(Response::GetAutocommit(proto::GetAutocommitStreamResp {
+                is_autocommit,
+            }))
+        }
+    })
+}
+
+fn open_connection(stream: &HttpStream) -> Result<&ClientConnection, HranaError> {
+    stream
+        .conn
+        .as_ref()
+        .ok_or_else(|| HranaError::Protocol("Stream for this baton was closed".into()))
+}
+
+/// `/v3/cursor`: runs a batch and streams its entries; the first line (or message) holds
+/// the baton.
+async fn cursor(
+    state: Arc<DataPlaneState>,
+    request: DbRequest,
+    body: Bytes,
+    encoding: Encoding,
+) -> Result<Response, HranaError> {
+    request.db.ensure_queryable()?;
+    let body: proto::CursorReqBody = decode(&body, encoding)?;
+    let caller = Caller {
+        node: Arc::clone(&state.node),
+        db: request.db,
+        access: request.access,
+        version: Version::Hrana3,
+    };
+    let mut lease = open_stream(&state, &caller, body.baton.as_deref()).await?;
+    let batch = body.batch;
+    // Checked before the response starts, so refusals still get their HTTP status.
+    let (caller, lease, batch) = blocking(move || {
+        let stream = lease.stream();
+        let checked = open_connection(stream)
+            .and_then(|conn| check_cursor(&caller, conn, &batch, &stream.sqls));
+        match checked {
+            Ok(()) => Ok((caller, lease, batch)),
+            Err(error) => {
+                lease.discard(&caller.node);
+                Err(error)
+            }
+        }
+    })
+    .await??;
+
+    let head = proto::CursorRespBody {
+        baton: lease
+            .stream
+            .as_ref()
+            .map(|stream| state.streams.baton(stream)),
+        base_url: None,
+    };
+    let head = match encoding {
+        Encoding::Json => json_line(&head),
+        Encoding::Protobuf => Bytes::from(prost::Message::encode_length_delimited_to_vec(&head)),
+    };
+    let (entries_tx, mut entries_rx) = tokio::sync::mpsc::channel::<Bytes>(CURSOR_BUFFER);
+    tokio::task::spawn_blocking(move || {
+        produce_cursor(&caller, lease, &batch, encoding, entries_tx)
+    });
+    let entries = futures_util::stream::poll_fn(move |cx| entries_rx.poll_recv(cx));
+    let body = futures_util::stream::once(async move { head })
+        .chain(entries)
+        .map(Ok::<_, Infallible>);
+    let content_type = match encoding {
+        Encoding::Json => "text/plain",
+        Encoding::Protobuf => "application/octet-stream",
+    };
+    Ok((
+        [(header::CONTENT_TYPE, content_type)],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// Runs a cursor's batch, sending encoded entries until it ends or the client leaves,
+/// then hands the stream back.
+fn produce_cursor(
+    caller: &Caller,
+    mut lease: Lease,
+    batch: &proto::Batch,
+    encoding: Encoding,
+    entries: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    // The last entry is held back until the stream is released: a client that acts on
+    // it at once (with the baton it already has) then finds the stream ready.
+    let mut held_back: Option<Bytes> = None;
+    let stream = lease.stream();
+    let ran = match &stream.conn {
+        Some(conn) => run_cursor(caller, conn, batch, &stream.sqls, |entry| {
+            let encoded = match encoding {
+                Encoding::Json => json_line(&JsonCursorEntry(entry)),
+                Encoding::Protobuf => {
+                    Bytes::from(prost::Message::encode_length_delimited_to_vec(&entry))
+                }
+            };
+            match held_back.replace(encoded) {
+                Some(previous) => entries.blocking_send(previous).is_ok(),
+                None => true,
+            }
+        }),
+        None => Ok(()),
+    };
+    if ran.is_ok() {
+        lease.release();
+    } else {
+        lease.discard(&caller.node);
+    }
+    if let Some(last) = held_back {
+        let _ = entries.blocking_send(last);
+    }
+}
+
+fn json_line<T: serde::Serialize>(value: &T) -> Bytes {
+    let mut line = serde_json::to_vec(value).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn decode<T: serde::de::DeserializeOwned + prost::Message + Default>(
+    body: &[u8],
+    encoding: Encoding,
+) -> Result<T, HranaError> {
+    match encoding {
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| {
+            HranaError::Protocol(format!("Cannot deserialize client message from JSON: {e}"))
+        }),
+        Encoding::Protobuf => T::decode(body).map_err(|e| {
+            HranaError::Protocol(format!(
+                "Could not decode client message from Protobuf: {e}"
+            ))
+        }),
+    }
+}
+
+fn encode<T: serde::Serialize + prost::Message>(body: &T, encoding: Encoding) -> Response {
+    let bytes = match encoding {
+        Encoding::Json => match serde_json::to_vec(body) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return crate::error::DataError::Internal(format!(
+                    "cannot encode a Hrana response: {e}"
+                ))
+                .into_response()
+            }
+        },
+        Encoding::Protobuf => body.encode_to_vec(),
+    };
+    ([(header::CONTENT_TYPE, encoding.content_type())], bytes).into_response()
+}

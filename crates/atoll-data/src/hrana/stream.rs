@@ -1,0 +1,329 @@
+//! Hrana-over-HTTP streams and their batons.
+//!
+//! A stream is a connection kept between HTTP requests. The client names it with a
+//! baton: 16 bytes (stream id, sequence number; both big-endian u64) followed by their
+//! HMAC-SHA256 under a key drawn at startup, base64 without padding. Batons are thus
+//! unforgeable and die with the process. Each request bumps the sequence number, so a
+//! baton works exactly once: replaying one, or sending one while its stream is busy, is
+//! refused. A stream idle for [`IDLE_TIMEOUT`] expires (its connection goes back to the
+//! pool, rolling back any open transaction); its id is remembered for
+//! [`EXPIRED_MEMORY`] so late batons get a clear `STREAM_EXPIRED` rather than "invalid".
+
+use super::exec::ClientConnection;
+use super::sql_store::{SqlStore, MAX_HTTP_STORED_SQL};
+use super::HranaError;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a stream may sit unused between requests (what sqld and its clients expect).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an expired stream's baton is still recognised.
+pub const EXPIRED_MEMORY: Duration = Duration::from_secs(300);
+
+/// Open Hrana streams of this node, by baton.
+pub struct StreamRegistry {
+    baton_key: [u8; 32],
+    idle_timeout: Duration,
+    streams: Mutex<HashMap<u64, Slot>>,
+    sweeper_started: AtomicBool,
+}
+
+/// What a stream carries between requests.
+pub(crate) struct HttpStream {
+    id: u64,
+    /// The sequence number the next baton must carry.
+    baton_seq: u64,
+    /// The database the stream is bound to: its baton is worthless elsewhere.
+    db_id: String,
+    /// `None` once a `close` request ran.
+    pub(crate) conn: Option<ClientConnection>,
+    pub(crate) sqls: SqlStore,
+}
+
+impl HttpStream {
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn db_id(&self) -> &str {
+        &self.db_id
+    }
+}
+
+enum Slot {
+    Idle {
+        stream: Box<HttpStream>,
+        expires_at: Instant,
+    },
+    /// Taken by a request in progress.
+    InUse,
+    Expired {
+        forget_at: Instant,
+    },
+}
+
+impl StreamRegistry {
+    pub fn new() -> StreamRegistry {
+        StreamRegistry::with_idle_timeout(IDLE_TIMEOUT)
+    }
+
+    pub fn with_idle_timeout(idle_timeout: Duration) -> StreamRegistry {
+        StreamRegistry {
+            baton_key: rand::random(),
+            idle_timeout,
+            streams: Mutex::new(HashMap::new()),
+            sweeper_started: AtomicBool::new(false),
+        }
+    }
+
+    /// Number of streams that hold a connection (idle or in use).
+    pub fn open_count(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|slot| !matches!(slot, Slot::Expired { .. }))
+            .count()
+    }
+
+    /// Registers a new stream around `conn`, taken by the caller's request.
+    pub(crate) fn create(&self, db_id: &str, conn: ClientConnection) -> Box<HttpStream> {
+        let mut streams = self.lock();
+        let id = loop {
+            let id = rand::random();
+            if !streams.contains_key(&id) {
+                break id;
+            }
+        };
+        streams.insert(id, Slot::InUse);
+        Box::new(HttpStream {
+            id,
+            // A random start makes an old baton of a reused id worthless too.
+            baton_seq: rand::random(),
+            db_id: db_id.to_string(),
+            conn: Some(conn),
+            sqls: SqlStore::new(MAX_HTTP_STORED_SQL),
+        })
+    }
+
+    /// Takes the stream a baton names, for one request on database `db_id`.
+    pub(crate) fn acquire(&self, baton: &str, db_id: &str) -> Result<Box<HttpStream>, HranaError> {
+        let invalid = || HranaError::Protocol("Received an invalid baton".into());
+        let (id, seq) = self.decode_baton(baton).ok_or_else(invalid)?;
+        let mut streams = self.lock();
+        let slot = streams.get_mut(&id).ok_or_else(invalid)?;
+        match slot {
+            Slot::InUse => return Err(reused_baton()),
+            Slot::Expired { .. } => return Err(HranaError::StreamExpired),
+            Slot::Idle { stream, .. } if stream.db_id != db_id => return Err(invalid()),
+            Slot::Idle { stream, .. } if stream.baton_seq != seq => return Err(reused_baton()),
+            Slot::Idle { .. } => {}
+        }
+        let Slot::Idle { mut stream, .. } = std::mem::replace(slot, Slot::InUse) else {
+            unreachable!("the slot was just seen idle");
+        };
+        stream.baton_seq = stream.baton_seq.wrapping_add(1);
+        Ok(stream)
+    }
+
+    /// The baton the stream answers to next (after this request).
+    pub(crate) fn baton(&self, stream: &HttpStream) -> String {
+        let mut payload = [0u8; 16];
+        payload[..8].copy_from_slice(&stream.id.to_be_bytes());
+        payload[8..].copy_from_slice(&stream.baton_seq.to_be_bytes());
+        let mut baton = payload.to_vec();
+        baton.extend_from_slice(&self.mac(&payload).finalize().into_bytes());
+        STANDARD_NO_PAD.encode(baton)
+    }
+
+    /// Ends a request on a stream: keeps it for the next request and answers its baton,
+    /// or, when it was closed, forgets it and answers `None`.
+    pub(crate) fn release(&self, stream: Box<HttpStream>) -> Option<String> {
+        let mut streams = self.lock();
+        if stream.conn.is_none() {
+            streams.remove(&stream.id);
+            return None;
+        }
+        let baton = self.baton(&stream);
+        streams.insert(
+            stream.id,
+            Slot::Idle {
+                expires_at: Instant::now() + self.idle_timeout,
+                stream,
+            },
+        );
+        Some(baton)
+    }
+
+    /// Forgets a stream whose request failed (its connection was disposed of with it).
+    pub(crate) fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Expires idle streams past their time and forgets old expired ones; answers the
+    /// connections to return to the pool, with their database ids.
+    pub(crate) fn sweep(&self, now: Instant) -> Vec<(String, ClientConnection)> {
+        let mut released = Vec::new();
+        let mut streams = self.lock();
+        streams.retain(|_, slot| match slot {
+            Slot::Idle { expires_at, .. } if *expires_at <= now => {
+                let expired = std::mem::replace(
+                    slot,
+                    Slot::Expired {
+                        forget_at: now + EXPIRED_MEMORY,
+                    },
+                );
+                if let Slot::Idle { mut stream, .. } = expired {
+                    if let Some(conn) = stream.conn.take() {
+                        released.push((std::mem::take(&mut stream.db_id), conn));
+                    }
+                }
+                true
+            }
+            Slot::Expired { forget_at } => *forget_at > now,
+            _ => true,
+        });
+        released
+    }
+
+    /// Whether the caller is the one to start the background sweep (once per registry).
+    pub(crate) fn claim_sweeper(&self) -> bool {
+        !self.sweeper_started.swap(true, Ordering::SeqCst)
+    }
+
+    fn decode_baton(&self, baton: &str) -> Option<(u64, u64)> {
+        let bytes = STANDARD_NO_PAD.decode(baton).ok()?;
+        if bytes.len() != 48 {
+            return None;
+        }
+        let (payload, tag) = bytes.split_at(16);
+        self.mac(payload).verify_slice(tag).ok()?;
+        let id = u64::from_be_bytes(payload[..8].try_into().ok()?);
+        let seq = u64::from_be_bytes(payload[8..].try_into().ok()?);
+        Some((id, seq))
+    }
+
+    fn mac(&self, payload: &[u8]) -> Hmac<Sha256> {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.baton_key).expect("HMAC takes keys of any size");
+        mac.update(payload);
+        mac
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Slot>> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Default for StreamRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn reused_baton() -> HranaError {
+    HranaError::Protocol("Received a baton that has already been used".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connection() -> ClientConnection {
+        ClientConnection::new(rusqlite::Connection::open_in_memory().unwrap())
+    }
+
+    fn registry(idle: Duration) -> StreamRegistry {
+        StreamRegistry::with_idle_timeout(idle)
+    }
+
+    fn protocol_message(result: Result<Box<HttpStream>, HranaError>) -> String {
+        match result {
+            Err(HranaError::Protocol(message)) => message,
+            Err(other) => panic!("expected a protocol error, got {other:?}"),
+            Ok(_) => panic!("expected a protocol error, got a stream"),
+        }
+    }
+
+    #[test]
+    fn batons_work_once_and_only_on_their_database() {
+        let streams = registry(IDLE_TIMEOUT);
+        let stream = streams.create("db1", connection());
+        let first = streams.release(stream).unwrap();
+        let stream = streams.acquire(&first, "db1").unwrap();
+        // The stream is busy: its current baton is refused too.
+        let busy_baton = streams.baton(&stream);
+        assert_eq!(
+            protocol_message(streams.acquire(&busy_baton, "db1")),
+            "Received a baton that has already been used"
+        );
+        let second = streams.release(stream).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(
+            protocol_message(streams.acquire(&first, "db1")),
+            "Received a baton that has already been used"
+        );
+        assert_eq!(
+            protocol_message(streams.acquire(&second, "db2")),
+            "Received an invalid baton"
+        );
+        // A refused attempt leaves the stream usable.
+        let stream = streams.acquire(&second, "db1").unwrap();
+        let mut tampered = STANDARD_NO_PAD.decode(streams.baton(&stream)).unwrap();
+        tampered[15] ^= 1;
+        assert_eq!(
+            protocol_message(streams.acquire(&STANDARD_NO_PAD.encode(tampered), "db1")),
+            "Received an invalid baton"
+        );
+        assert_eq!(
+            protocol_message(streams.acquire("not a baton", "db1")),
+            "Received an invalid baton"
+        );
+        // Batons of another process (another key) mean nothing here.
+        let other = registry(IDLE_TIMEOUT);
+        let foreign = other.release(other.create("db1", connection()));
+        assert_eq!(
+            protocol_message(streams.acquire(&foreign.unwrap(), "db1")),
+            "Received an invalid baton"
+        );
+        assert_eq!(streams.open_count(), 1);
+    }
+
+    #[test]
+    fn closed_streams_are_forgotten() {
+        let streams = registry(IDLE_TIMEOUT);
+        let mut stream = streams.create("db1", connection());
+        stream.conn = None;
+        assert_eq!(streams.release(stream), None);
+        assert_eq!(streams.open_count(), 0);
+    }
+
+    #[test]
+    fn idle_streams_expire_and_are_remembered_for_a_while() {
+        let streams = registry(Duration::from_millis(50));
+        let baton = streams
+            .release(streams.create("db1", connection()))
+            .unwrap();
+        let busy = streams.create("db1", connection());
+        assert!(streams.sweep(Instant::now()).is_empty());
+        let later = Instant::now() + Duration::from_millis(60);
+        let released = streams.sweep(later);
+        assert_eq!(released.len(), 1, "only the idle stream expires");
+        assert_eq!(released[0].0, "db1");
+        assert!(matches!(
+            streams.acquire(&baton, "db1"),
+            Err(HranaError::StreamExpired)
+        ));
+        assert!(streams.sweep(later + EXPIRED_MEMORY).is_empty());
+        assert_eq!(
+            protocol_message(streams.acquire(&baton, "db1")),
+            "Received an invalid baton"
+        );
+        streams.remove(busy.id());
+        assert_eq!(streams.open_count(), 0);
+    }
+}

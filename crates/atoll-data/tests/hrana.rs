@@ -1,0 +1,1661 @@
+//! Hrana over real HTTP and WebSocket against a node on 127.0.0.1.
+
+use atoll_data::jwt::{self, Claims, Namespaces, Permissions};
+use atoll_data::node::Node;
+use atoll_data::DataPlaneState;
+use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, Seed, TokenKey};
+use ed25519_dalek::SigningKey;
+use futures_util::{SinkExt, StreamExt};
+use libsql_hrana::proto;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_tungstenite::tungstenite;
+
+const ORG: &str = "acme";
+
+struct TestNode {
+    dir: PathBuf,
+    node: Arc<Node>,
+    addr: SocketAddr,
+    http: reqwest::Client,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A database on the test node, with its own signing key.
+struct TestDb {
+    addr: SocketAddr,
+    http: reqwest::Client,
+    config: DatabaseConfig,
+    key: SigningKey,
+}
+
+async fn start_node() -> TestNode {
+    let dir = std::env::temp_dir().join(format!("atoll-hrana-{}", uuid::Uuid::new_v4()));
+    let node = Arc::new(Node::open(&dir).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = DataPlaneState::new(Arc::clone(&node), "localhost");
+    let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(atoll_data::serve(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    TestNode {
+        dir,
+        node,
+        addr,
+        http: reqwest::Client::new(),
+        _shutdown: shutdown,
+    }
+}
+
+impl TestNode {
+    fn create_db(&self, name: &str) -> TestDb {
+        self.create_db_with(name, |_| {})
+    }
+
+    fn create_db_with(&self, name: &str, adjust: impl FnOnce(&mut DatabaseConfig)) -> TestDb {
+        let key = jwt::generate_key();
+        let mut config = DatabaseConfig {
+            id: uuid::Uuid::new_v4().to_string(),
+            name: name.to_string(),
+            org_id: "org-1".into(),
+            group_id: "group-1".into(),
+            label: format!("{name}-{ORG}"),
+            state: DatabaseState::Active,
+            block_reads: false,
+            block_writes: false,
+            size_limit: None,
+            allow_attach: false,
+            keys: vec![TokenKey {
+                kid: format!("{name}-key"),
+                public_key: jwt::encode_key(key.verifying_key().as_bytes()),
+            }],
+        };
+        adjust(&mut config);
+        self.node
+            .create_database(CreateDatabase {
+                config: config.clone(),
+                seed: Seed::Empty,
+            })
+            .unwrap();
+        TestDb {
+            addr: self.addr,
+            http: self.http.clone(),
+            config,
+            key,
+        }
+    }
+
+    fn configure(&self, db: &TestDb, adjust: impl FnOnce(&mut DatabaseConfig)) {
+        let mut config = db.config.clone();
+        adjust(&mut config);
+        self.node.configure(config).unwrap();
+    }
+}
+
+impl TestDb {
+    fn claims(&self, access: &str) -> Claims {
+        Claims {
+            a: access.into(),
+            id: Some(self.config.id.clone()),
+            gid: None,
+            p: None,
+            iat: 0,
+            exp: None,
+        }
+    }
+
+    fn sign(&self, claims: &Claims) -> String {
+        jwt::sign(claims, &self.key, &self.config.keys[0].kid)
+    }
+
+    fn token(&self) -> String {
+        self.sign(&self.claims("rw"))
+    }
+
+    fn read_only_token(&self) -> String {
+        self.sign(&self.claims("ro"))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn post_with(&self, path: &str, token: &str, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .header("x-namespace", &self.config.label)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.post_with(path, &self.token(), body).await
+    }
+
+    /// A pipeline that must succeed at the HTTP level.
+    async fn pipeline(&self, version: &str, body: Value) -> Value {
+        let response = self.post(&format!("/{version}/pipeline"), body).await;
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+        assert_eq!(response.headers()["content-type"], "application/json");
+        response.json().await.unwrap()
+    }
+
+    /// Runs statements on a fresh, closed stream and answers their results.
+    async fn run(&self, statements: &[Value]) -> Vec<Value> {
+        let mut requests: Vec<Value> = statements
+            .iter()
+            .map(|stmt| json!({"type": "execute", "stmt": stmt}))
+            .collect();
+        requests.push(json!({"type": "close"}));
+        let body = self.pipeline("v2", json!({"requests": requests})).await;
+        let mut results = body["results"].as_array().unwrap().clone();
+        assert_eq!(results.pop().unwrap()["response"]["type"], "close");
+        results
+    }
+
+    /// The result of one statement that must succeed.
+    async fn query(&self, stmt: Value) -> Value {
+        let result = self.run(&[stmt]).await.remove(0);
+        assert_eq!(result["type"], "ok", "{result}");
+        result["response"]["result"].clone()
+    }
+
+    /// The error of one statement that must fail.
+    async fn query_error(&self, stmt: Value) -> Value {
+        let result = self.run(&[stmt]).await.remove(0);
+        assert_eq!(result["type"], "error", "{result}");
+        result["error"].clone()
+    }
+}
+
+fn sql(text: &str) -> Value {
+    json!({"sql": text})
+}
+
+fn integer(value: i64) -> Value {
+    json!({"type": "integer", "value": value.to_string()})
+}
+
+fn text(value: &str) -> Value {
+    json!({"type": "text", "value": value})
+}
+
+async fn protocol_error(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 400);
+    assert_eq!(response.headers()["content-type"], "text/plain");
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn greetings_answer_version_probes() {
+    let node = start_node().await;
+    for path in ["/v1", "/v2", "/v3", "/v3-protobuf"] {
+        let response = node
+            .http
+            .get(format!("http://{}{path}", node.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert!(response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"));
+    }
+    // A plain GET / is not a WebSocket upgrade.
+    let response = node
+        .http
+        .get(format!("http://{}/", node.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+}
+
+#[tokio::test]
+async fn every_value_type_round_trips() {
+    let node = start_node().await;
+    let db = node.create_db("values");
+    let args = json!([
+        {"type": "null"},
+        {"type": "integer", "value": "-9223372036854775808"},
+        {"type": "float", "value": 1.5},
+        {"type": "text", "value": "héllo ✓"},
+        {"type": "blob", "base64": "AAEC/w=="},
+        {"type": "blob", "base64": "AAEC/w"}
+    ]);
+    let result = db
+        .query(json!({"sql": "SELECT ?, ?, ?, ?, ?, ?", "args": args}))
+        .await;
+    assert_eq!(
+        result["rows"][0],
+        json!([
+            {"type": "null"},
+            {"type": "integer", "value": "-9223372036854775808"},
+            {"type": "float", "value": 1.5},
+            {"type": "text", "value": "héllo ✓"},
+            {"type": "blob", "base64": "AAEC/w"},
+            {"type": "blob", "base64": "AAEC/w"}
+        ])
+    );
+    // Infinity has no JSON form; it comes back as NULL rather than breaking clients.
+    let result = db.query(sql("SELECT 1e999, -1e999")).await;
+    assert_eq!(
+        result["rows"][0],
+        json!([{"type": "null"}, {"type": "null"}])
+    );
+    // Integers must be strings.
+    let response = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "execute", "stmt": {"sql": "SELECT ?", "args": [{"type": "integer", "value": 1}]}}]}),
+        )
+        .await;
+    protocol_error(response).await;
+}
+
+#[tokio::test]
+async fn statement_results_carry_counts_and_stats() {
+    let node = start_node().await;
+    let db = node.create_db("results");
+    let results = db
+        .run(&[
+            sql("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)"),
+            sql("INSERT INTO t (name) VALUES ('a'), ('b')"),
+            sql("UPDATE t SET name = upper(name)"),
+            json!({"sql": "SELECT id, name, id * 2 AS double FROM t ORDER BY id", "want_rows": true}),
+            json!({"sql": "SELECT name FROM t", "want_rows": false}),
+            sql("DELETE FROM t WHERE id = 1"),
+            sql("CREATE TABLE u (x)"),
+        ])
+        .await;
+    let result = |i: usize| results[i]["response"]["result"].clone();
+    assert_eq!(result(0)["affected_row_count"], 0);
+    assert_eq!(result(0)["last_insert_rowid"], Value::Null);
+    assert_eq!(result(1)["affected_row_count"], 2);
+    assert_eq!(result(1)["last_insert_rowid"], "2");
+    assert_eq!(result(1)["rows_written"], 2);
+    assert_eq!(result(2)["affected_row_count"], 2);
+    assert_eq!(result(2)["last_insert_rowid"], Value::Null);
+    let select = result(3);
+    assert_eq!(
+        select["cols"],
+        json!([
+            {"name": "id", "decltype": "INTEGER"},
+            {"name": "name", "decltype": "TEXT"},
+            {"name": "double", "decltype": null}
+        ])
+    );
+    assert_eq!(
+        select["rows"][1],
+        json!([integer(2), text("B"), integer(4)])
+    );
+    assert_eq!(select["affected_row_count"], 0);
+    assert!(select["rows_read"].as_u64().unwrap() >= 2);
+    assert!(select["query_duration_ms"].as_f64().unwrap() >= 0.0);
+    assert_eq!(result(4)["rows"], json!([]));
+    assert_eq!(result(5)["affected_row_count"], 1);
+    // DDL after DML reports no changes of its own.
+    assert_eq!(result(6)["affected_row_count"], 0);
+}
+
+#[tokio::test]
+async fn pipelines_always_carry_baton_and_base_url() {
+    let node = start_node().await;
+    let db = node.create_db("keys");
+    let body = db
+        .pipeline(
+            "v2",
+            json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await;
+    assert!(body["baton"].is_string());
+    assert!(body.as_object().unwrap().contains_key("base_url"));
+    assert_eq!(body["base_url"], Value::Null);
+    let body = db
+        .pipeline(
+            "v2",
+            json!({"baton": body["baton"], "requests": [{"type": "close"}]}),
+        )
+        .await;
+    assert!(body.as_object().unwrap().contains_key("baton"));
+    assert_eq!(body["baton"], Value::Null);
+    assert_eq!(
+        body["results"],
+        json!([{"type": "ok", "response": {"type": "close"}}])
+    );
+    // The closed stream's connection went back to the pool.
+    assert!(node.node.pool.idle_count() >= 1);
+}
+
+#[tokio::test]
+async fn arguments_bind_by_position_and_by_name() {
+    let node = start_node().await;
+    let db = node.create_db("binding");
+    let named = db
+        .query(json!({
+            "sql": "SELECT :a, @b, $c",
+            "named_args": [
+                {"name": ":a", "value": integer(1)},
+                {"name": "b", "value": integer(2)},
+                {"name": "$c", "value": integer(3)}
+            ]
+        }))
+        .await;
+    assert_eq!(
+        named["rows"][0],
+        json!([integer(1), integer(2), integer(3)])
+    );
+    let numbered = db
+        .query(json!({"sql": "SELECT ?2, ?1", "args": [integer(1), integer(2)]}))
+        .await;
+    assert_eq!(numbered["rows"][0], json!([integer(2), integer(1)]));
+
+    let db = &db;
+    let error = |stmt| async move { db.query_error(stmt).await };
+    let missing = error(json!({"sql": "SELECT ?, ?", "args": [integer(1)]})).await;
+    assert_eq!(missing["code"], "ARGS_INVALID");
+    assert!(missing["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Arguments do not match SQL parameters"));
+    let too_many = error(json!({"sql": "SELECT ?", "args": [integer(1), integer(2)]})).await;
+    assert_eq!(too_many["code"], "ARGS_INVALID");
+    let unnamed =
+        error(json!({"sql": "SELECT :a", "named_args": [{"name": "b", "value": integer(1)}]}))
+            .await;
+    assert_eq!(unnamed["code"], "ARGS_INVALID");
+    let both = error(json!({
+        "sql": "SELECT ?",
+        "args": [integer(1)],
+        "named_args": [{"name": "a", "value": integer(1)}]
+    }))
+    .await;
+    assert_eq!(both["code"], "ARGS_BOTH_POSITIONAL_AND_NAMED");
+    // EXPLAIN may leave parameters unbound.
+    db.query(sql("EXPLAIN SELECT ?")).await;
+
+    assert_eq!(
+        error(sql("  -- nothing\n")).await["code"],
+        "SQL_NO_STATEMENT"
+    );
+    assert_eq!(
+        error(sql("SELECT 1; SELECT 2")).await["code"],
+        "SQL_MANY_STATEMENTS"
+    );
+    // A trailing semicolon and comment are not a second statement.
+    db.query(sql("SELECT 1; -- done")).await;
+    let syntax = error(sql("SELEC 1")).await;
+    assert_eq!(syntax["code"], "SQL_INPUT_ERROR");
+    assert!(syntax["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("SQL input error: near \"SELEC\": syntax error"));
+    let no_table = error(sql("SELECT * FROM nowhere")).await;
+    assert_eq!(no_table["code"], "SQLITE_UNKNOWN");
+    assert_eq!(no_table["message"], "SQLite error: no such table: nowhere");
+    db.run(&[
+        sql("CREATE TABLE u (x UNIQUE)"),
+        sql("INSERT INTO u VALUES (1)"),
+    ])
+    .await;
+    let constraint = error(sql("INSERT INTO u VALUES (1)")).await;
+    assert_eq!(constraint["code"], "SQLITE_CONSTRAINT");
+    assert!(constraint["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("SQLite error: UNIQUE constraint failed"));
+}
+
+#[tokio::test]
+async fn batches_follow_their_conditions() {
+    let node = start_node().await;
+    let db = node.create_db("batches");
+    let steps = json!([
+        {"stmt": sql("CREATE TABLE t (x)")},
+        {"stmt": sql("INSERT INTO nowhere VALUES (1)"), "condition": {"type": "ok", "step": 0}},
+        {"stmt": sql("INSERT INTO t VALUES (1)"), "condition": {"type": "error", "step": 1}},
+        {"stmt": sql("SELECT 'skipped'"), "condition": {"type": "ok", "step": 1}},
+        // sqld's rule: a skipped step counts as failed.
+        {"stmt": sql("SELECT 'after skipped'"), "condition": {"type": "error", "step": 3}},
+        {"stmt": sql("SELECT count(*) FROM t"), "condition": {"type": "and", "conds": [
+            {"type": "ok", "step": 2},
+            {"type": "not", "cond": {"type": "ok", "step": 3}},
+            {"type": "or", "conds": [{"type": "ok", "step": 1}, {"type": "ok", "step": 0}]}
+        ]}}
+    ]);
+    let body = db
+        .pipeline(
+            "v2",
+            json!({"requests": [{"type": "batch", "batch": {"steps": steps}}, {"type": "close"}]}),
+        )
+        .await;
+    let result = &body["results"][0]["response"]["result"];
+    let step_results = result["step_results"].as_array().unwrap();
+    let step_errors = result["step_errors"].as_array().unwrap();
+    assert_eq!(step_results.len(), 6);
+    assert_eq!(step_errors.len(), 6);
+    assert!(step_results[0].is_object() && step_errors[0].is_null());
+    assert!(step_results[1].is_null());
+    assert_eq!(step_errors[1]["code"], "SQLITE_UNKNOWN");
+    assert!(step_results[2].is_object());
+    assert!(step_results[3].is_null() && step_errors[3].is_null());
+    assert_eq!(step_results[4]["rows"][0][0], text("after skipped"));
+    assert_eq!(step_results[5]["rows"][0][0], integer(1));
+
+    // Conditions may only look back.
+    let response = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "batch", "batch": {"steps": [
+                {"stmt": sql("SELECT 1"), "condition": {"type": "ok", "step": 0}}
+            ]}}]}),
+        )
+        .await;
+    assert_eq!(
+        protocol_error(response).await,
+        "Invalid reference to step in a batch condition"
+    );
+    // `is_autocommit` exists from Hrana 3 on.
+    let batch = json!({"steps": [
+        {"stmt": sql("BEGIN")},
+        {"stmt": sql("SELECT 'in transaction'"), "condition": {"type": "not", "cond": {"type": "is_autocommit"}}},
+        {"stmt": sql("COMMIT")},
+        {"stmt": sql("SELECT 'after'"), "condition": {"type": "is_autocommit"}}
+    ]});
+    let response = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "batch", "batch": batch}]}),
+        )
+        .await;
+    protocol_error(response).await;
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"requests": [{"type": "batch", "batch": batch}, {"type": "close"}]}),
+        )
+        .await;
+    let step_results = &body["results"][0]["response"]["result"]["step_results"];
+    assert_eq!(step_results[1]["rows"][0][0], text("in transaction"));
+    assert_eq!(step_results[3]["rows"][0][0], text("after"));
+}
+
+#[tokio::test]
+async fn sequences_descriptions_and_stored_sql() {
+    let node = start_node().await;
+    let db = node.create_db("stored");
+    let body = db
+        .pipeline(
+            "v2",
+            json!({"requests": [
+                {"type": "sequence", "sql": "CREATE TABLE t (x TEXT); INSERT INTO t VALUES ('a'); INSERT INTO t VALUES ('b');"},
+                {"type": "sequence", "sql": "INSERT INTO t VALUES ('c'); INSERT INTO nowhere VALUES (1); INSERT INTO t VALUES ('d')"},
+                {"type": "store_sql", "sql_id": 7, "sql": "SELECT count(*) FROM t WHERE x <> ?"},
+                {"type": "execute", "stmt": {"sql_id": 7, "args": [text("a")]}},
+                {"type": "describe", "sql_id": 7},
+                {"type": "describe", "sql": "EXPLAIN SELECT x AS renamed, 1 FROM t WHERE x = :v"},
+                {"type": "close_sql", "sql_id": 7},
+                {"type": "close_sql", "sql_id": 99},
+                {"type": "store_sql", "sql_id": 8, "sql": "x".repeat(5001)}
+            ]}),
+        )
+        .await;
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(
+        results[0],
+        json!({"type": "ok", "response": {"type": "sequence"}})
+    );
+    assert_eq!(results[1]["type"], "error");
+    assert_eq!(results[1]["error"]["code"], "SQLITE_UNKNOWN");
+    assert_eq!(results[2]["response"]["type"], "store_sql");
+    // 'c' went in before the failure, 'd' never ran.
+    assert_eq!(results[3]["response"]["result"]["rows"][0][0], integer(2));
+    assert_eq!(
+        results[4]["response"]["result"],
+        json!({
+            "params": [{"name": null}],
+            "cols": [{"name": "count(*)", "decltype": null}],
+            "is_explain": false,
+            "is_readonly": true
+        })
+    );
+    let explain = &results[5]["response"]["result"];
+    assert_eq!(explain["is_explain"], true);
+    assert_eq!(explain["params"], json!([{"name": ":v"}]));
+    assert_eq!(results[6]["response"]["type"], "close_sql");
+    assert_eq!(results[7]["response"]["type"], "close_sql");
+    assert_eq!(results[8]["error"]["code"], "SQL_STORE_TOO_LARGE");
+
+    // At most 50 texts per stream.
+    let mut requests: Vec<Value> = (0..51)
+        .map(|id| json!({"type": "store_sql", "sql_id": id, "sql": "SELECT 1"}))
+        .collect();
+    requests.push(json!({"type": "close"}));
+    let body = db.pipeline("v2", json!({"requests": requests})).await;
+    assert_eq!(body["results"][49]["type"], "ok");
+    assert_eq!(body["results"][50]["error"]["code"], "SQL_STORE_TOO_MANY");
+
+    // Reusing a live id, or naming an unknown one, breaks the protocol.
+    let duplicate = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [
+                {"type": "store_sql", "sql_id": 1, "sql": "SELECT 1"},
+                {"type": "store_sql", "sql_id": 1, "sql": "SELECT 2"}
+            ]}),
+        )
+        .await;
+    assert_eq!(protocol_error(duplicate).await, "SQL text 1 already exists");
+    let unknown = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "execute", "stmt": {"sql_id": 3}}]}),
+        )
+        .await;
+    assert_eq!(protocol_error(unknown).await, "SQL text 3 not found");
+}
+
+#[tokio::test]
+async fn transactions_span_pipelines_through_batons() {
+    let node = start_node().await;
+    let db = node.create_db("txn");
+    db.run(&[sql("CREATE TABLE t (x)")]).await;
+    let first = db
+        .pipeline(
+            "v2",
+            json!({"requests": [
+                {"type": "execute", "stmt": sql("BEGIN")},
+                {"type": "execute", "stmt": sql("INSERT INTO t VALUES (1)")}
+            ]}),
+        )
+        .await;
+    let baton = first["baton"].as_str().unwrap().to_string();
+    // Other streams do not see the uncommitted row.
+    let count = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(count["rows"][0][0], integer(0));
+
+    let second = db
+        .pipeline(
+            "v3",
+            json!({"baton": baton, "requests": [
+                {"type": "get_autocommit"},
+                {"type": "execute", "stmt": sql("INSERT INTO t VALUES (2)")}
+            ]}),
+        )
+        .await;
+    assert_eq!(
+        second["results"][0]["response"],
+        json!({"type": "get_autocommit", "is_autocommit": false})
+    );
+    let next = second["baton"].as_str().unwrap().to_string();
+    assert_ne!(next, baton);
+
+    // A baton works once.
+    let replay = db
+        .post(
+            "/v2/pipeline",
+            json!({"baton": baton, "requests": [{"type": "execute", "stmt": sql("COMMIT")}]}),
+        )
+        .await;
+    assert_eq!(
+        protocol_error(replay).await,
+        "Received a baton that has already been used"
+    );
+    // A baton belongs to its database.
+    let other = node.create_db("other");
+    let elsewhere = other
+        .post(
+            "/v2/pipeline",
+            json!({"baton": next, "requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await;
+    assert_eq!(protocol_error(elsewhere).await, "Received an invalid baton");
+    let forged = db
+        .post(
+            "/v2/pipeline",
+            json!({"baton": "AAAA", "requests": [{"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(protocol_error(forged).await, "Received an invalid baton");
+
+    // The refusals left the stream alone.
+    let last = db
+        .pipeline(
+            "v2",
+            json!({"baton": next, "requests": [
+                {"type": "execute", "stmt": sql("COMMIT")},
+                {"type": "close"},
+                {"type": "close_sql", "sql_id": 1}
+            ]}),
+        )
+        .await;
+    assert_eq!(last["baton"], Value::Null);
+    let count = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(count["rows"][0][0], integer(2));
+
+    // Statements after `close` in the same pipeline have no stream left.
+    let after_close = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "close"}, {"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await;
+    assert_eq!(
+        protocol_error(after_close).await,
+        "Stream for this baton was closed"
+    );
+}
+
+#[tokio::test]
+async fn get_autocommit_needs_hrana_3() {
+    let node = start_node().await;
+    let db = node.create_db("autocommit");
+    let response = db
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "get_autocommit"}]}),
+        )
+        .await;
+    assert!(protocol_error(response).await.contains("hrana3"));
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"requests": [{"type": "get_autocommit"}, {"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(
+        body["results"][0]["response"],
+        json!({"type": "get_autocommit", "is_autocommit": true})
+    );
+}
+
+#[tokio::test]
+async fn begin_readonly_is_understood() {
+    let node = start_node().await;
+    let db = node.create_db("readonly");
+    db.run(&[sql("CREATE TABLE t (x)")]).await;
+    for begin in ["BEGIN READONLY", "BEGIN TRANSACTION READONLY"] {
+        let results = db
+            .run(&[sql(begin), sql("SELECT count(*) FROM t"), sql("COMMIT")])
+            .await;
+        assert!(results.iter().all(|r| r["type"] == "ok"), "{results:?}");
+    }
+    // Read-only tokens may open such transactions too.
+    let response = db
+        .post_with(
+            "/v2/pipeline",
+            &db.read_only_token(),
+            json!({"requests": [
+                {"type": "execute", "stmt": sql("BEGIN TRANSACTION READONLY")},
+                {"type": "execute", "stmt": sql("SELECT * FROM t")},
+                {"type": "execute", "stmt": sql("COMMIT")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn cursor_streams_entries_as_json_lines() {
+    let node = start_node().await;
+    let db = node.create_db("cursor");
+    db.run(&[
+        sql("CREATE TABLE t (x INTEGER)"),
+        sql("INSERT INTO t VALUES (1), (2)"),
+    ])
+    .await;
+    let response = db
+        .post(
+            "/v3/cursor",
+            json!({"batch": {"steps": [
+                {"stmt": sql("SELECT x FROM t ORDER BY x")},
+                {"stmt": sql("SELECT 'skipped'"), "condition": {"type": "error", "step": 0}},
+                {"stmt": sql("INSERT INTO t VALUES (3)")},
+                {"stmt": sql("SELECT * FROM nowhere")}
+            ]}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/plain");
+    let text = response.text().await.unwrap();
+    assert!(text.ends_with('\n'));
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let head = &lines[0];
+    assert!(head["baton"].is_string());
+    assert_eq!(head["base_url"], Value::Null);
+    assert_eq!(
+        lines[1..].to_vec(),
+        vec![
+            json!({"type": "step_begin", "step": 0, "cols": [{"name": "x", "decltype": "INTEGER"}]}),
+            json!({"type": "row", "row": [integer(1)]}),
+            json!({"type": "row", "row": [integer(2)]}),
+            json!({"type": "step_end", "affected_row_count": 0, "last_insert_rowid": null}),
+            json!({"type": "step_begin", "step": 2, "cols": []}),
+            json!({"type": "step_end", "affected_row_count": 1, "last_insert_rowid": "3"}),
+            json!({"type": "step_error", "step": 3, "error": {
+                "message": "SQLite error: no such table: nowhere",
+                "code": "SQLITE_UNKNOWN"
+            }}),
+        ]
+    );
+    // The stream goes on with the cursor's baton.
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"baton": head["baton"], "requests": [
+                {"type": "execute", "stmt": sql("SELECT count(*) FROM t")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    assert_eq!(
+        body["results"][0]["response"]["result"]["rows"][0][0],
+        integer(3)
+    );
+}
+
+/// Protobuf messages as a client encodes and decodes them (the server-side types of
+/// `libsql-hrana` only encode responses and only decode requests).
+mod protobuf {
+    use libsql_hrana::proto::{Batch, Error, Stmt, StmtResult};
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Empty {}
+
+    #[derive(prost::Message)]
+    pub struct PipelineRequest {
+        #[prost(string, optional, tag = "1")]
+        pub baton: Option<String>,
+        #[prost(message, repeated, tag = "2")]
+        pub requests: Vec<StreamRequest>,
+    }
+
+    #[derive(prost::Message)]
+    pub struct StreamRequest {
+        #[prost(oneof = "Request", tags = "1, 2")]
+        pub request: Option<Request>,
+    }
+
+    #[derive(prost::Oneof)]
+    pub enum Request {
+        #[prost(message, tag = "1")]
+        Close(Empty),
+        #[prost(message, tag = "2")]
+        Execute(ExecuteRequest),
+    }
+
+    #[derive(prost::Message)]
+    pub struct ExecuteRequest {
+        #[prost(message, required, tag = "1")]
+        pub stmt: Stmt,
+    }
+
+    #[derive(prost::Message)]
+    pub struct PipelineResponse {
+        #[prost(string, optional, tag = "1")]
+        pub baton: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub base_url: Option<String>,
+        #[prost(message, repeated, tag = "3")]
+        pub results: Vec<StreamResult>,
+    }
+
+    #[derive(prost::Message)]
+    pub struct StreamResult {
+        #[prost(oneof = "Outcome", tags = "1, 2")]
+        pub outcome: Option<Outcome>,
+    }
+
+    #[derive(prost::Oneof)]
+    pub enum Outcome {
+        #[prost(message, tag = "1")]
+        Ok(StreamResponse),
+        #[prost(message, tag = "2")]
+        Error(Error),
+    }
+
+    #[derive(prost::Message)]
+    pub struct StreamResponse {
+        #[prost(oneof = "Response", tags = "1, 2")]
+        pub response: Option<Response>,
+    }
+
+    #[derive(prost::Oneof)]
+    pub enum Response {
+        #[prost(message, tag = "1")]
+        Close(Empty),
+        #[prost(message, tag = "2")]
+        Execute(ExecuteResponse),
+    }
+
+    #[derive(prost::Message)]
+    pub struct ExecuteResponse {
+        #[prost(message, required, tag = "1")]
+        pub result: StmtResult,
+    }
+
+    #[derive(prost::Message)]
+    pub struct CursorRequest {
+        #[prost(string, optional, tag = "1")]
+        pub baton: Option<String>,
+        #[prost(message, required, tag = "2")]
+        pub batch: Batch,
+    }
+
+    #[derive(prost::Message)]
+    pub struct CursorHead {
+        #[prost(string, optional, tag = "1")]
+        pub baton: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub base_url: Option<String>,
+    }
+
+    #[derive(prost::Message)]
+    pub struct CursorEntry {
+        #[prost(oneof = "Entry", tags = "1, 2, 4")]
+        pub entry: Option<Entry>,
+    }
+
+    #[derive(prost::Oneof)]
+    pub enum Entry {
+        #[prost(message, tag = "1")]
+        StepBegin(libsql_hrana::proto::StepBeginEntry),
+        #[prost(message, tag = "2")]
+        StepEnd(libsql_hrana::proto::StepEndEntry),
+        #[prost(message, tag = "4")]
+        Row(libsql_hrana::proto::Row),
+    }
+}
+
+#[tokio::test]
+async fn protobuf_pipeline_and_cursor_round_trip() {
+    use prost::Message;
+    let node = start_node().await;
+    let db = node.create_db("protobuf");
+    let mut stmt = proto::Stmt::new("SELECT ?, ?, ?, ?, ?", true);
+    stmt.bind(proto::Value::Null);
+    stmt.bind(proto::Value::Integer { value: -42 });
+    stmt.bind(proto::Value::Float { value: 2.5 });
+    stmt.bind(proto::Value::Text {
+        value: "text".into(),
+    });
+    stmt.bind(proto::Value::Blob {
+        value: bytes::Bytes::from_static(&[0, 1, 255]),
+    });
+    let request = protobuf::PipelineRequest {
+        baton: None,
+        requests: vec![
+            protobuf::StreamRequest {
+                request: Some(protobuf::Request::Execute(protobuf::ExecuteRequest {
+                    stmt,
+                })),
+            },
+            protobuf::StreamRequest {
+                request: Some(protobuf::Request::Close(protobuf::Empty {})),
+            },
+        ],
+    };
+    let response = db
+        .http
+        .post(db.url("/v3-protobuf/pipeline"))
+        .header("x-namespace", &db.config.label)
+        .bearer_auth(db.token())
+        .body(request.encode_to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-protobuf");
+    let body =
+        protobuf::PipelineResponse::decode(response.bytes().await.unwrap().as_ref()).unwrap();
+    assert_eq!(body.baton, None);
+    assert_eq!(body.results.len(), 2);
+    let Some(protobuf::Outcome::Ok(protobuf::StreamResponse {
+        response: Some(protobuf::Response::Execute(execute)),
+    })) = &body.results[0].outcome
+    else {
+        panic!("expected an execute result");
+    };
+    let values = &execute.result.rows[0].values;
+    assert!(matches!(values[0], proto::Value::Null));
+    assert!(matches!(values[1], proto::Value::Integer { value: -42 }));
+    assert!(matches!(values[2], proto::Value::Float { value } if value == 2.5));
+    assert!(matches!(&values[3], proto::Value::Text { value } if &**value == "text"));
+    assert!(matches!(&values[4], proto::Value::Blob { value } if value.as_ref() == [0, 1, 255]));
+
+    let cursor = protobuf::CursorRequest {
+        baton: None,
+        batch: proto::Batch::single(proto::Stmt::new("SELECT 7", true)),
+    };
+    let response = db
+        .http
+        .post(db.url("/v3-protobuf/cursor"))
+        .header("x-namespace", &db.config.label)
+        .bearer_auth(db.token())
+        .body(cursor.encode_to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/octet-stream"
+    );
+    let mut body = response.bytes().await.unwrap();
+    let head = protobuf::CursorHead::decode_length_delimited(&mut body).unwrap();
+    assert!(head.baton.is_some());
+    let mut entries = Vec::new();
+    while !body.is_empty() {
+        entries.push(protobuf::CursorEntry::decode_length_delimited(&mut body).unwrap());
+    }
+    assert_eq!(entries.len(), 3);
+    assert!(matches!(
+        &entries[1].entry,
+        Some(protobuf::Entry::Row(row)) if matches!(row.values[0], proto::Value::Integer { value: 7 })
+    ));
+}
+
+#[tokio::test]
+async fn hrana_1_over_http_is_stateless() {
+    let node = start_node().await;
+    let db = node.create_db("v1");
+    let response = db
+        .post(
+            "/v1/execute",
+            json!({"stmt": {"sql": "CREATE TABLE t (x UNIQUE)", "args": [], "named_args": [], "want_rows": true}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"]["affected_row_count"], 0);
+
+    let response = db
+        .post(
+            "/v1/batch",
+            json!({"batch": {"steps": [
+                {"stmt": sql("BEGIN")},
+                {"stmt": json!({"sql": "INSERT INTO t VALUES (?)", "args": [integer(1)]}), "condition": {"type": "ok", "step": 0}},
+                {"stmt": sql("COMMIT"), "condition": {"type": "ok", "step": 1}},
+                {"stmt": sql("ROLLBACK"), "condition": {"type": "not", "cond": {"type": "ok", "step": 2}}}
+            ]}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"]["step_results"][1]["affected_row_count"], 1);
+    assert_eq!(body["result"]["step_results"][3], Value::Null);
+
+    let failing = [
+        (
+            json!({"sql": "INSERT INTO t VALUES (1)"}),
+            500,
+            "SQLITE_CONSTRAINT",
+        ),
+        (json!({"sql": "SELEC"}), 400, "SQL_INPUT_ERROR"),
+        (
+            json!({"sql": "SELECT ?", "args": [integer(1)], "named_args": [{"name": "a", "value": integer(1)}]}),
+            501,
+            "ARGS_BOTH_POSITIONAL_AND_NAMED",
+        ),
+    ];
+    for (stmt, status, code) in failing {
+        let response = db.post("/v1/execute", json!({"stmt": stmt})).await;
+        assert_eq!(response.status(), status, "{code}");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["code"], code);
+        assert!(error["message"].is_string());
+    }
+    // Hrana 1 has no stored SQL.
+    let response = db.post("/v1/execute", json!({"stmt": {"sql_id": 1}})).await;
+    protocol_error(response).await;
+    // A transaction left open dies with its request.
+    db.post("/v1/execute", json!({"stmt": sql("BEGIN")})).await;
+    let response = db
+        .post(
+            "/v1/execute",
+            json!({"stmt": sql("SELECT count(*) FROM t")}),
+        )
+        .await;
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"]["rows"][0][0], integer(1));
+}
+
+#[tokio::test]
+async fn block_flags_apply_from_the_next_request() {
+    let node = start_node().await;
+    let db = node.create_db("blocked");
+    db.run(&[sql("CREATE TABLE t (x)")]).await;
+    let open = db
+        .pipeline(
+            "v2",
+            json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await;
+
+    node.configure(&db, |c| c.block_writes = true);
+    let results = db
+        .run(&[
+            sql("INSERT INTO t VALUES (1)"),
+            sql("CREATE TABLE u (x)"),
+            sql("SELECT count(*) FROM t"),
+            sql("BEGIN IMMEDIATE"),
+            sql("COMMIT"),
+        ])
+        .await;
+    assert_eq!(results[0]["error"]["code"], "BLOCKED");
+    assert_eq!(results[0]["error"]["message"], "Operation was blocked");
+    assert_eq!(results[1]["error"]["code"], "BLOCKED");
+    assert_eq!(results[2]["type"], "ok");
+    assert_eq!(results[3]["type"], "ok");
+    assert_eq!(results[4]["type"], "ok");
+    // A stream opened before the change follows it too.
+    let continued = db
+        .pipeline(
+            "v2",
+            json!({"baton": open["baton"], "requests": [
+                {"type": "execute", "stmt": sql("INSERT INTO t VALUES (1)")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    assert_eq!(continued["results"][0]["error"]["code"], "BLOCKED");
+
+    node.configure(&db, |c| c.block_reads = true);
+    let results = db
+        .run(&[sql("SELECT 1"), sql("BEGIN"), sql("ROLLBACK")])
+        .await;
+    assert_eq!(results[0]["error"]["code"], "BLOCKED");
+    assert_eq!(results[1]["error"]["code"], "BLOCKED");
+    // ROLLBACK is never blocked (here it fails only because no transaction is open).
+    assert_ne!(results[2]["error"]["code"], "BLOCKED");
+
+    node.configure(&db, |_| {});
+    db.query(sql("INSERT INTO t VALUES (1)")).await;
+}
+
+#[tokio::test]
+async fn read_only_tokens_cannot_write() {
+    let node = start_node().await;
+    let db = node.create_db("ro");
+    db.run(&[sql("CREATE TABLE t (x)"), sql("INSERT INTO t VALUES (1)")])
+        .await;
+    let read_only = db.read_only_token();
+    let response = db
+        .post_with(
+            "/v2/pipeline",
+            &read_only,
+            json!({"requests": [{"type": "execute", "stmt": sql("SELECT x FROM t")}, {"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+
+    let writes = [
+        json!({"type": "execute", "stmt": sql("INSERT INTO t VALUES (2)")}),
+        json!({"type": "batch", "batch": {"steps": [{"stmt": sql("SELECT 1")}, {"stmt": sql("DELETE FROM t")}]}}),
+        json!({"type": "sequence", "sql": "SELECT 1; CREATE TABLE u (x)"}),
+    ];
+    for write in writes {
+        let response = db
+            .post_with(
+                "/v2/pipeline",
+                &read_only,
+                json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}, write]}),
+            )
+            .await;
+        assert_eq!(response.status(), 403);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["error"],
+            format!(
+                "Authorization forbidden: Current session doesn't have Write permission to namespace {}",
+                db.config.label
+            )
+        );
+    }
+    let response = db
+        .post_with(
+            "/v1/execute",
+            &read_only,
+            json!({"stmt": sql("UPDATE t SET x = 3")}),
+        )
+        .await;
+    assert_eq!(response.status(), 403);
+    let count = db.query(sql("SELECT count(*), max(x) FROM t")).await;
+    assert_eq!(count["rows"][0], json!([integer(1), integer(1)]));
+}
+
+#[tokio::test]
+async fn size_limit_surfaces_as_sqlite_full() {
+    let node = start_node().await;
+    let db = node.create_db_with("small", |c| c.size_limit = Some(64 * 1024));
+    let results = db
+        .run(&[
+            sql("CREATE TABLE t (x)"),
+            sql("INSERT INTO t VALUES (zeroblob(200000))"),
+            // Raising the limit from SQL does not escape it.
+            sql("PRAGMA max_page_count = 100000"),
+            sql("INSERT INTO t VALUES (zeroblob(200000))"),
+        ])
+        .await;
+    assert_eq!(results[0]["type"], "ok");
+    assert_eq!(results[1]["error"]["code"], "SQLITE_FULL");
+    assert_eq!(results[3]["error"]["code"], "SQLITE_FULL");
+}
+
+#[tokio::test]
+async fn attach_needs_the_token_grant_and_the_targets_consent() {
+    let node = start_node().await;
+    let app = node.create_db("app");
+    let sales = node.create_db_with("sales", |c| c.allow_attach = true);
+    let private = node.create_db("private");
+    sales
+        .run(&[
+            sql("CREATE TABLE orders (total)"),
+            sql("INSERT INTO orders VALUES (42)"),
+        ])
+        .await;
+    private.run(&[sql("CREATE TABLE secrets (x)")]).await;
+
+    let mut claims = app.claims("ro");
+    claims.p = Some(Permissions {
+        roa: Some(Namespaces {
+            ns: vec![sales.config.id.clone(), private.config.id.clone()],
+        }),
+    });
+    let attach_token = app.sign(&claims);
+    let response = app
+        .post_with(
+            "/v2/pipeline",
+            &attach_token,
+            json!({"requests": [
+                {"type": "execute", "stmt": sql("ATTACH DATABASE 'sales' AS s")},
+                {"type": "execute", "stmt": sql("SELECT total FROM s.orders")},
+                {"type": "execute", "stmt": sql("DETACH s")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["results"][0]["type"], "ok", "{body}");
+    assert_eq!(
+        body["results"][1]["response"]["result"]["rows"][0][0],
+        integer(42)
+    );
+    assert_eq!(body["results"][2]["type"], "ok");
+
+    // The attached file is read-only, even for a read-write token.
+    let mut claims = app.claims("rw");
+    claims.p = Some(Permissions {
+        roa: Some(Namespaces {
+            ns: vec![sales.config.id.clone()],
+        }),
+    });
+    let response = app
+        .post_with(
+            "/v2/pipeline",
+            &app.sign(&claims),
+            json!({"requests": [
+                {"type": "execute", "stmt": sql("ATTACH \"sales\" AS s")},
+                {"type": "execute", "stmt": sql("INSERT INTO s.orders VALUES (1)")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["results"][0]["type"], "ok", "{body}");
+    assert_eq!(body["results"][1]["error"]["code"], "SQLITE_READONLY");
+
+    // Refusals fail the whole request before anything in it runs.
+    app.run(&[sql("CREATE TABLE log (x)")]).await;
+    let mut claims = app.claims("rw");
+    claims.p = Some(Permissions {
+        roa: Some(Namespaces {
+            ns: vec![sales.config.id.clone(), private.config.id.clone()],
+        }),
+    });
+    let writing_attach_token = app.sign(&claims);
+    let refused = [
+        (app.token(), "sales", "AttachRead permission"),
+        (
+            writing_attach_token.clone(),
+            "private",
+            "doesn't allow attach",
+        ),
+        (writing_attach_token, "nothing", "AttachRead permission"),
+    ];
+    for (token, target, message) in refused {
+        let response = app
+            .post_with(
+                "/v2/pipeline",
+                &token,
+                json!({"requests": [
+                    {"type": "execute", "stmt": sql("INSERT INTO log VALUES (1)")},
+                    {"type": "execute", "stmt": sql(&format!("ATTACH '{target}' AS x"))}
+                ]}),
+            )
+            .await;
+        assert_eq!(response.status(), 403, "{target}");
+        let body: Value = response.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().contains(message), "{body}");
+    }
+    let count = app.query(sql("SELECT count(*) FROM log")).await;
+    assert_eq!(count["rows"][0][0], integer(0));
+
+    // A database whose reads are blocked cannot be read through another one either.
+    node.configure(&sales, |c| c.block_reads = true);
+    let response = app
+        .post_with(
+            "/v2/pipeline",
+            &attach_token,
+            json!({"requests": [
+                {"type": "execute", "stmt": sql("ATTACH 'sales' AS s")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["results"][0]["error"]["code"], "BLOCKED");
+
+    // Only plain database names are accepted.
+    let error = app.query_error(sql("ATTACH 'sa' || 'les' AS s")).await;
+    assert_eq!(error["code"], "SQL_PARSE_ERROR");
+    let response = app
+        .post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "execute", "stmt": sql("VACUUM INTO '/tmp/copy.db'")}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 403);
+}
+
+#[tokio::test]
+async fn pooled_connections_do_not_carry_client_state() {
+    let node = start_node().await;
+    let db = node.create_db("pooled");
+    let sales = node.create_db_with("sales", |c| c.allow_attach = true);
+    sales.run(&[sql("CREATE TABLE orders (total)")]).await;
+    let mut claims = db.claims("rw");
+    claims.p = Some(Permissions {
+        roa: Some(Namespaces {
+            ns: vec![sales.config.id.clone()],
+        }),
+    });
+    let response = db
+        .post_with(
+            "/v2/pipeline",
+            &db.sign(&claims),
+            json!({"requests": [
+                {"type": "execute", "stmt": sql("ATTACH 'sales' AS s")},
+                {"type": "execute", "stmt": sql("PRAGMA query_only = 1")},
+                {"type": "execute", "stmt": sql("CREATE TEMP TABLE scratch (x)")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    // Whichever pooled connection the next streams get, it is a clean one.
+    for _ in 0..3 {
+        let results = db
+            .run(&[
+                sql("CREATE TABLE IF NOT EXISTS t (x)"),
+                sql("SELECT * FROM s.orders"),
+                sql("SELECT * FROM temp.scratch"),
+            ])
+            .await;
+        assert_eq!(results[0]["type"], "ok", "{results:?}");
+        assert_eq!(results[1]["type"], "error");
+        assert_eq!(results[2]["type"], "error");
+    }
+}
+
+#[tokio::test]
+async fn tokens_are_checked() {
+    let node = start_node().await;
+    let db = node.create_db("tokens");
+    let other = node.create_db("elsewhere");
+    let body = json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]});
+    let unauthorized = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), 401);
+        let body: Value = response.json().await.unwrap();
+        body["error"].as_str().unwrap().to_string()
+    };
+
+    let missing = db
+        .http
+        .post(db.url("/v2/pipeline"))
+        .header("x-namespace", &db.config.label)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(unauthorized(missing).await.contains("missing"));
+    let invalid = db.post_with("/v2/pipeline", "garbage", body.clone()).await;
+    assert!(unauthorized(invalid).await.contains("invalid"));
+    let mut expired = db.claims("rw");
+    expired.exp = Some(1);
+    let expired = db
+        .post_with("/v2/pipeline", &db.sign(&expired), body.clone())
+        .await;
+    assert!(unauthorized(expired).await.contains("expired"));
+    let foreign = db
+        .post_with("/v2/pipeline", &other.token(), body.clone())
+        .await;
+    assert!(unauthorized(foreign).await.contains("invalid"));
+    let foreign = db
+        .post_with(
+            "/v1/execute",
+            &other.token(),
+            json!({"stmt": sql("SELECT 1")}),
+        )
+        .await;
+    assert_eq!(foreign.status(), 401);
+}
+
+#[tokio::test]
+async fn databases_are_found_by_path_prefix_and_host() {
+    let node = start_node().await;
+    let db = node.create_db("routing");
+    let body = json!({"requests": [{"type": "execute", "stmt": sql("SELECT 'found'")}, {"type": "close"}]});
+    let by_path = db
+        .http
+        .post(db.url(&format!("/db/{}/v2/pipeline", db.config.label)))
+        .bearer_auth(db.token())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_path.status(), 200);
+    let by_path: Value = by_path.json().await.unwrap();
+    assert_eq!(
+        by_path["results"][0]["response"]["result"]["rows"][0][0],
+        text("found")
+    );
+    let by_host = db
+        .http
+        .post(db.url("/v3/pipeline"))
+        .header(
+            "host",
+            format!("{}.localhost:{}", db.config.label, db.addr.port()),
+        )
+        .bearer_auth(db.token())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_host.status(), 200);
+    let unknown = db
+        .http
+        .post(db.url("/v2/pipeline"))
+        .header("x-namespace", "nobody-acme")
+        .bearer_auth(db.token())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(db: &TestDb, subprotocol: &str) -> Socket {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{}/", db.addr).into_client_request().unwrap();
+    let headers = request.headers_mut();
+    headers.insert("sec-websocket-protocol", subprotocol.parse().unwrap());
+    headers.insert("x-namespace", db.config.label.parse().unwrap());
+    let (socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(response.headers()["sec-websocket-protocol"], subprotocol);
+    socket
+}
+
+async fn send(socket: &mut Socket, message: Value) {
+    socket
+        .send(tungstenite::Message::Text(message.to_string().into()))
+        .await
+        .unwrap();
+}
+
+async fn receive(socket: &mut Socket) -> Value {
+    loop {
+        match socket.next().await.unwrap().unwrap() {
+            tungstenite::Message::Text(text) => return serde_json::from_str(&text).unwrap(),
+            tungstenite::Message::Close(frame) => {
+                return json!({"closed": frame.map(|f| u16::from(f.code))})
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// Sends a request and answers its response message.
+async fn request(socket: &mut Socket, request_id: i32, request: Value) -> Value {
+    send(
+        socket,
+        json!({"type": "request", "request_id": request_id, "request": request}),
+    )
+    .await;
+    let response = receive(socket).await;
+    assert_eq!(response["request_id"], request_id, "{response}");
+    response
+}
+
+#[tokio::test]
+async fn websocket_hrana3_session() {
+    let node = start_node().await;
+    let db = node.create_db("socket");
+    let mut socket = connect(&db, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
+    assert_eq!(receive(&mut socket).await, json!({"type": "hello_ok"}));
+
+    let ok = |response: Value| {
+        assert_eq!(response["type"], "response_ok", "{response}");
+        response["response"].clone()
+    };
+    ok(request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await);
+    let created = ok(request(
+        &mut socket,
+        2,
+        json!({"type": "execute", "stream_id": 1, "stmt": sql("CREATE TABLE t (x)")}),
+    )
+    .await);
+    assert_eq!(created["type"], "execute");
+    ok(request(
+        &mut socket,
+        3,
+        json!({"type": "store_sql", "sql_id": 5, "sql": "INSERT INTO t VALUES (?)"}),
+    )
+    .await);
+    let batch = ok(request(
+        &mut socket,
+        4,
+        json!({"type": "batch", "stream_id": 1, "batch": {"steps": [
+            {"stmt": sql("BEGIN")},
+            {"stmt": {"sql_id": 5, "args": [integer(1)]}, "condition": {"type": "ok", "step": 0}},
+            {"stmt": {"sql_id": 5, "args": [integer(2)]}, "condition": {"type": "ok", "step": 1}}
+        ]}}),
+    )
+    .await);
+    assert_eq!(batch["result"]["step_results"][2]["last_insert_rowid"], "2");
+    let autocommit = ok(request(
+        &mut socket,
+        5,
+        json!({"type": "get_autocommit", "stream_id": 1}),
+    )
+    .await);
+    assert_eq!(
+        autocommit,
+        json!({"type": "get_autocommit", "is_autocommit": false})
+    );
+    ok(request(
+        &mut socket,
+        6,
+        json!({"type": "sequence", "stream_id": 1, "sql": "COMMIT; INSERT INTO t VALUES (3);"}),
+    )
+    .await);
+    let described = ok(request(
+        &mut socket,
+        7,
+        json!({"type": "describe", "stream_id": 1, "sql": "SELECT x FROM t WHERE x > :min"}),
+    )
+    .await);
+    assert_eq!(described["result"]["params"], json!([{"name": ":min"}]));
+
+    let failed = request(
+        &mut socket,
+        8,
+        json!({"type": "execute", "stream_id": 1, "stmt": sql("SELECT * FROM nowhere")}),
+    )
+    .await;
+    assert_eq!(failed["type"], "response_error");
+    assert_eq!(failed["error"]["code"], "SQLITE_UNKNOWN");
+
+    ok(request(
+        &mut socket,
+        9,
+        json!({"type": "open_cursor", "stream_id": 1, "cursor_id": 1, "batch": {"steps": [
+            {"stmt": sql("SELECT x FROM t ORDER BY x")}
+        ]}}),
+    )
+    .await);
+    // The stream belongs to the cursor until it is closed.
+    let mut entries = Vec::new();
+    let mut request_id = 10;
+    loop {
+        let fetched = ok(request(
+            &mut socket,
+            request_id,
+            json!({"type": "fetch_cursor", "cursor_id": 1, "max_count": 2}),
+        )
+        .await);
+        request_id += 1;
+        entries.extend(fetched["entries"].as_array().unwrap().iter().cloned());
+        if fetched["done"] == true {
+            break;
+        }
+    }
+    assert_eq!(entries.len(), 5, "{entries:?}");
+    assert_eq!(entries[0]["type"], "step_begin");
+    assert_eq!(entries[3], json!({"type": "row", "row": [integer(3)]}));
+    assert_eq!(entries[4]["type"], "step_end");
+    ok(request(
+        &mut socket,
+        20,
+        json!({"type": "close_cursor", "cursor_id": 1}),
+    )
+    .await);
+    let count = ok(request(
+        &mut socket,
+        21,
+        json!({"type": "execute", "stream_id": 1, "stmt": sql("SELECT count(*) FROM t")}),
+    )
+    .await);
+    assert_eq!(count["result"]["rows"][0][0], integer(3));
+    ok(request(
+        &mut socket,
+        22,
+        json!({"type": "close_stream", "stream_id": 1}),
+    )
+    .await);
+
+    // A request on an unknown stream breaks the protocol.
+    send(
+        &mut socket,
+        json!({"type": "request", "request_id": 23, "request": {"type": "execute", "stream_id": 1, "stmt": sql("SELECT 1")}}),
+    )
+    .await;
+    assert_eq!(receive(&mut socket).await, json!({"closed": 1008}));
+}
+
+#[tokio::test]
+async fn websocket_hrana2_session_and_refusals() {
+    let node = start_node().await;
+    let db = node.create_db("socket2");
+
+    let mut socket = connect(&db, "hrana2").await;
+    send(&mut socket, json!({"type": "hello", "jwt": "not a token"})).await;
+    let refused = receive(&mut socket).await;
+    assert_eq!(refused["type"], "hello_error");
+    assert_eq!(refused["error"]["code"], "AUTH_JWT_INVALID");
+
+    let mut socket = connect(&db, "hrana2").await;
+    send(
+        &mut socket,
+        json!({"type": "hello", "jwt": db.read_only_token()}),
+    )
+    .await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    let opened = request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 7}),
+    )
+    .await;
+    assert_eq!(opened["type"], "response_ok");
+    let selected = request(
+        &mut socket,
+        2,
+        json!({"type": "execute", "stream_id": 7, "stmt": sql("SELECT 40 + 2")}),
+    )
+    .await;
+    assert_eq!(selected["response"]["result"]["rows"][0][0], integer(42));
+    // A read-only token's write is refused without closing the connection.
+    let write = request(
+        &mut socket,
+        3,
+        json!({"type": "execute", "stream_id": 7, "stmt": sql("CREATE TABLE t (x)")}),
+    )
+    .await;
+    assert_eq!(write["type"], "response_error");
+    assert_eq!(write["error"]["code"], "FORBIDDEN");
+    // Re-authenticating with a read-write token lifts it.
+    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    let write = request(
+        &mut socket,
+        4,
+        json!({"type": "execute", "stream_id": 7, "stmt": sql("CREATE TABLE t (x)")}),
+    )
+    .await;
+    assert_eq!(write["type"], "response_ok");
+    // `get_autocommit` is Hrana 3.
+    send(
+        &mut socket,
+        json!({"type": "request", "request_id": 5, "request": {"type": "get_autocommit", "stream_id": 7}}),
+    )
+    .await;
+    assert_eq!(receive(&mut socket).await, json!({"closed": 1008}));
+
+    // Requests before hello break the protocol.
+    let mut socket = connect(&db, "hrana2").await;
+    send(
+        &mut socket,
+        json!({"type": "request", "request_id": 1, "request": {"type": "open_stream", "stream_id": 1}}),
+    )
+    .await;
+    assert_eq!(receive(&mut socket).await, json!({"closed": 1008}));
+}
