@@ -77,7 +77,13 @@ impl Node {
     }
 
     pub fn database_ids(&self) -> Vec<String> {
-        self.registry.read().unwrap_or_else(|p| p.into_inner()).by_id.keys().cloned().collect()
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .keys()
+            .cloned()
+            .collect()
     }
 
     pub fn database_count(&self) -> usize {
