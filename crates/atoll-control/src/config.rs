@@ -68,9 +68,6 @@ pub struct ControlConfig {
     pub max_body_bytes: usize,
     /// Largest SQL dump accepted by `POST …/databases/dumps`, in bytes.
     pub max_dump_bytes: usize,
-    /// Database hostnames are `<db>-<org>.<this>`: the data plane's domain, with its port
-    /// when it is not the scheme's default (`localhost:8081`, `db.example.com`).
-    pub db_hostname_suffix: String,
     /// Public URL of this API, used in the dump URLs it hands out.
     pub public_url: String,
 }
@@ -83,7 +80,6 @@ impl Default for ControlConfig {
             group_version: concat!("v", env!("CARGO_PKG_VERSION")).to_string(),
             max_body_bytes: 1024 * 1024,
             max_dump_bytes: 256 * 1024 * 1024,
-            db_hostname_suffix: "localhost:8081".to_string(),
             public_url: "http://127.0.0.1:8080".to_string(),
         }
     }

@@ -13,35 +13,128 @@ use atoll_types::ErrorCode;
 use std::sync::Arc;
 
 pub enum DataPlane {
-    /// The node runs inside this process (`atoll dev`): serves every location.
-    InProcess { node: Arc<Node>, http_base: String },
+    /// The node runs inside this process (`atoll dev`): it serves every location.
+    InProcess {
+        node: Arc<Node>,
+        http_base: String,
+        hostname_suffix: String,
+    },
+    /// `atoll node`s reached through their admin API.
+    Remote {
+        nodes: Vec<RemoteNode>,
+        client: reqwest::Client,
+        secret: String,
+    },
 }
 
+/// An `atoll node` as the control plane knows it.
+#[derive(Debug, Clone)]
+pub struct RemoteNode {
+    pub admin_url: String,
+    pub info: wire::NodeInfo,
+}
+
+/// The name the in-process node is recorded under.
+const IN_PROCESS_NODE: &str = "local";
+
 impl DataPlane {
-    pub fn in_process(node: Arc<Node>, http_base: &str) -> DataPlane {
+    pub fn in_process(node: Arc<Node>, http_base: &str, hostname_suffix: &str) -> DataPlane {
         DataPlane::InProcess {
             node,
             http_base: http_base.trim_end_matches('/').to_string(),
+            hostname_suffix: hostname_suffix.to_string(),
         }
     }
 
-    /// The node a new database of a group in `location` goes to.
-    pub fn place(&self, _location: &str) -> Result<String, ApiError> {
-        match self {
-            DataPlane::InProcess { .. } => Ok("local".to_string()),
+    /// Connects to `atoll node`s by their admin URLs, asking each who it is. Fails when a
+    /// node does not answer or refuses the secret.
+    pub async fn remote(admin_urls: &[String], secret: &str) -> Result<DataPlane, ApiError> {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(120))
+            .build()
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut nodes = Vec::new();
+        for url in admin_urls {
+            let admin_url = url.trim_end_matches('/').to_string();
+            let info: wire::NodeInfo = send(
+                client
+                    .get(format!("{admin_url}/v1/node"))
+                    .bearer_auth(secret),
+            )
+            .await?;
+            if nodes.iter().any(|n: &RemoteNode| n.info.name == info.name) {
+                return Err(ApiError::Internal(format!(
+                    "two data nodes are named {}",
+                    info.name
+                )));
+            }
+            nodes.push(RemoteNode { admin_url, info });
         }
+        Ok(DataPlane::Remote {
+            nodes,
+            client,
+            secret: secret.to_string(),
+        })
+    }
+
+    fn remote_node(&self, name: &str) -> Result<&RemoteNode, ApiError> {
+        match self {
+            DataPlane::Remote { nodes, .. } => nodes
+                .iter()
+                .find(|n| n.info.name == name)
+                .ok_or_else(|| ApiError::Upstream(format!("data node {name} is not configured"))),
+            DataPlane::InProcess { .. } => Err(ApiError::Internal("no remote nodes".into())),
+        }
+    }
+
+    /// The node a new database of a group in `location` goes to: the node of that location
+    /// holding the fewest databases.
+    pub fn place(&self, location: &str) -> Result<String, ApiError> {
+        match self {
+            DataPlane::InProcess { .. } => Ok(IN_PROCESS_NODE.to_string()),
+            DataPlane::Remote { nodes, .. } => nodes
+                .iter()
+                .filter(|n| n.info.location == location)
+                .min_by_key(|n| n.info.databases)
+                .map(|n| n.info.name.clone())
+                .ok_or_else(|| {
+                    ApiError::Invalid(
+                        ErrorCode::InvalidLocation,
+                        format!("no data node serves location {location}"),
+                    )
+                }),
+        }
+    }
+
+    /// The database's hostname: `<db>-<org>.<suffix of its node>`.
+    pub fn hostname(&self, node: &str, label: &str) -> String {
+        let suffix = match self {
+            DataPlane::InProcess {
+                hostname_suffix, ..
+            } => hostname_suffix.as_str(),
+            DataPlane::Remote { .. } => self
+                .remote_node(node)
+                .map(|n| n.info.hostname_suffix.as_str())
+                .unwrap_or("invalid"),
+        };
+        format!("{label}.{suffix}")
     }
 
     /// A URL of the database that works without wildcard DNS (path prefix form).
-    pub fn http_url(&self, _node: &str, label: &str) -> String {
-        match self {
-            DataPlane::InProcess { http_base, .. } => format!("{http_base}/db/{label}/"),
-        }
+    pub fn http_url(&self, node: &str, label: &str) -> String {
+        let base = match self {
+            DataPlane::InProcess { http_base, .. } => http_base.as_str(),
+            DataPlane::Remote { .. } => self
+                .remote_node(node)
+                .map(|n| n.info.http_url.as_str())
+                .unwrap_or(""),
+        };
+        format!("{}/db/{label}/", base.trim_end_matches('/'))
     }
 
     pub async fn create_database(
         &self,
-        _node: &str,
+        node_name: &str,
         request: CreateDatabase,
     ) -> Result<(), ApiError> {
         match self {
@@ -49,44 +142,105 @@ impl DataPlane {
                 let node = Arc::clone(node);
                 blocking(move || node.create_database(request).map(|_| ())).await
             }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                let _: serde_json::Value = send(
+                    client
+                        .post(format!("{}/v1/databases", remote.admin_url))
+                        .bearer_auth(secret)
+                        .json(&request),
+                )
+                .await?;
+                Ok(())
+            }
         }
     }
 
-    pub async fn configure(&self, _node: &str, config: DatabaseConfig) -> Result<(), ApiError> {
+    pub async fn configure(&self, node_name: &str, config: DatabaseConfig) -> Result<(), ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
                 let node = Arc::clone(node);
                 blocking(move || node.configure(config).map(|_| ())).await
             }
-        }
-    }
-
-    /// Deletes a database and its files; one the node does not have is already gone.
-    pub async fn delete_database(&self, _node: &str, id: &str) -> Result<(), ApiError> {
-        match self {
-            DataPlane::InProcess { node, .. } => {
-                let node = Arc::clone(node);
-                let id = id.to_string();
-                match blocking(move || node.delete_database(&id)).await {
-                    Err(ApiError::NotFound(..)) => Ok(()),
-                    other => other,
-                }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                let url = format!("{}/v1/databases/{}/config", remote.admin_url, config.id);
+                let _: serde_json::Value =
+                    send(client.put(url).bearer_auth(secret).json(&config)).await?;
+                Ok(())
             }
         }
     }
 
-    pub async fn stats(&self, _node: &str, id: &str) -> Result<wire::DatabaseStats, ApiError> {
+    /// Deletes a database and its files; one the node does not have is already gone.
+    pub async fn delete_database(&self, node_name: &str, id: &str) -> Result<(), ApiError> {
+        let result = match self {
+            DataPlane::InProcess { node, .. } => {
+                let node = Arc::clone(node);
+                let id = id.to_string();
+                blocking(move || node.delete_database(&id)).await
+            }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                let url = format!("{}/v1/databases/{id}", remote.admin_url);
+                send::<serde_json::Value>(client.delete(url).bearer_auth(secret))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match result {
+            Err(ApiError::NotFound(..)) => Ok(()),
+            other => other,
+        }
+    }
+
+    pub async fn stats(&self, node_name: &str, id: &str) -> Result<wire::DatabaseStats, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
                 let node = Arc::clone(node);
                 let id = id.to_string();
                 blocking(move || node.stats(&id)).await
             }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                send(
+                    client
+                        .get(format!("{}/v1/databases/{id}/stats", remote.admin_url))
+                        .bearer_auth(secret),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Ids of the databases each node holds.
+    async fn node_database_ids(&self) -> Result<Vec<(String, Vec<String>)>, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                Ok(vec![(IN_PROCESS_NODE.to_string(), node.database_ids())])
+            }
+            DataPlane::Remote {
+                nodes,
+                client,
+                secret,
+            } => {
+                let mut all = Vec::new();
+                for remote in nodes {
+                    let ids: wire::DatabaseIds = send(
+                        client
+                            .get(format!("{}/v1/databases", remote.admin_url))
+                            .bearer_auth(secret),
+                    )
+                    .await?;
+                    all.push((remote.info.name.clone(), ids.ids));
+                }
+                Ok(all)
+            }
         }
     }
 
     /// At start: removes what a crash left half-done. Databases still `creating` are
-    /// removed from the store and the node; node databases the store does not know are
+    /// removed from the store and their node; node databases the store does not know are
     /// deleted.
     pub async fn reconcile(&self, store: &Store) -> Result<(), ApiError> {
         for db in store.databases_in_state(DatabaseState::Creating).await? {
@@ -94,18 +248,45 @@ impl DataPlane {
             self.delete_database(&db.node, &db.id).await?;
             store.delete_database(&db.id).await?;
         }
-        match self {
-            DataPlane::InProcess { node, .. } => {
-                for id in node.database_ids() {
-                    if store.database_by_id(&id).await?.is_none() {
-                        tracing::warn!(database = %id, "deleting a database the metadata store does not know");
-                        self.delete_database("local", &id).await?;
-                    }
+        for (node, ids) in self.node_database_ids().await? {
+            for id in ids {
+                if store.database_by_id(&id).await?.is_none() {
+                    tracing::warn!(database = %id, node = %node, "deleting a database the metadata store does not know");
+                    self.delete_database(&node, &id).await?;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Sends a node admin request and maps its answer, as the in-process calls are mapped.
+async fn send<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+) -> Result<T, ApiError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| ApiError::Upstream(format!("data node unreachable: {e}")))?;
+    let status = response.status();
+    if status.is_success() {
+        return response
+            .json()
+            .await
+            .map_err(|e| ApiError::Upstream(format!("bad answer from data node: {e}")));
+    }
+    let message = response
+        .json::<wire::NodeError>()
+        .await
+        .map(|e| e.error)
+        .unwrap_or_else(|_| format!("data node answered {status}"));
+    Err(data_error(match status.as_u16() {
+        400 => DataError::BadRequest(message),
+        401 => DataError::Unauthorized(format!("the data node refused the node secret: {message}")),
+        404 => DataError::UnknownDatabase(message),
+        409 => DataError::Conflict(message),
+        _ => DataError::Internal(message),
+    }))
 }
 
 async fn blocking<T: Send + 'static>(

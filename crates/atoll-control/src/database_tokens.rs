@@ -103,9 +103,14 @@ pub async fn mint(
         a: access.to_string(),
         id,
         gid,
-        p: (!attach.is_empty()).then(|| Permissions {
-            roa: Some(Namespaces { ns: attach }),
-        }),
+        p: if attach.is_empty() {
+            None
+        } else {
+            Some(Permissions {
+                roa: Some(Namespaces { ns: attach }),
+            })
+        },
+
         iat: now,
         exp,
     };

@@ -35,11 +35,6 @@ impl AppState {
             data_plane: Arc::new(data_plane),
         }
     }
-
-    /// Where clients reach a database: `<db>-<org>.<suffix>`.
-    pub fn hostname(&self, label: &str) -> String {
-        format!("{label}.{}", self.config.db_hostname_suffix)
-    }
 }
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

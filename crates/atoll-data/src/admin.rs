@@ -1,1 +1,150 @@
-//! The node admin API, for `atoll node`. (Being written.)
+//! The node admin API: how the control plane (`atoll serve`) manages the databases of an
+//! `atoll node`. It listens on its own address (`--admin-listen`), apart from the database
+//! hosts, and every request must carry the shared node secret as a bearer token.
+//!
+//! | route | body | answer |
+//! |---|---|---|
+//! | `GET /v1/node` | | [`NodeInfo`] |
+//! | `GET /v1/databases` | | [`DatabaseIds`] |
+//! | `POST /v1/databases` | [`CreateDatabase`] | `{}` |
+//! | `PUT /v1/databases/{id}/config` | [`DatabaseConfig`] | `{}` |
+//! | `DELETE /v1/databases/{id}` | | `{}` |
+//! | `GET /v1/databases/{id}/stats` | | [`DatabaseStats`] |
+//!
+//! Errors are `{"error": …}` with the status of the [`DataError`] they come from.
+
+use crate::error::DataError;
+use crate::node::Node;
+use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo};
+use axum::extract::{Path, Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+pub struct AdminState {
+    pub node: Arc<Node>,
+    pub info: NodeInfo,
+    /// SHA-256 of the node secret: compared in constant time, never kept in clear.
+    secret_digest: [u8; 32],
+}
+
+impl AdminState {
+    pub fn new(node: Arc<Node>, info: NodeInfo, secret: &str) -> Arc<AdminState> {
+        Arc::new(AdminState {
+            node,
+            info,
+            secret_digest: Sha256::digest(secret.as_bytes()).into(),
+        })
+    }
+}
+
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/v1/node", get(info))
+        .route("/v1/databases", get(list).post(create))
+        .route("/v1/databases/{id}", axum::routing::delete(delete))
+        .route("/v1/databases/{id}/config", put(configure))
+        .route("/v1/databases/{id}/stats", get(stats))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            require_secret,
+        ))
+        // A database seed can be a large SQL dump.
+        .layer(axum::extract::DefaultBodyLimit::max(512 * 1024 * 1024))
+        .with_state(state)
+}
+
+async fn require_secret(
+    State(state): State<Arc<AdminState>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, DataError> {
+    let presented = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+    if !bool::from(digest.ct_eq(&state.secret_digest)) {
+        return Err(DataError::Unauthorized("node secret expected".into()));
+    }
+    Ok(next.run(request).await)
+}
+
+async fn info(State(state): State<Arc<AdminState>>) -> Json<NodeInfo> {
+    let mut info = state.info.clone();
+    info.databases = state.node.database_count();
+    Json(info)
+}
+
+async fn list(State(state): State<Arc<AdminState>>) -> Json<DatabaseIds> {
+    Json(DatabaseIds {
+        ids: state.node.database_ids(),
+    })
+}
+
+async fn create(
+    State(state): State<Arc<AdminState>>,
+    Json(request): Json<CreateDatabase>,
+) -> Result<Json<serde_json::Value>, DataError> {
+    let node = Arc::clone(&state.node);
+    blocking(move || node.create_database(request).map(|_| ())).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+async fn configure(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    Json(config): Json<DatabaseConfig>,
+) -> Result<Json<serde_json::Value>, DataError> {
+    if config.id != id {
+        return Err(DataError::BadRequest(
+            "the configuration is for another database".into(),
+        ));
+    }
+    let node = Arc::clone(&state.node);
+    blocking(move || node.configure(config).map(|_| ())).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+async fn delete(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, DataError> {
+    let node = Arc::clone(&state.node);
+    blocking(move || node.delete_database(&id)).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+async fn stats(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<DatabaseStats>, DataError> {
+    let node = Arc::clone(&state.node);
+    Ok(Json(blocking(move || node.stats(&id)).await?))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, DataError> + Send + 'static,
+) -> Result<T, DataError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DataError::Internal(e.to_string()))?
+}
+
+/// Serves the admin API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AdminState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -71,3 +71,29 @@ pub struct CreateDatabase {
 pub struct DatabaseStats {
     pub storage_bytes: u64,
 }
+
+/// `GET /v1/node` of the node admin API: who the node is and where clients reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The node's name: the control plane records which node holds each database by it.
+    pub name: String,
+    pub location: String,
+
+    /// Hostnames of its databases are `<db>-<org>.<hostname_suffix>`.
+    pub hostname_suffix: String,
+    /// Base URL of its database hosts (path-prefix form: `<http_url>/db/<db>-<org>/`).
+    pub http_url: String,
+    pub databases: usize,
+}
+
+/// `GET /v1/databases` of the node admin API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseIds {
+    pub ids: Vec<String>,
+}
+
+/// The error body of the node admin API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeError {
+    pub error: String,
+}

@@ -1,5 +1,6 @@
 //! `atoll`: the server (`dev`, `serve`, `migrate`) and, in time, the command-line client.
 
+mod node;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,10 @@ enum Command {
     ///
     /// Example: `atoll serve --database-url postgres://atoll@db/atoll`
     Serve(server::ServeArgs),
+    /// Run one data node (database hosts and the node admin API) for `atoll serve`.
+    ///
+    /// Example: `atoll node --location aws-eu-west-1 --node-secret "$SECRET"`
+    Node(node::NodeArgs),
     /// Apply the metadata store's migrations and exit.
     ///
     /// Example: `atoll migrate --database-url postgres://atoll@db/atoll`
@@ -42,6 +47,7 @@ fn main() -> anyhow::Result<()> {
             Command::Dev(args) => server::dev(args).await,
             Command::Serve(args) => server::serve(args).await,
             Command::Migrate(args) => server::migrate(args).await,
+            Command::Node(args) => node::node(args).await,
         }
     })
 }

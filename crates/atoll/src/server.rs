@@ -1,4 +1,5 @@
-//! The server commands: `atoll dev`, `atoll serve`, `atoll migrate`.
+//! The server commands: `atoll dev`, `atoll serve`, `atoll migrate` (and `atoll node`, in
+//! `node.rs`).
 
 use anyhow::{bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane, Location};
@@ -39,7 +40,7 @@ pub struct HostArgs {
     /// data plane; `localhost` works in most browsers and with the `/db/<db>-<org>/`
     /// path prefix everywhere).
     #[arg(long, env = "ATOLL_DB_DOMAIN", default_value = "localhost")]
-    db_domain: String,
+    pub(crate) db_domain: String,
 }
 
 #[derive(Args, Clone)]
@@ -50,8 +51,15 @@ pub struct ServeArgs {
     /// Address of the platform API.
     #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Directory of the data node this process runs (until remote `atoll node`s are
-    /// configured, `serve` holds the databases itself).
+    /// Admin URLs of the `atoll node`s holding the databases (repeat the flag, or
+    /// comma-separate in the variable). Without any, `serve` runs a data node itself in
+    /// `--data-dir`.
+    #[arg(long = "node", env = "ATOLL_NODES", value_delimiter = ',')]
+    nodes: Vec<String>,
+    /// Secret shared with the nodes (`atoll node --node-secret`).
+    #[arg(long, env = "ATOLL_NODE_SECRET", hide_env_values = true)]
+    node_secret: Option<String>,
+    /// Directory of the data node this process runs when no `--node` is given.
     #[arg(long, env = "ATOLL_DATA_DIR", default_value = "./atoll-data")]
     data_dir: PathBuf,
     /// Address of the database hosts (the data plane).
@@ -118,30 +126,42 @@ struct InProcessNode {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+/// Opens a node's data directory off the async executor.
+pub(crate) async fn open_node(data_dir: &Path) -> anyhow::Result<Arc<atoll_data::node::Node>> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let node_dir = data_dir.to_path_buf();
+    let node = tokio::task::spawn_blocking(move || atoll_data::node::Node::open(&node_dir))
+        .await?
+        .map_err(|e| anyhow::anyhow!("cannot open the data node in {}: {e}", data_dir.display()))?;
+    Ok(Arc::new(node))
+}
+
+/// `<db-domain>`, with the port when it is not 80.
+pub(crate) fn hostname_suffix(db_domain: &str, address: SocketAddr) -> String {
+    if address.port() == 80 {
+        db_domain.to_string()
+    } else {
+        format!("{db_domain}:{}", address.port())
+    }
+}
+
 async fn start_in_process_node(
     data_dir: &Path,
     db_listen: SocketAddr,
     db_domain: &str,
 ) -> anyhow::Result<InProcessNode> {
-    let node_dir = data_dir.to_path_buf();
-    let node = tokio::task::spawn_blocking(move || atoll_data::node::Node::open(&node_dir))
-        .await?
-        .map_err(|e| anyhow::anyhow!("cannot open the data node in {}: {e}", data_dir.display()))?;
-    let node = Arc::new(node);
+    let node = open_node(data_dir).await?;
     let listener = tokio::net::TcpListener::bind(db_listen)
         .await
         .with_context(|| format!("cannot listen on {db_listen} for the database hosts"))?;
     let address = listener.local_addr()?;
     let db_url = format!("http://{address}");
-    let hostname_suffix = if address.port() == 80 {
-        db_domain.to_string()
-    } else {
-        format!("{db_domain}:{}", address.port())
-    };
+    let hostname_suffix = hostname_suffix(db_domain, address);
     let state = atoll_data::DataPlaneState::new(Arc::clone(&node), db_domain);
     let task = tokio::spawn(atoll_data::serve(listener, state, shutdown_signal()));
     Ok(InProcessNode {
-        data_plane: DataPlane::in_process(node, &db_url),
+        data_plane: DataPlane::in_process(node, &db_url, &hostname_suffix),
         db_url,
         hostname_suffix,
         task,
@@ -162,7 +182,6 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let api_url = format!("http://{}", listener.local_addr()?);
     let node = start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
-    config.db_hostname_suffix = node.hostname_suffix.clone();
     config.public_url = api_url.clone();
     let state = AppState::new(store, config, node.data_plane);
     state
@@ -189,8 +208,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     writeln!(out, "  API URL:   {api_url}")?;
     writeln!(
         out,
-        "  Databases: {} (https://<db>-<org>.{} or {}/db/<db>-<org>/)",
-        node.db_url, state.config.db_hostname_suffix, node.db_url
+        "  Databases: {}/db/<db>-<org>/ (or the host <db>-<org>.{})",
+        node.db_url, node.hostname_suffix
     )?;
     writeln!(
         out,
@@ -224,7 +243,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `atoll serve`: the control plane on PostgreSQL (or SQLite), with its data node.
+/// `atoll serve`: the control plane on PostgreSQL (or SQLite), with `atoll node`s or a data
+/// node of its own.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.common.init_logging();
     let mut config = args.common.config()?;
@@ -234,20 +254,41 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
-    let node = start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
-    config.db_hostname_suffix = node.hostname_suffix.clone();
     config.public_url = format!("http://{}", listener.local_addr()?);
-    let state = AppState::new(store, config, node.data_plane);
+    let nodes: Vec<String> = args
+        .nodes
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let mut own_node = None;
+    let data_plane = if nodes.is_empty() {
+        let node =
+            start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
+        let data_plane = node.data_plane;
+        own_node = Some(node.task);
+        data_plane
+    } else {
+        let secret = args
+            .node_secret
+            .clone()
+            .filter(|s| !s.is_empty())
+            .context("--node needs --node-secret (ATOLL_NODE_SECRET)")?;
+        DataPlane::remote(&nodes, &secret)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the data nodes: {e}"))?
+    };
+    let state = AppState::new(store, config, data_plane);
     state
         .data_plane
         .reconcile(&state.store)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot reconcile the data node: {e}"))?;
-    tracing::info!(address = %listener.local_addr()?, databases = %node.db_url, backend = ?state.store.kind(), "control plane listening");
+        .map_err(|e| anyhow::anyhow!("cannot reconcile the data nodes: {e}"))?;
+    tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), "control plane listening");
     atoll_control::serve(listener, state, shutdown_signal()).await?;
-    node.task.abort();
+    if let Some(task) = own_node {
+        task.abort();
+    }
     Ok(())
 }
 
@@ -276,7 +317,7 @@ fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -99,6 +99,8 @@ async fn dev_bootstraps_once_and_keeps_everything_across_restarts() {
         dir.to_str().unwrap(),
         "--listen",
         &listen,
+        "--db-listen",
+        "127.0.0.1:0",
     ];
 
     let mut server = start(&args, &[], port).await;
@@ -167,6 +169,7 @@ async fn every_dev_flag_has_an_environment_variable() {
     let envs = [
         ("ATOLL_DATA_DIR", dir.to_str().unwrap().to_string()),
         ("ATOLL_LISTEN", format!("127.0.0.1:{port}")),
+        ("ATOLL_DB_LISTEN", "127.0.0.1:0".to_string()),
         ("ATOLL_USERNAME", "root".to_string()),
         ("ATOLL_PASSWORD", "a-long-password".to_string()),
         ("ATOLL_LOCATIONS", "local=Here,edge=The edge".to_string()),
@@ -212,6 +215,7 @@ async fn serve_and_migrate_on_postgres() {
     assert!(String::from_utf8_lossy(&migrated.stdout).contains("Postgres"));
 
     let port = free_port();
+    let node_dir = temp_dir("serve-node");
     let server = start(
         &[
             "serve",
@@ -219,11 +223,16 @@ async fn serve_and_migrate_on_postgres() {
             &url,
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--db-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            node_dir.to_str().unwrap(),
         ],
         &[],
         port,
     )
     .await;
+
     let (status, body) = get(&format!("{}/v1/user", server.url), "atoll_nothing").await;
     assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
     drop(server);

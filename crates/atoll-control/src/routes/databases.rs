@@ -158,7 +158,7 @@ fn database_wire(
     atoll_types::databases::Database {
         name: db.name.clone(),
         db_id: db.id.clone(),
-        hostname: state.hostname(&db.label),
+        hostname: state.data_plane.hostname(&db.node, &db.label),
         block_reads: db.block_reads,
         block_writes: db.block_writes,
         allow_attach: db.allow_attach,
@@ -437,7 +437,7 @@ async fn create(
     let response = CreateDatabaseResponse {
         database: CreatedDatabase {
             db_id: record.id.clone(),
-            hostname: state.hostname(&record.label),
+            hostname: state.data_plane.hostname(&record.node, &record.label),
             name: record.name,
         },
     };
@@ -686,7 +686,7 @@ fn instance_of(state: &AppState, db: &Database) -> atoll_types::databases::Insta
         name: db.location.clone(),
         kind: "primary".to_string(),
         region: db.location.clone(),
-        hostname: state.hostname(&db.label),
+        hostname: state.data_plane.hostname(&db.node, &db.label),
     }
 }
 

@@ -84,14 +84,11 @@ impl TestApp {
         tokio::spawn(atoll_data::serve(db_listener, data_state, async {
             let _ = db_rx.await;
         }));
-        let config = ControlConfig {
-            db_hostname_suffix: format!("localhost:{db_port}"),
-            ..ControlConfig::default()
-        };
+        let config = ControlConfig::default();
         let state = AppState::new(
             store,
             config,
-            atoll_control::DataPlane::in_process(node, &db_url),
+            atoll_control::DataPlane::in_process(node, &db_url, &format!("localhost:{db_port}")),
         );
         let outcome = atoll_control::bootstrap_user(&state, ADMIN, Some(PASSWORD.into()), None)
             .await
@@ -247,7 +244,6 @@ impl TestApp {
     }
 
     /// Mints an API token with `body`; returns its secret.
-
     pub async fn api_token(&self, token: &str, body: Value) -> String {
         let name = unique("tok");
         let reply = self

@@ -1,6 +1,7 @@
 mod admin;
 mod api_tokens;
 mod auth;
+mod databases;
 mod groups;
 mod health;
 mod invites;

@@ -1,0 +1,91 @@
+//! `atoll node`: one data node, for production set-ups where `atoll serve` manages many.
+
+use crate::server::{hostname_suffix, open_node, shutdown_signal, HostArgs};
+use anyhow::{bail, Context};
+use atoll_types::node::NodeInfo;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Clone)]
+pub struct NodeArgs {
+    /// The location this node serves (a code of the control plane's catalog).
+    #[arg(long, env = "ATOLL_LOCATION")]
+    location: String,
+    /// The node's name (unique among the control plane's nodes); defaults to the location.
+    #[arg(long, env = "ATOLL_NODE_NAME")]
+    name: Option<String>,
+    /// Address of the database hosts.
+    #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8081")]
+    listen: SocketAddr,
+    /// Address of the node admin API (reach it from the control plane only).
+    #[arg(long, env = "ATOLL_ADMIN_LISTEN", default_value = "127.0.0.1:8082")]
+    admin_listen: SocketAddr,
+    /// Directory of the node's databases.
+    #[arg(long, env = "ATOLL_DATA_DIR", default_value = "./atoll-node")]
+    data_dir: PathBuf,
+    /// Secret the control plane must present (`atoll serve --node-secret`). Required: the
+    /// admin API can create and delete databases.
+    #[arg(long, env = "ATOLL_NODE_SECRET", hide_env_values = true)]
+    node_secret: Option<String>,
+    /// Base URL clients use to reach this node's database hosts; defaults to
+    /// `http://<listen>`.
+    #[arg(long, env = "ATOLL_PUBLIC_URL")]
+    public_url: Option<String>,
+    #[command(flatten)]
+    hosts: HostArgs,
+    /// Log filter.
+    #[arg(long, env = "ATOLL_LOG", default_value = "info")]
+    log: String,
+}
+
+pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let secret = args.node_secret.clone().unwrap_or_default();
+    if secret.len() < 16 {
+        bail!("--node-secret (ATOLL_NODE_SECRET) must be set to at least 16 characters: the admin API manages every database of the node");
+    }
+    atoll_types::names::validate_resource_name("location", &args.location)
+        .map_err(anyhow::Error::msg)?;
+    let node = open_node(&args.data_dir).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.admin_listen))?;
+    let address = listener.local_addr()?;
+    let info = NodeInfo {
+        name: args.name.clone().unwrap_or_else(|| args.location.clone()),
+        location: args.location.clone(),
+        hostname_suffix: hostname_suffix(&args.hosts.db_domain, address),
+        http_url: args
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{address}")),
+        databases: node.database_count(),
+    };
+    tracing::info!(
+        name = %info.name,
+        location = %info.location,
+        databases = %address,
+        admin = %admin_listener.local_addr()?,
+        "data node listening"
+    );
+    let data_state = atoll_data::DataPlaneState::new(Arc::clone(&node), &args.hosts.db_domain);
+    let admin_state = atoll_data::admin::AdminState::new(node, info, &secret);
+    let admin = tokio::spawn(atoll_data::admin::serve(
+        admin_listener,
+        admin_state,
+        shutdown_signal(),
+    ));
+    atoll_data::serve(listener, data_state, shutdown_signal()).await?;
+    admin.abort();
+    Ok(())
+}
