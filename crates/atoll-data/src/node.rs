@@ -161,11 +161,17 @@ impl Node {
     }
 
     /// Replaces a database's configuration (flags, limits, keys, state, label).
-    pub fn configure(&self, config: DatabaseConfig) -> Result<Arc<Database>, DataError> {
+    pub fn configure(&self, mut config: DatabaseConfig) -> Result<Arc<Database>, DataError> {
         let db = self
             .by_id(&config.id)
             .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
         let old = db.config();
+        // The node turns `awaiting_upload` into `active` when an upload lands (the data file
+        // appears); a control plane that has not heard of it yet must not turn it back.
+        if config.state == DatabaseState::AwaitingUpload && db.file_path().exists() {
+            config.state = DatabaseState::Active;
+        }
+
         if old.label != config.label {
             if let Some(other) = self.by_label(&config.label) {
                 if other.id() != config.id {
@@ -216,6 +222,7 @@ impl Node {
             .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
         Ok(DatabaseStats {
             storage_bytes: db.storage_bytes(),
+            state: Some(db.config().state),
         })
     }
 

@@ -70,6 +70,8 @@ pub struct CreateDatabase {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseStats {
     pub storage_bytes: u64,
+    /// The state on the node: an upload turns `awaiting_upload` into `active` there first.
+    pub state: Option<DatabaseState>,
 }
 
 /// `GET /v1/node` of the node admin API: who the node is and where clients reach it.

@@ -239,7 +239,11 @@ async fn list(
             .and_then(|b| String::from_utf8(b).ok());
         filter.after_name = Some(decoded.ok_or_else(|| ApiError::invalid("invalid cursor"))?);
     }
-    let mut databases = state.store.list_databases(&org.id, filter).await?;
+    let mut databases = Vec::new();
+    for db in state.store.list_databases(&org.id, filter).await? {
+        databases.push(with_upload_state(&state, db).await?);
+    }
+
     let mut next = None;
     if let Some(limit) = query.limit {
         if databases.len() as i64 > limit {
@@ -268,11 +272,40 @@ async fn list(
     }))
 }
 
-async fn retrieve(State(state): State<AppState>, access: Access) -> Json<DatabaseResponse> {
+async fn retrieve(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<DatabaseResponse>> {
     let group = access.group();
-    Json(DatabaseResponse {
-        database: database_wire(&state, access.database(), &group.name, group.archived),
-    })
+    let db = with_upload_state(&state, access.database().clone()).await?;
+    Ok(Json(DatabaseResponse {
+        database: database_wire(&state, &db, &group.name, group.archived),
+    }))
+}
+
+/// The record, with `awaiting_upload` brought up to date: uploads land on the node, which
+/// activates the database there; the store learns it here.
+async fn with_upload_state(state: &AppState, db: Database) -> ApiResult<Database> {
+    if db.state != DatabaseState::AwaitingUpload {
+        return Ok(db);
+    }
+    match state.data_plane.stats(&db.node, &db.id).await {
+        Ok(stats) if stats.state == Some(atoll_types::node::DatabaseState::Active) => Ok(state
+            .store
+            .update_database(
+                &db.id,
+                DatabaseChanges {
+                    state: Some(DatabaseState::Active),
+                    ..Default::default()
+                },
+            )
+            .await?),
+        Ok(_) => Ok(db),
+        Err(e) => {
+            tracing::warn!(error = %e, database = %db.id, "could not ask the node whether an upload landed");
+            Ok(db)
+        }
+    }
 }
 
 /// Parses `size_limit`: bytes, or with a unit.

@@ -5,4 +5,5 @@
 #[macro_use]
 mod harness;
 mod authorization_matrix;
+mod database_hosts;
 mod routes;

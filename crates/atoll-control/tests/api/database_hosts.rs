@@ -1,0 +1,470 @@
+//! The databases the control plane creates, reached on the data plane with the tokens it
+//! mints: the end-to-end flows of the spec (create → token → query; create for upload →
+//! token → upload → query) and data-plane authentication.
+
+use crate::harness::{unique, TestApp};
+use serde_json::{json, Value};
+
+/// Creates a database in the admin's personal organization; returns its `http_url`.
+async fn create(app: &TestApp, name: &str, body: Value) -> String {
+    let mut body = body;
+    body["name"] = json!(name);
+    app.post("/v1/databases", &app.admin_token, body)
+        .await
+        .expect(200);
+    let got = app
+        .get(&format!("/v1/databases/{name}"), &app.admin_token)
+        .await
+        .expect(200);
+    got["database"]["http_url"].as_str().unwrap().to_string()
+}
+
+async fn token(app: &TestApp, path: &str, query: &str) -> String {
+    let body = app
+        .post(
+            &format!("{path}/auth/tokens{query}"),
+            &app.admin_token,
+            json!({}),
+        )
+        .await
+        .expect(200);
+    body["jwt"].as_str().unwrap().to_string()
+}
+
+/// Runs one statement through `/v2/pipeline`: (HTTP status, the execute result or error).
+async fn execute(app: &TestApp, url: &str, token: &str, sql: &str) -> (u16, Value) {
+    let body = json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
+    let response = app
+        .client
+        .post(format!("{url}v2/pipeline"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status != 200 {
+        return (status, body);
+    }
+    let result = &body["results"][0];
+    if result["type"] == "ok" {
+        (200, result["response"]["result"].clone())
+    } else {
+        (200, json!({"error": result["error"]}))
+    }
+}
+
+fn sqlite_file(rows: i64) -> Vec<u8> {
+    let path = std::env::temp_dir().join(format!("atoll-upload-{}.db", unique("f")));
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT);")
+            .unwrap();
+        for i in 0..rows {
+            conn.execute("INSERT INTO t (v) VALUES (?1)", [format!("row {i}")])
+                .unwrap();
+        }
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    bytes
+}
+
+#[tokio::test]
+async fn a_query_right_after_create_succeeds() {
+    let app = app!();
+    let url = create(&app, "fresh", json!({})).await;
+    let token = token(&app, "/v1/databases/fresh", "").await;
+    let (status, result) = execute(&app, &url, &token, "CREATE TABLE t (x); ").await;
+    assert_eq!(status, 200, "{result}");
+    let (_, result) = execute(&app, &url, &token, "INSERT INTO t VALUES (42)").await;
+    assert_eq!(result["affected_row_count"], 1);
+    let (_, result) = execute(&app, &url, &token, "SELECT x FROM t").await;
+    assert_eq!(
+        result["rows"],
+        json!([[{"type": "integer", "value": "42"}]])
+    );
+}
+
+#[tokio::test]
+async fn the_upload_flow_of_the_spec() {
+    let app = app!();
+    let url = create(
+        &app,
+        "imported",
+        json!({"seed": {"type": "database_upload"}}),
+    )
+    .await;
+    let got = app
+        .get("/v1/databases/imported", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(got["database"]["state"], "awaiting_upload");
+    let token = token(&app, "/v1/databases/imported", "?expiration=5m").await;
+
+    // Until the file lands, queries are refused with a clear error.
+    let (status, body) = execute(&app, &url, &token, "SELECT 1").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for its upload"),
+        "{body}"
+    );
+
+    // A bad file is refused, and the database still waits.
+    let bad = app
+        .client
+        .post(format!("{url}v1/upload"))
+        .bearer_auth(&token)
+        .body(b"not sqlite".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let upload = app
+        .client
+        .post(format!("{url}v1/upload"))
+        .bearer_auth(&token)
+        .body(sqlite_file(100))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 200, "{}", upload.text().await.unwrap());
+
+    let (status, result) = execute(&app, &url, &token, "SELECT count(*), max(v) FROM t").await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["rows"][0][0]["value"], "100");
+    assert_eq!(result["rows"][0][1]["value"], "row 99");
+    let got = app
+        .get("/v1/databases/imported", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(got["database"]["state"], "active");
+}
+
+#[tokio::test]
+async fn the_chunked_upload_flow() {
+    let app = app!();
+    let url = create(
+        &app,
+        "chunked",
+        json!({"seed": {"type": "database_upload"}}),
+    )
+    .await;
+    let token = token(&app, "/v1/databases/chunked", "?expiration=5m").await;
+    let file = sqlite_file(2000);
+    let start: Value = app
+        .client
+        .put(format!("{url}v2/upload/start"))
+        .bearer_auth(&token)
+        .json(&json!({"db_size_bytes": file.len()}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let chunk_size = start["chunk_size"].as_u64().unwrap() as usize;
+    let id = start["upload_id"].as_str().unwrap();
+    assert!(chunk_size > 0);
+    for (n, chunk) in file.chunks(chunk_size).enumerate() {
+        let response = app
+            .client
+            .put(format!("{url}v2/upload/{id}/chunk/{n}"))
+            .bearer_auth(&token)
+            .body(chunk.to_vec())
+            .send()
+            .await
+            .unwrap();
+        assert!(matches!(response.status().as_u16(), 200 | 201));
+    }
+    let done = app
+        .client
+        .put(format!("{url}v2/upload/{id}/finalize"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), 200);
+    let (_, result) = execute(&app, &url, &token, "SELECT count(*) FROM t").await;
+    assert_eq!(result["rows"][0][0]["value"], "2000");
+}
+
+#[tokio::test]
+async fn data_plane_authentication() {
+    let app = app!();
+    let url = create(&app, "guarded", json!({})).await;
+    let other_url = create(&app, "neighbour", json!({})).await;
+    let path = "/v1/databases/guarded";
+    let full = token(&app, path, "").await;
+    execute(&app, &url, &full, "CREATE TABLE t (x)").await;
+
+    // Missing and malformed credentials.
+    let response = app
+        .client
+        .post(format!("{url}v2/pipeline"))
+        .json(&json!({"requests": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(execute(&app, &url, "not-a-jwt", "SELECT 1").await.0, 401);
+
+    // Read-only tokens read, and a write fails the whole request with 403.
+    let read_only = token(&app, path, "?authorization=read-only").await;
+    assert_eq!(
+        execute(&app, &url, &read_only, "SELECT * FROM t").await.0,
+        200
+    );
+    let (status, body) = execute(&app, &url, &read_only, "INSERT INTO t VALUES (1)").await;
+    assert_eq!(status, 403, "{body}");
+
+    // A token for one database never opens another, even in the same group.
+    assert_eq!(execute(&app, &other_url, &full, "SELECT 1").await.0, 401);
+
+    // Expired tokens.
+    let short = token(&app, path, "?expiration=1s").await;
+    assert_eq!(execute(&app, &url, &short, "SELECT 1").await.0, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let (status, body) = execute(&app, &url, &short, "SELECT 1").await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("expired"));
+
+    // Rotation: every token the old key signed stops at once; new ones work.
+    app.post(&format!("{path}/auth/rotate"), &app.admin_token, json!({}))
+        .await
+        .expect(200);
+    assert_eq!(execute(&app, &url, &full, "SELECT 1").await.0, 401);
+    let fresh = token(&app, path, "").await;
+    assert_eq!(execute(&app, &url, &fresh, "SELECT 1").await.0, 200);
+}
+
+#[tokio::test]
+async fn group_tokens_open_every_database_of_their_group_only() {
+    let app = app!();
+    app.group("admin", &app.admin_token, "other").await;
+    let a = create(&app, "a", json!({})).await;
+    let b = create(&app, "b", json!({})).await;
+    let c = create(&app, "c", json!({"group": "other"})).await;
+    let group = token(&app, "/v1/groups/default", "").await;
+    assert_eq!(execute(&app, &a, &group, "SELECT 1").await.0, 200);
+    assert_eq!(execute(&app, &b, &group, "SELECT 1").await.0, 200);
+    assert_eq!(execute(&app, &c, &group, "SELECT 1").await.0, 401);
+
+    let database = token(&app, "/v1/databases/a", "").await;
+    app.post(
+        "/v1/groups/default/auth/rotate",
+        &app.admin_token,
+        json!({}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(
+        execute(&app, &a, &group, "SELECT 1").await.0,
+        401,
+        "group tokens die with the group key"
+    );
+    assert_eq!(
+        execute(&app, &a, &database, "SELECT 1").await.0,
+        200,
+        "database tokens keep working"
+    );
+}
+
+#[tokio::test]
+async fn configuration_is_enforced_on_the_data_plane() {
+    let app = app!();
+    let url = create(&app, "limited", json!({})).await;
+    let token = token(&app, "/v1/databases/limited", "").await;
+    execute(&app, &url, &token, "CREATE TABLE t (x)").await;
+    let config = "/v1/databases/limited/configuration";
+
+    app.patch(config, &app.admin_token, json!({"block_writes": true}))
+        .await
+        .expect(200);
+    let (_, result) = execute(&app, &url, &token, "INSERT INTO t VALUES (1)").await;
+    assert_eq!(result["error"]["code"], "BLOCKED", "{result}");
+    assert_eq!(
+        execute(&app, &url, &token, "SELECT * FROM t").await.1["rows"],
+        json!([])
+    );
+
+    app.patch(
+        config,
+        &app.admin_token,
+        json!({"block_writes": false, "block_reads": true}),
+    )
+    .await
+    .expect(200);
+    let (_, result) = execute(&app, &url, &token, "SELECT * FROM t").await;
+    assert_eq!(result["error"]["code"], "BLOCKED", "{result}");
+
+    app.patch(
+        config,
+        &app.admin_token,
+        json!({"block_reads": false, "size_limit": "64kb"}),
+    )
+    .await
+    .expect(200);
+    let (_, result) = execute(
+        &app,
+        &url,
+        &token,
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) INSERT INTO t SELECT randomblob(1000) FROM n",
+    )
+    .await;
+    assert_eq!(result["error"]["code"], "SQLITE_FULL", "{result}");
+}
+
+#[tokio::test]
+async fn attach_needs_the_permission_and_the_targets_consent() {
+    let app = app!();
+    let main = create(&app, "main-db", json!({})).await;
+    let source = create(&app, "source", json!({})).await;
+    let source_token = token(&app, "/v1/databases/source", "").await;
+    execute(&app, &source, &source_token, "CREATE TABLE shared (v)").await;
+    execute(
+        &app,
+        &source,
+        &source_token,
+        "INSERT INTO shared VALUES ('hello')",
+    )
+    .await;
+
+    let with_attach = app
+        .post(
+            "/v1/databases/main-db/auth/tokens",
+            &app.admin_token,
+            json!({"permissions": {"read_attach": {"databases": ["source"]}}}),
+        )
+        .await
+        .expect(200)["jwt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let plain = token(&app, "/v1/databases/main-db", "").await;
+
+    // The target has not allowed attaching yet.
+    let body = json!({"requests": [
+        {"type": "execute", "stmt": {"sql": "ATTACH 'source' AS src"}},
+        {"type": "execute", "stmt": {"sql": "SELECT v FROM src.shared"}},
+        {"type": "close"}
+    ]});
+    let pipeline = |token: &str| {
+        app.client
+            .post(format!("{main}v2/pipeline"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    assert_eq!(pipeline(&with_attach).await.unwrap().status(), 403);
+    app.patch(
+        "/v1/databases/source/configuration",
+        &app.admin_token,
+        json!({"allow_attach": true}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(pipeline(&plain).await.unwrap().status(), 403);
+    let response: Value = pipeline(&with_attach).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        response["results"][1]["response"]["result"]["rows"][0][0]["value"], "hello",
+        "{response}"
+    );
+}
+
+#[tokio::test]
+async fn copies_and_dumps_carry_their_data() {
+    let app = app!();
+    let original = create(&app, "original", json!({})).await;
+    let token_original = token(&app, "/v1/databases/original", "").await;
+    execute(&app, &original, &token_original, "CREATE TABLE t (v)").await;
+    execute(
+        &app,
+        &original,
+        &token_original,
+        "INSERT INTO t VALUES ('kept')",
+    )
+    .await;
+
+    let copy = create(
+        &app,
+        "copy",
+        json!({"seed": {"type": "database", "name": "original"}}),
+    )
+    .await;
+    let token_copy = token(&app, "/v1/databases/copy", "").await;
+    assert_eq!(
+        execute(&app, &copy, &token_copy, "SELECT v FROM t").await.1["rows"][0][0]["value"],
+        "kept"
+    );
+
+    let uploaded = app
+        .post_file(
+            "/v1/databases/dumps",
+            &app.admin_token,
+            "CREATE TABLE d (v);\nINSERT INTO d VALUES ('from dump');\n",
+        )
+        .await;
+    let dump_url = uploaded.body["dump_url"].as_str().unwrap().to_string();
+    let dumped = create(
+        &app,
+        "dumped",
+        json!({"seed": {"type": "dump", "url": dump_url}}),
+    )
+    .await;
+    let token_dumped = token(&app, "/v1/databases/dumped", "").await;
+    assert_eq!(
+        execute(&app, &dumped, &token_dumped, "SELECT v FROM d")
+            .await
+            .1["rows"][0][0]["value"],
+        "from dump"
+    );
+}
+
+#[tokio::test]
+async fn deleted_and_transferred_databases_move_on_the_data_plane() {
+    let app = app!();
+    let url = create(&app, "leaving", json!({})).await;
+    let token = token(&app, "/v1/databases/leaving", "").await;
+    execute(&app, &url, &token, "CREATE TABLE t (x)").await;
+    let team = app.team(&app.admin_token, &unique("Acme")).await;
+    app.group(&team, &app.admin_token, "default").await;
+    app.post(
+        "/v1/databases/leaving/transfer",
+        &app.admin_token,
+        json!({"org": team}),
+    )
+    .await
+    .expect(200);
+    let moved = app
+        .get(
+            &format!("/v1/organizations/{team}/databases/leaving"),
+            &app.admin_token,
+        )
+        .await
+        .expect(200);
+    let new_url = moved["database"]["http_url"].as_str().unwrap().to_string();
+    assert_ne!(new_url, url);
+    // Same database, same key: the data is there under the new hostname.
+    assert_eq!(
+        execute(&app, &new_url, &token, "SELECT count(*) FROM t")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(execute(&app, &url, &token, "SELECT 1").await.0, 404);
+
+    app.delete(
+        &format!("/v1/organizations/{team}/databases/leaving"),
+        &app.admin_token,
+    )
+    .await
+    .expect(200);
+    assert_eq!(execute(&app, &new_url, &token, "SELECT 1").await.0, 404);
+}
