@@ -62,6 +62,13 @@ pub struct ServeArgs {
     /// Directory of the data node this process runs when no `--node` is given.
     #[arg(long, env = "ATOLL_DATA_DIR", default_value = "./atoll-data")]
     data_dir: PathBuf,
+    /// An instance administrator to create if missing (with `--password`); then log in
+    /// with `POST /v1/auth/login`.
+    #[arg(long, env = "ATOLL_USERNAME")]
+    username: Option<String>,
+    /// Password of `--username` when it is created.
+    #[arg(long, env = "ATOLL_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
     /// Address of the database hosts (the data plane).
     #[arg(long, env = "ATOLL_DB_LISTEN", default_value = "127.0.0.1:8081")]
     db_listen: SocketAddr,
@@ -284,6 +291,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .reconcile(&state.store)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reconcile the data nodes: {e}"))?;
+    if let Some(username) = &args.username {
+        let password = args
+            .password
+            .clone()
+            .filter(|p| p.len() >= 8)
+            .context("--username needs --password (ATOLL_PASSWORD) of at least 8 characters")?;
+        let outcome = atoll_control::bootstrap_user(&state, username, Some(password), None)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot set up user {username}: {e}"))?;
+        tracing::info!(user = %outcome.username, created = outcome.created, "instance administrator ready");
+    }
+
     tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), "control plane listening");
     atoll_control::serve(listener, state, shutdown_signal()).await?;
     if let Some(task) = own_node {
