@@ -119,6 +119,14 @@ pub fn routes() -> Vec<Route> {
             .response::<Empty>(),
             Route::new(
                 Method::POST,
+                format!("{db}/update"),
+                Action::ConfigureDatabase,
+                "Update the database to the latest engine (it always runs it)",
+                update,
+            )
+            .response::<Empty>(),
+            Route::new(
+                Method::POST,
                 format!("{db}/transfer"),
                 Action::ConfigureDatabase,
                 "Move a database to another organization",
@@ -747,7 +755,13 @@ async fn instance(
     }))
 }
 
+/// Atoll ships one engine build, so every database already runs the latest: nothing to do.
+async fn update(_access: Access) -> Json<Empty> {
+    Json(Empty {})
+}
+
 /// Databases on Atoll never sleep; archived ones come back with their group.
+
 async fn wakeup(access: Access) -> ApiResult<Json<Empty>> {
     if access.group().archived {
         return Err(ApiError::Conflict(

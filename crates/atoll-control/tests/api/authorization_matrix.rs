@@ -195,6 +195,7 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         }
         ("PATCH", "/v1/organizations/{org}/databases/{db}/configuration")
         | ("POST", "/v1/organizations/{org}/databases/{db}/wakeup")
+        | ("POST", "/v1/organizations/{org}/databases/{db}/update")
         | ("POST", "/v1/organizations/{org}/databases/{db}/transfer") => {
             team_group(Scope(S::DbConfigure), Role::Member)
         }

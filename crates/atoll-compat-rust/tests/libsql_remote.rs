@@ -1,0 +1,286 @@
+//! The official Rust `libsql` crate in remote mode (Hrana v3 over HTTP: pipelines, and
+//! cursors for queries) against a real Atoll server on loopback: a control plane creates
+//! the database and mints the token, the data plane serves it.
+
+use libsql::{params, Builder, TransactionBehavior, Value};
+use serde_json::json;
+use std::sync::Arc;
+
+struct Server {
+    api: String,
+    admin_token: String,
+    client: reqwest::Client,
+    _shutdown: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ),
+}
+
+async fn start() -> Server {
+    let dir = std::env::temp_dir().join(format!(
+        "atoll-compat-rust-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let store = atoll_meta::Store::open_sqlite(&dir.join("meta.db"))
+        .await
+        .unwrap();
+    let node = Arc::new(atoll_data::node::Node::open(&dir).unwrap());
+    let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let db_port = db_listener.local_addr().unwrap().port();
+    let (db_tx, db_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(atoll_data::serve(
+        db_listener,
+        atoll_data::DataPlaneState::new(Arc::clone(&node), "localhost"),
+        async {
+            let _ = db_rx.await;
+        },
+    ));
+    let data_plane = atoll_control::DataPlane::in_process(
+        node,
+        &format!("http://127.0.0.1:{db_port}"),
+        &format!("localhost:{db_port}"),
+    );
+    let state =
+        atoll_control::AppState::new(store, atoll_control::ControlConfig::default(), data_plane);
+    let admin =
+        atoll_control::bootstrap_user(&state, "admin", Some("a-long-password".into()), None)
+            .await
+            .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(atoll_control::serve(listener, state, async {
+        let _ = rx.await;
+    }));
+    Server {
+        api,
+        admin_token: admin.token,
+        client: reqwest::Client::new(),
+        _shutdown: (tx, db_tx),
+    }
+}
+
+/// A remote-mode builder over plain HTTP (the loopback test server has no TLS). A macro
+/// because the builder's type parameter is not nameable outside the crate.
+macro_rules! remote {
+    ($url:expr, $token:expr) => {
+        Builder::new_remote($url, $token).connector(hyper::client::HttpConnector::new())
+    };
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+impl Server {
+    /// Creates a database; returns its URL (path-prefix form, no wildcard DNS needed).
+    async fn database(&self, name: &str) -> String {
+        let created = self
+            .client
+            .post(format!("{}/v1/databases", self.api))
+            .bearer_auth(&self.admin_token)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 200);
+        let got: serde_json::Value = self
+            .client
+            .get(format!("{}/v1/databases/{name}", self.api))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        got["database"]["http_url"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches('/')
+            .to_string()
+    }
+
+    async fn token(&self, name: &str, query: &str) -> String {
+        let body: serde_json::Value = self
+            .client
+            .post(format!(
+                "{}/v1/databases/{name}/auth/tokens{query}",
+                self.api
+            ))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["jwt"].as_str().unwrap().to_string()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_round_trip_through_pipelines_and_cursors() {
+    let server = start().await;
+    let url = server.database("rusty").await;
+    let token = server.token("rusty", "").await;
+    let db = remote!(url, token).build().await.unwrap();
+    let conn = db.connect().unwrap();
+
+    conn.execute("CREATE TABLE v (i INTEGER, r REAL, t TEXT, b BLOB, n)", ())
+        .await
+        .unwrap();
+    let inserted = conn
+        .execute(
+            "INSERT INTO v VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                i64::MAX,
+                2.5f64,
+                "zażółć 🦀",
+                vec![0u8, 1, 2, 255],
+                Value::Null
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(inserted, 1);
+    assert_eq!(conn.last_insert_rowid(), 1);
+
+    // `query` describes, then reads through `/v3/cursor`.
+    let mut rows = conn.query("SELECT i, r, t, b, n FROM v", ()).await.unwrap();
+    let row = rows.next().await.unwrap().expect("one row");
+    assert_eq!(row.get::<i64>(0).unwrap(), i64::MAX);
+    assert_eq!(row.get::<f64>(1).unwrap(), 2.5);
+    assert_eq!(row.get::<String>(2).unwrap(), "zażółć 🦀");
+    assert_eq!(row.get::<Vec<u8>>(3).unwrap(), vec![0u8, 1, 2, 255]);
+    assert_eq!(row.get_value(4).unwrap(), Value::Null);
+    assert!(rows.next().await.unwrap().is_none());
+
+    // Named parameters.
+    let mut rows = conn
+        .query("SELECT :a + :b", libsql::named_params! {":a": 40, ":b": 2})
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.next().await.unwrap().unwrap().get::<i64>(0).unwrap(),
+        42
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_batches_and_errors() {
+    let server = start().await;
+    let url = server.database("tx").await;
+    let token = server.token("tx", "").await;
+    let db = remote!(url.clone(), token).build().await.unwrap();
+    let conn = db.connect().unwrap();
+    conn.execute_batch(
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE); INSERT INTO t (v) VALUES ('a');",
+    )
+    .await
+    .unwrap();
+
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .await
+        .unwrap();
+    tx.execute("INSERT INTO t (v) VALUES ('b')", ())
+        .await
+        .unwrap();
+    tx.execute("INSERT INTO t (v) VALUES ('c')", ())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let tx = conn.transaction().await.unwrap();
+    tx.execute("INSERT INTO t (v) VALUES ('gone')", ())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::ReadOnly)
+        .await
+        .unwrap();
+    let mut rows = tx
+        .query(
+            "SELECT group_concat(v) FROM (SELECT v FROM t ORDER BY v)",
+            (),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.next()
+            .await
+            .unwrap()
+            .unwrap()
+            .get::<String>(0)
+            .unwrap(),
+        "a,b,c"
+    );
+    drop(rows);
+    tx.commit().await.unwrap();
+
+    let err = conn
+        .execute("INSERT INTO t (v) VALUES ('a')", ())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("UNIQUE constraint failed"),
+        "{err}"
+    );
+    let err = conn.execute("SELECT * FROM missing", ()).await.unwrap_err();
+    assert!(err.to_string().contains("no such table"), "{err}");
+
+    conn.execute_transactional_batch(
+        "INSERT INTO t (v) VALUES ('d'); INSERT INTO t (v) VALUES ('e');",
+    )
+    .await
+    .unwrap();
+    let mut rows = conn.query("SELECT count(*) FROM t", ()).await.unwrap();
+    assert_eq!(
+        rows.next().await.unwrap().unwrap().get::<i64>(0).unwrap(),
+        5
+    );
+
+    // A read-only token reads but cannot write.
+    let read_only = server.token("tx", "?authorization=read-only").await;
+    let reader = remote!(url, read_only)
+        .build()
+        .await
+        .unwrap()
+        .connect()
+        .unwrap();
+    let mut rows = reader.query("SELECT count(*) FROM t", ()).await.unwrap();
+    assert_eq!(
+        rows.next().await.unwrap().unwrap().get::<i64>(0).unwrap(),
+        5
+    );
+    drop(rows);
+    let err = reader.execute("DELETE FROM t", ()).await.unwrap_err();
+    assert!(err.to_string().contains("403"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_namespace_header_selects_the_database_too() {
+    let server = start().await;
+    let url = server.database("by-header").await;
+    let token = server.token("by-header", "").await;
+    // The data plane's bare address, with the database named by `x-namespace`.
+    let base = url.split("/db/").next().unwrap().to_string();
+    let db = remote!(base, token)
+        .namespace("by-header-admin")
+        .build()
+        .await
+        .unwrap();
+    let conn = db.connect().unwrap();
+    let mut rows = conn.query("SELECT 7", ()).await.unwrap();
+    assert_eq!(
+        rows.next().await.unwrap().unwrap().get::<i64>(0).unwrap(),
+        7
+    );
+}
