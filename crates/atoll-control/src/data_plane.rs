@@ -322,7 +322,9 @@ fn data_error(error: DataError) -> ApiError {
 /// the database's and the group's signing keys.
 pub fn node_config(db: &Database, group: &Group) -> DatabaseConfig {
     let state = match db.state {
+        _ if db.deleted_at.is_some() => wire::DatabaseState::Deleted,
         DatabaseState::AwaitingUpload => wire::DatabaseState::AwaitingUpload,
+
         _ if group.archived => wire::DatabaseState::Archived,
         _ => wire::DatabaseState::Active,
     };

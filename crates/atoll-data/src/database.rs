@@ -78,7 +78,12 @@ impl Database {
                 "database {} is waiting for its upload: send the SQLite file to /v1/upload or the /v2/upload routes first",
                 config.name
             ))),
+                        DatabaseState::Deleted => Err(DataError::Unavailable(format!(
+                "database {} was deleted: an organization admin can restore it for 5 days (POST /v1/organizations/{{org}}/deleted-databases/{{id}}/restore)",
+                config.name
+            ))),
             DatabaseState::Archived => Err(DataError::Unavailable(format!(
+
                 "database {} is archived with its group: unarchive the group (POST /v1/organizations/{{org}}/groups/{{group}}/unarchive) to use it again",
                 config.name
             ))),

@@ -52,9 +52,13 @@ impl Node {
     fn insert(&self, db: Arc<Database>) {
         let config = db.config();
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
-        registry
-            .by_label
-            .insert(config.label.clone(), Arc::clone(&db));
+        // A deleted database keeps its files (it may be restored) but not its hostname,
+        // which a new database may take.
+        if config.state != DatabaseState::Deleted {
+            registry
+                .by_label
+                .insert(config.label.clone(), Arc::clone(&db));
+        }
         registry.by_id.insert(config.id, db);
     }
 
@@ -172,7 +176,8 @@ impl Node {
             config.state = DatabaseState::Active;
         }
 
-        if old.label != config.label {
+        let serves = |c: &DatabaseConfig| c.state != DatabaseState::Deleted;
+        if serves(&config) {
             if let Some(other) = self.by_label(&config.label) {
                 if other.id() != config.id {
                     return Err(DataError::Conflict(format!(
@@ -185,8 +190,15 @@ impl Node {
         write_config(&db.config_path(), &config)?;
         db.set_config(config.clone());
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
-        if old.label != config.label {
+        if serves(&old)
+            && registry
+                .by_label
+                .get(&old.label)
+                .is_some_and(|d| Arc::ptr_eq(d, &db))
+        {
             registry.by_label.remove(&old.label);
+        }
+        if serves(&config) {
             registry
                 .by_label
                 .insert(config.label.clone(), Arc::clone(&db));
@@ -205,7 +217,14 @@ impl Node {
                 .by_id
                 .remove(id)
                 .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
-            registry.by_label.remove(&db.config().label);
+            let label = db.config().label;
+            if registry
+                .by_label
+                .get(&label)
+                .is_some_and(|d| Arc::ptr_eq(d, &db))
+            {
+                registry.by_label.remove(&label);
+            }
             db
         };
         self.pool.forget(id);

@@ -43,6 +43,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("idempotency_and_dumps", |s| {
             Box::pin(idempotency_and_dumps(s))
         }),
+        ("deleted_databases_can_come_back", |s| {
+            Box::pin(deleted_databases_can_come_back(s))
+        }),
     ]
 }
 
@@ -777,6 +780,7 @@ fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Databa
         signing_key: "key".to_string(),
         key_id: "kid".to_string(),
         created_at: 0,
+        deleted_at: None,
     }
 }
 
@@ -1013,4 +1017,71 @@ async fn idempotency_and_dumps(store: Store) {
         Some("CREATE TABLE t(x);")
     );
     assert!(store.dump("other-org", "d1").await.unwrap().is_none());
+}
+
+async fn deleted_databases_can_come_back(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let plan = store.set_org_plan(&org.id, "scaler").await.unwrap();
+    assert_eq!(plan.plan_id, "scaler");
+    let db = store
+        .insert_database(new_database(&org.id, &group.id, "app", "app-alice"))
+        .await
+        .unwrap();
+    let deleted = store.soft_delete_database(&db.id).await.unwrap();
+    assert!(deleted.deleted_at.is_some());
+    assert!(store
+        .database_by_name(&org.id, "app")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .databases_in_org(&org.id)
+        .await
+        .unwrap()
+        .iter()
+        .any(|d| d.id == db.id));
+    assert!(store
+        .list_databases(&org.id, DatabaseFilter::default())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.deleted_databases(&org.id).await.unwrap().len(), 1);
+    let err = store.soft_delete_database(&db.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Database)),
+        "{err:?}"
+    );
+
+    // While it is deleted, its name can be taken; then it cannot come back.
+    let twin = store
+        .insert_database(new_database(&org.id, &group.id, "app", "app-alice"))
+        .await
+        .unwrap();
+    let err = store.restore_database(&db.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(Entity::Database)),
+        "{err:?}"
+    );
+    store.delete_database(&twin.id).await.unwrap();
+    let restored = store.restore_database(&db.id).await.unwrap();
+    assert_eq!(restored.deleted_at, None);
+    assert_eq!(
+        store
+            .database_by_name(&org.id, "app")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        db.id
+    );
+    assert!(store.deleted_databases(&org.id).await.unwrap().is_empty());
+    let err = store.restore_database(&db.id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(Entity::Database)),
+        "{err:?}"
+    );
 }

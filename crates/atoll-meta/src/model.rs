@@ -239,4 +239,6 @@ pub struct Database {
     pub signing_key: String,
     pub key_id: String,
     pub created_at: i64,
+    /// When it was deleted, for a database that can still be restored.
+    pub deleted_at: Option<i64>,
 }

@@ -12,6 +12,10 @@ use std::sync::Mutex;
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/postgres/0001_identity.sql")),
     (2, include_str!("migrations/postgres/0002_databases.sql")),
+    (
+        3,
+        include_str!("migrations/postgres/0003_deleted_databases.sql"),
+    ),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).

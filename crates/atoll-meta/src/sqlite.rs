@@ -10,6 +10,10 @@ use std::sync::Mutex;
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/sqlite/0001_identity.sql")),
     (2, include_str!("migrations/sqlite/0002_databases.sql")),
+    (
+        3,
+        include_str!("migrations/sqlite/0003_deleted_databases.sql"),
+    ),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

@@ -214,3 +214,23 @@ pub struct DatabaseToken {
 pub struct DumpUploaded {
     pub dump_url: String,
 }
+
+/// A deleted database that can still be restored.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct RestorableDatabase {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "DbId")]
+    pub db_id: String,
+    pub group: String,
+    /// RFC 3339.
+    pub deleted_at: String,
+    /// RFC 3339: after this the database is purged and cannot come back.
+    pub restorable_until: String,
+}
+
+/// `GET /v1/organizations/{org}/deleted-databases`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DeletedDatabaseList {
+    pub databases: Vec<RestorableDatabase>,
+}

@@ -13,6 +13,8 @@ pub enum DatabaseState {
     Active,
     /// Archived with its group: refuses queries until the group is unarchived.
     Archived,
+    /// Deleted but restorable: refuses queries, keeps its files.
+    Deleted,
 }
 
 /// A public key the data plane accepts database tokens from.

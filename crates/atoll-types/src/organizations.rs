@@ -71,3 +71,13 @@ pub struct DeleteOrganizationResponse {
     /// Slug of the deleted organization.
     pub organization: String,
 }
+
+/// `POST /v1/admin/organizations/{org}/plan` (instance administrators).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SetPlanRequest {
+    /// `starter`, `developer`, `scaler`, `pro` or `enterprise`.
+    pub plan: String,
+}
+
+/// The plans an organization can be on, cheapest first.
+pub const PLANS: [&str; 5] = ["starter", "developer", "scaler", "pro", "enterprise"];

@@ -75,6 +75,10 @@ pub enum Action {
     ConfigureDatabase,
     MintDatabaseToken,
     RotateDatabaseCredentials,
+    ListDeletedDatabases,
+    /// The group is the deleted database's: the handler checks a group-scoped token against it.
+    RestoreDatabase,
+    SetOrganizationPlan,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -194,6 +198,14 @@ impl Action {
             Action::RotateDatabaseCredentials => {
                 rule(Database, GroupScope(Scope::DbRotateCreds), Member)
             }
+            Action::ListDeletedDatabases => rule(Organization, OrganizationLevel, Viewer),
+            Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
+            Action::SetOrganizationPlan => Rule {
+                target: Account,
+                tokens: UserLevel,
+                min_role: Viewer,
+                instance_admin: true,
+            },
         }
     }
 }

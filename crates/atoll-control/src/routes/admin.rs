@@ -6,9 +6,11 @@ use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::server::{hash_password_blocking, AppState};
 use atoll_meta::{NewGroup, NewUser};
+use atoll_types::organizations::{OrganizationResponse, SetPlanRequest, PLANS};
 use atoll_types::users::{CreateUserRequest, User, UserResponse};
 use atoll_types::ErrorCode;
-use axum::extract::State;
+use axum::extract::{Path, State};
+
 use axum::http::Method;
 use axum::Json;
 
@@ -23,8 +25,42 @@ pub fn routes() -> Vec<Route> {
         "Create a user with a personal organization and a default group (instance administrators)",
         create_user,
     )
-    .request::<CreateUserRequest>()
-    .response::<UserResponse>()]
+        .request::<CreateUserRequest>()
+    .response::<UserResponse>(),
+    Route::new(
+        Method::POST,
+        "/v1/admin/organizations/{org}/plan",
+        Action::SetOrganizationPlan,
+        "Set an organization's plan (instance administrators)",
+        set_plan,
+    )
+    .request::<SetPlanRequest>()
+    .response::<OrganizationResponse>()]
+}
+
+async fn set_plan(
+    State(state): State<AppState>,
+    _access: Access,
+    Path(slug): Path<String>,
+    LenientJson(body): LenientJson<SetPlanRequest>,
+) -> ApiResult<Json<OrganizationResponse>> {
+    if !PLANS.contains(&body.plan.as_str()) {
+        return Err(ApiError::invalid(format!(
+            "unknown plan {:?}: use one of {}",
+            body.plan,
+            PLANS.join(", ")
+        )));
+    }
+    let org = state.store.org_by_slug(&slug).await?.ok_or_else(|| {
+        ApiError::NotFound(
+            ErrorCode::OrganizationNotFound,
+            format!("organization {slug} not found"),
+        )
+    })?;
+    let org = state.store.set_org_plan(&org.id, &body.plan).await?;
+    Ok(Json(OrganizationResponse {
+        organization: crate::wire::organization(&org),
+    }))
 }
 
 async fn create_user(

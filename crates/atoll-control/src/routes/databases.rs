@@ -14,8 +14,8 @@ use atoll_meta::{Database, DatabaseChanges, DatabaseFilter, DatabaseState, Store
 use atoll_types::databases::{
     CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest, CreatedDatabase,
     DatabaseConfiguration, DatabaseList, DatabaseResponse, DatabaseToken, DeletedDatabase,
-    DumpUploaded, InstanceList, InstanceResponse, Pagination, TransferDatabaseRequest,
-    UpdateDatabaseConfiguration,
+    DeletedDatabaseList, DumpUploaded, InstanceList, InstanceResponse, Pagination,
+    RestorableDatabase, TransferDatabaseRequest, UpdateDatabaseConfiguration,
 };
 use atoll_types::node::{CreateDatabase, Seed};
 use atoll_types::{Empty, ErrorCode, Role};
@@ -152,6 +152,22 @@ pub fn routes() -> Vec<Route> {
                 rotate,
             )
             .response::<Empty>(),
+            Route::new(
+                Method::GET,
+                format!("{prefix}/deleted-databases"),
+                Action::ListDeletedDatabases,
+                "Deleted databases that can still be restored (paid plans)",
+                list_deleted,
+            )
+            .response::<DeletedDatabaseList>(),
+            Route::new(
+                Method::POST,
+                format!("{prefix}/deleted-databases/{{id}}/restore"),
+                Action::RestoreDatabase,
+                "Restore a deleted database by its id (paid plans, within 5 days)",
+                restore,
+            )
+            .response::<DatabaseResponse>(),
         ]);
     }
     routes
@@ -438,7 +454,9 @@ async fn create(
         signing_key,
         key_id,
         created_at: 0,
+        deleted_at: None,
     };
+
     // Recorded as `creating` first: a crash before the node has it leaves a record the
     // next start removes, never a database the store does not know.
     let record = state
@@ -624,6 +642,14 @@ async fn upload_dump(
     }))
 }
 
+/// How long a deleted database can be restored on plans that allow it.
+const RESTORE_WINDOW_MS: i64 = 5 * 24 * 3600 * 1000;
+
+/// Paid plans keep deleted databases restorable; the free plan deletes at once.
+fn restore_enabled(org: &atoll_meta::Organization) -> bool {
+    org.plan_id != "starter"
+}
+
 async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json<DeletedDatabase>> {
     let db = access.database();
     if db.delete_protection {
@@ -635,6 +661,18 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
             ),
         ));
     }
+    if restore_enabled(access.org()) && db.state != DatabaseState::AwaitingUpload {
+        // Kept, refusing queries, until it is restored or its window ends.
+        let deleted = state.store.soft_delete_database(&db.id).await?;
+        state
+            .data_plane
+            .configure(&deleted.node, node_config(&deleted, access.group()))
+            .await?;
+        return Ok(Json(DeletedDatabase {
+            database: db.name.clone(),
+        }));
+    }
+
     state.store.delete_database(&db.id).await?;
     if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
         // The record is gone, so nobody can reach it; the node drops it at its next start.
@@ -761,7 +799,6 @@ async fn update(_access: Access) -> Json<Empty> {
 }
 
 /// Databases on Atoll never sleep; archived ones come back with their group.
-
 async fn wakeup(access: Access) -> ApiResult<Json<Empty>> {
     if access.group().archived {
         return Err(ApiError::Conflict(
@@ -886,4 +923,93 @@ async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json
         .configure(&updated.node, node_config(&updated, access.group()))
         .await?;
     Ok(Json(Empty {}))
+}
+
+async fn list_deleted(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<DeletedDatabaseList>> {
+    let org = access.org();
+    let groups = state.store.list_groups(&org.id).await?;
+    let databases = state
+        .store
+        .deleted_databases(&org.id)
+        .await?
+        .into_iter()
+        .filter_map(|db| {
+            let deleted_at = db.deleted_at?;
+            Some(RestorableDatabase {
+                name: db.name,
+                db_id: db.id,
+                group: groups
+                    .iter()
+                    .find(|g| g.id == db.group_id)
+                    .map(|g| g.name.clone())
+                    .unwrap_or_default(),
+                deleted_at: wire::rfc3339(deleted_at),
+                restorable_until: wire::rfc3339(deleted_at + RESTORE_WINDOW_MS),
+            })
+        })
+        .collect();
+    Ok(Json(DeletedDatabaseList { databases }))
+}
+
+async fn restore(
+    State(state): State<AppState>,
+    access: Access,
+    Path(params): Path<HashMap<String, String>>,
+) -> ApiResult<Json<DatabaseResponse>> {
+    let org = access.org();
+    let id = &params["id"];
+    let not_found = || {
+        ApiError::NotFound(
+            ErrorCode::DatabaseNotFound,
+            format!("no deleted database with id {id}"),
+        )
+    };
+    let db = state
+        .store
+        .database_by_id(id)
+        .await?
+        .filter(|d| d.org_id == org.id && d.deleted_at.is_some())
+        .ok_or_else(not_found)?;
+    let group = state
+        .store
+        .group_by_id(&db.group_id)
+        .await?
+        .ok_or_else(not_found)?;
+    access.check_group(&group)?;
+    if db
+        .deleted_at
+        .is_some_and(|at| at + RESTORE_WINDOW_MS < atoll_meta::now_millis())
+    {
+        return Err(ApiError::Invalid(
+            ErrorCode::InvalidRequest,
+            format!(
+                "database {} was deleted more than 5 days ago and cannot be restored",
+                db.name
+            ),
+        ));
+    }
+    let restored = state
+        .store
+        .restore_database(&db.id)
+        .await
+        .map_err(|e| match e {
+            StoreError::AlreadyExists(_) => ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!(
+                    "database with name {} already exists: delete or rename it before restoring",
+                    db.name
+                ),
+            ),
+            other => other.into(),
+        })?;
+    state
+        .data_plane
+        .configure(&restored.node, node_config(&restored, &group))
+        .await?;
+    Ok(Json(DatabaseResponse {
+        database: database_wire(&state, &restored, &group.name, group.archived),
+    }))
 }

@@ -205,7 +205,18 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         ("POST", "/v1/organizations/{org}/databases/{db}/auth/rotate") => {
             team_group(Scope(S::DbRotateCreds), Role::Member)
         }
-        (_, p) if p.starts_with("/v1/groups") || p.starts_with("/v1/databases") => Personal,
+        ("GET", "/v1/organizations/{org}/deleted-databases") => team(OrgLevel, Role::Viewer),
+        ("POST", "/v1/organizations/{org}/deleted-databases/{id}/restore") => {
+            team_group(Scope(S::DbCreate), Role::Member)
+        }
+        ("POST", "/v1/admin/organizations/{org}/plan") => InstanceAdminOnly,
+        (_, p)
+            if p.starts_with("/v1/groups")
+                || p.starts_with("/v1/databases")
+                || p.starts_with("/v1/deleted-databases") =>
+        {
+            Personal
+        }
         _ => return None,
     })
 }
@@ -577,6 +588,54 @@ async fn prepare(
             path,
             Some(json!({"username": unique("new-user"), "password": PASSWORD})),
         ),
+        ("POST", "/v1/admin/organizations/{org}/plan") => {
+            Cell::new(spec, path, Some(json!({"plan": "scaler"})))
+        }
+        (
+            "POST",
+            "/v1/organizations/{org}/deleted-databases/{id}/restore"
+            | "/v1/deleted-databases/{id}/restore",
+        ) => {
+            // A paid plan keeps deleted databases restorable.
+            let personal = template.starts_with("/v1/deleted-databases");
+            let (slug, prefix, token, group) = if personal {
+                (
+                    user.to_string(),
+                    "/v1".to_string(),
+                    login,
+                    "default".to_string(),
+                )
+            } else {
+                (
+                    org.clone(),
+                    team_prefix.clone(),
+                    owner.as_str(),
+                    world.g1.clone(),
+                )
+            };
+            app.post(
+                &format!("/v1/admin/organizations/{slug}/plan"),
+                &app.admin_token,
+                json!({"plan": "scaler"}),
+            )
+            .await
+            .expect(200);
+            let name = unique("deleted");
+            let created = app
+                .post(
+                    &format!("{prefix}/databases"),
+                    token,
+                    json!({"name": name, "group": group}),
+                )
+                .await
+                .expect(200);
+            app.delete(&format!("{prefix}/databases/{name}"), token)
+                .await
+                .expect(200);
+            let id = created["database"]["DbId"].as_str().unwrap();
+            Cell::new(spec, path.replace("{id}", id), None)
+        }
+
         ("POST", "/v1/organizations") => {
             Cell::new(spec, path, Some(json!({"name": unique("Org")})))
         }

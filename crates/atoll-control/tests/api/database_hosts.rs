@@ -468,3 +468,128 @@ async fn deleted_and_transferred_databases_move_on_the_data_plane() {
     .expect(200);
     assert_eq!(execute(&app, &new_url, &token, "SELECT 1").await.0, 404);
 }
+
+#[tokio::test]
+async fn deleted_databases_are_restorable_on_paid_plans() {
+    let app = app!();
+    // On the free plan a delete is final.
+    let url = create(&app, "gone", json!({})).await;
+    app.delete("/v1/databases/gone", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(
+        app.get("/v1/deleted-databases", &app.admin_token)
+            .await
+            .expect(200),
+        json!({"databases": []})
+    );
+    let _ = url;
+
+    let reply = app
+        .post(
+            "/v1/admin/organizations/admin/plan",
+            &app.admin_token,
+            json!({"plan": "platinum"}),
+        )
+        .await;
+    assert_eq!(reply.status, 400);
+    let set = app
+        .post(
+            "/v1/admin/organizations/admin/plan",
+            &app.admin_token,
+            json!({"plan": "scaler"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(set["organization"]["plan_id"], "scaler");
+    assert_eq!(set["organization"]["restore_enabled"], true);
+
+    let url = create(&app, "precious", json!({})).await;
+    let db_token = token(&app, "/v1/databases/precious", "").await;
+    execute(&app, &url, &db_token, "CREATE TABLE t (v)").await;
+    execute(&app, &url, &db_token, "INSERT INTO t VALUES ('still here')").await;
+    let id = app
+        .get("/v1/databases/precious", &app.admin_token)
+        .await
+        .expect(200)["database"]["DbId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.delete("/v1/databases/precious", &app.admin_token)
+        .await
+        .expect(200);
+
+    assert_eq!(
+        app.get("/v1/databases/precious", &app.admin_token)
+            .await
+            .status,
+        404
+    );
+    // Its hostname no longer answers.
+    assert_eq!(
+        execute(&app, &url, &db_token, "SELECT * FROM t").await.0,
+        404
+    );
+
+    let deleted = app
+        .get("/v1/deleted-databases", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(deleted["databases"][0]["Name"], "precious");
+    assert_eq!(deleted["databases"][0]["DbId"], id.as_str());
+    assert!(
+        deleted["databases"][0]["restorable_until"]
+            .as_str()
+            .unwrap()
+            > deleted["databases"][0]["deleted_at"].as_str().unwrap()
+    );
+
+    // Its name is free meanwhile; while taken, the restore is refused.
+    create(&app, "precious", json!({})).await;
+    let reply = app
+        .post(
+            &format!("/v1/deleted-databases/{id}/restore"),
+            &app.admin_token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (409, "database_already_exists")
+    );
+    // The stand-in is deleted too (restorable in its turn), and the original comes back.
+    app.delete("/v1/databases/precious", &app.admin_token)
+        .await
+        .expect(200);
+    let restored = app
+        .post(
+            &format!("/v1/deleted-databases/{id}/restore"),
+            &app.admin_token,
+            json!({}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(restored["database"]["DbId"], id.as_str());
+    let (_, result) = execute(&app, &url, &db_token, "SELECT v FROM t").await;
+    assert_eq!(result["rows"][0][0]["value"], "still here");
+    assert_eq!(
+        app.post(
+            &format!("/v1/deleted-databases/{id}/restore"),
+            &app.admin_token,
+            json!({})
+        )
+        .await
+        .status,
+        404
+    );
+    assert_eq!(
+        app.post(
+            "/v1/deleted-databases/nope/restore",
+            &app.admin_token,
+            json!({})
+        )
+        .await
+        .status,
+        404
+    );
+}

@@ -5,7 +5,7 @@ use crate::model::{Database, DatabaseState};
 
 const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
      d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
-     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at";
+     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at";
 
 fn database_from_row(row: &Row) -> Database {
     let parent = match (row.opt_text(14), row.opt_text(15)) {
@@ -36,6 +36,7 @@ fn database_from_row(row: &Row) -> Database {
         signing_key: row.text(17),
         key_id: row.text(18),
         created_at: row.int(19),
+        deleted_at: row.opt_int(20),
     }
 }
 
@@ -117,7 +118,7 @@ impl Store {
         let (org_id, name) = (org_id.to_string(), name.to_string());
         self.read("database_by_name", move |c| {
             let sql = format!(
-                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.org_id = $1 AND d.name = $2"
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.org_id = $1 AND d.name = $2 AND d.deleted_at IS NULL"
             );
             Ok(c.query_opt(&sql, &[org_id.into(), name.into()])?
                 .map(|row| database_from_row(&row)))
@@ -141,7 +142,7 @@ impl Store {
         self.read("list_databases", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d
-                 WHERE d.org_id = $1
+                 WHERE d.org_id = $1 AND d.deleted_at IS NULL
                    AND (CAST($2 AS TEXT) IS NULL OR d.group_id = $2)
                    AND (CAST($3 AS TEXT) IS NULL OR d.parent_id = $3)
                    AND (CAST($4 AS TEXT) IS NULL OR d.name > $4)
@@ -164,7 +165,8 @@ impl Store {
         .await
     }
 
-    /// Every database of a group (to reconfigure them all, or delete them with it).
+    /// Every database of a group, deleted ones included (to reconfigure them all, or delete
+    /// them with it).
     pub async fn databases_in_group(&self, group_id: &str) -> Result<Vec<Database>> {
         let group_id = group_id.to_string();
         self.read("databases_in_group", move |c| {
@@ -179,9 +181,64 @@ impl Store {
         .await
     }
 
-    /// Every database of an organization, whatever its state.
+    /// Every database of an organization, deleted ones included.
     pub async fn databases_in_org(&self, org_id: &str) -> Result<Vec<Database>> {
-        self.list_databases(org_id, DatabaseFilter::default()).await
+        let org_id = org_id.to_string();
+        self.read("databases_in_org", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.org_id = $1 ORDER BY d.name"
+            );
+            Ok(c.query(&sql, &[org_id.into()])?
+                .iter()
+                .map(database_from_row)
+                .collect())
+        })
+        .await
+    }
+
+    /// An organization's deleted databases, most recently deleted first.
+    pub async fn deleted_databases(&self, org_id: &str) -> Result<Vec<Database>> {
+        let org_id = org_id.to_string();
+        self.read("deleted_databases", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d
+                 WHERE d.org_id = $1 AND d.deleted_at IS NOT NULL ORDER BY d.deleted_at DESC, d.name"
+            );
+            Ok(c.query(&sql, &[org_id.into()])?.iter().map(database_from_row).collect())
+        })
+        .await
+    }
+
+    /// Marks a database deleted (restorable): its name and hostname are free again.
+    pub async fn soft_delete_database(&self, id: &str) -> Result<Database> {
+        let id = id.to_string();
+        self.write("soft_delete_database", move |c| {
+            let changed = c.execute(
+                "UPDATE databases SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL",
+                &[(&id).into(), crate::now_millis().into()],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(Entity::Database));
+            }
+            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+        })
+        .await
+    }
+
+    /// Brings a deleted database back. Its name or hostname taken in the meantime is
+    /// `AlreadyExists(Database)`.
+    pub async fn restore_database(&self, id: &str) -> Result<Database> {
+        let id = id.to_string();
+        self.write("restore_database", move |c| {
+            let changed = c
+                .execute("UPDATE databases SET deleted_at = NULL WHERE id = $1 AND deleted_at IS NOT NULL", &[(&id).into()])
+                .map_err(|e| e.duplicate_is(Entity::Database))?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(Entity::Database));
+            }
+            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+        })
+        .await
     }
 
     /// Databases a crash left half-created.

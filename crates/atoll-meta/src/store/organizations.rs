@@ -174,6 +174,19 @@ impl Store {
         .await
     }
 
+    /// Sets the organization's plan (instance administrators; plans gate paid features).
+    pub async fn set_org_plan(&self, org_id: &str, plan_id: &str) -> Result<Organization> {
+        let (org_id, plan_id) = (org_id.to_string(), plan_id.to_string());
+        self.write("set_org_plan", move |c| {
+            c.execute(
+                "UPDATE organizations SET plan_id = $2 WHERE id = $1",
+                &[(&org_id).into(), plan_id.into()],
+            )?;
+            org_by_id(c, &org_id)?.ok_or(StoreError::NotFound(Entity::Organization))
+        })
+        .await
+    }
+
     /// Deletes an organization with its members, invites and groups, and revokes every
     /// token restricted to it.
     pub async fn delete_org(&self, org_id: &str) -> Result<()> {
