@@ -70,6 +70,85 @@ pub struct ControlConfig {
     pub max_dump_bytes: usize,
     /// Public URL of this API, used in the dump URLs it hands out.
     pub public_url: String,
+    /// How often usage is collected from the nodes into the store.
+    pub usage_collect_interval: std::time::Duration,
+    /// What each plan allows per billing cycle.
+    pub plans: std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas>,
+}
+
+/// The plans of a fresh install. Allowances per calendar month; `None` is unlimited.
+pub fn default_plans() -> std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas> {
+    use atoll_types::usage::PlanQuotas;
+    const GB: u64 = 1_000_000_000;
+    let plan = |databases,
+                groups,
+                locations,
+                storage_gb: Option<u64>,
+                rows_read,
+                rows_written,
+                synced_gb: Option<u64>| PlanQuotas {
+        rows_read,
+        rows_written,
+        databases,
+        locations,
+        storage_bytes: storage_gb.map(|g| g * GB),
+        groups,
+        bytes_synced: synced_gb.map(|g| g * GB),
+    };
+    [
+        (
+            "starter",
+            plan(
+                Some(100),
+                Some(1),
+                Some(1),
+                Some(5),
+                Some(500_000_000),
+                Some(10_000_000),
+                Some(3),
+            ),
+        ),
+        (
+            "developer",
+            plan(
+                Some(500),
+                Some(3),
+                Some(3),
+                Some(9),
+                Some(2_500_000_000),
+                Some(25_000_000),
+                Some(10),
+            ),
+        ),
+        (
+            "scaler",
+            plan(
+                Some(10_000),
+                Some(10),
+                Some(6),
+                Some(24),
+                Some(100_000_000_000),
+                Some(100_000_000),
+                Some(24),
+            ),
+        ),
+        (
+            "pro",
+            plan(
+                None,
+                Some(100),
+                None,
+                Some(50),
+                Some(250_000_000_000),
+                Some(250_000_000),
+                Some(100),
+            ),
+        ),
+        ("enterprise", plan(None, None, None, None, None, None, None)),
+    ]
+    .into_iter()
+    .map(|(name, quotas)| (name.to_string(), quotas))
+    .collect()
 }
 
 impl Default for ControlConfig {
@@ -81,6 +160,8 @@ impl Default for ControlConfig {
             max_body_bytes: 1024 * 1024,
             max_dump_bytes: 256 * 1024 * 1024,
             public_url: "http://127.0.0.1:8080".to_string(),
+            usage_collect_interval: std::time::Duration::from_secs(10),
+            plans: default_plans(),
         }
     }
 }

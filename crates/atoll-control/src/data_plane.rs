@@ -213,6 +213,48 @@ impl DataPlane {
         }
     }
 
+    /// The usage batch of every node (the same batch until acknowledged).
+    pub async fn collect_usage(&self) -> Result<Vec<(String, wire::UsageBatch)>, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                Ok(vec![(IN_PROCESS_NODE.to_string(), node.meters.collect())])
+            }
+            DataPlane::Remote {
+                nodes,
+                client,
+                secret,
+            } => {
+                let mut batches = Vec::new();
+                for remote in nodes {
+                    let batch: wire::UsageBatch = send(
+                        client
+                            .post(format!("{}/v1/usage/collect", remote.admin_url))
+                            .bearer_auth(secret),
+                    )
+                    .await?;
+                    batches.push((remote.info.name.clone(), batch));
+                }
+                Ok(batches)
+            }
+        }
+    }
+
+    pub async fn acknowledge_usage(&self, node_name: &str, batch_id: &str) -> Result<(), ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                node.meters.acknowledge(batch_id);
+                Ok(())
+            }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                let url = format!("{}/v1/usage/{batch_id}/ack", remote.admin_url);
+                send::<serde_json::Value>(client.post(url).bearer_auth(secret))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
     /// Ids of the databases each node holds.
     async fn node_database_ids(&self) -> Result<Vec<(String, Vec<String>)>, ApiError> {
         match self {

@@ -14,6 +14,7 @@ pub mod error;
 mod openapi;
 pub mod routes;
 mod server;
+pub mod usage;
 mod wire;
 
 pub use config::{ControlConfig, Location};

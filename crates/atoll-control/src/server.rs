@@ -84,9 +84,13 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    let collector =
+        crate::usage::spawn_collector(state.clone(), state.config.usage_collect_interval);
+    let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    collector.abort();
+    served
 }
 
 /// What [`bootstrap_user`] did.

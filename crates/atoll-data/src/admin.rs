@@ -10,12 +10,16 @@
 //! | `PUT /v1/databases/{id}/config` | [`DatabaseConfig`] | `{}` |
 //! | `DELETE /v1/databases/{id}` | | `{}` |
 //! | `GET /v1/databases/{id}/stats` | | [`DatabaseStats`] |
+//! | `POST /v1/usage/collect` | | [`UsageBatch`]: the same batch until acknowledged |
+//! | `POST /v1/usage/{id}/ack` | | `{}` |
 //!
 //! Errors are `{"error": …}` with the status of the [`DataError`] they come from.
 
 use crate::error::DataError;
 use crate::node::Node;
-use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo};
+use atoll_types::node::{
+    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo, UsageBatch,
+};
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
@@ -50,6 +54,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}", axum::routing::delete(delete))
         .route("/v1/databases/{id}/config", put(configure))
         .route("/v1/databases/{id}/stats", get(stats))
+        .route("/v1/usage/collect", axum::routing::post(collect_usage))
+        .route("/v1/usage/{id}/ack", axum::routing::post(acknowledge_usage))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             require_secret,
@@ -128,6 +134,18 @@ async fn stats(
 ) -> Result<Json<DatabaseStats>, DataError> {
     let node = Arc::clone(&state.node);
     Ok(Json(blocking(move || node.stats(&id)).await?))
+}
+
+async fn collect_usage(State(state): State<Arc<AdminState>>) -> Json<UsageBatch> {
+    Json(state.node.meters.collect())
+}
+
+async fn acknowledge_usage(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Json<serde_json::Value> {
+    state.node.meters.acknowledge(&id);
+    Json(serde_json::json!({}))
 }
 
 async fn blocking<T: Send + 'static>(

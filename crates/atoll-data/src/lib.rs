@@ -22,6 +22,7 @@ pub mod error;
 pub mod export;
 pub mod hrana;
 pub mod jwt;
+pub mod meter;
 pub mod namespace;
 pub mod node;
 pub mod upload;

@@ -22,6 +22,7 @@ pub struct Node {
     data_dir: PathBuf,
     registry: RwLock<Registry>,
     pub pool: ConnectionPool,
+    pub meters: crate::meter::Meters,
 }
 
 impl Node {
@@ -33,6 +34,7 @@ impl Node {
             data_dir: data_dir.to_path_buf(),
             registry: RwLock::new(Registry::default()),
             pool: ConnectionPool::new(DEFAULT_MAX_IDLE_CONNECTIONS),
+            meters: crate::meter::Meters::new(),
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();

@@ -46,6 +46,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("deleted_databases_can_come_back", |s| {
             Box::pin(deleted_databases_can_come_back(s))
         }),
+        ("usage_counts_each_batch_once", |s| {
+            Box::pin(usage_counts_each_batch_once(s))
+        }),
     ]
 }
 
@@ -1083,5 +1086,89 @@ async fn deleted_databases_can_come_back(store: Store) {
     assert!(
         matches!(err, StoreError::NotFound(Entity::Database)),
         "{err:?}"
+    );
+}
+
+async fn usage_counts_each_batch_once(store: Store) {
+    use crate::{hour_bucket, Usage, UsageEntry};
+    let hour = 3_600_000;
+    let t0 = 1_700_000_000_000 - 1_700_000_000_000 % hour;
+    let entry = |db: &str, org: &str, r: i64, w: i64, s: i64| UsageEntry {
+        database_id: db.to_string(),
+        org_id: org.to_string(),
+        usage: Usage {
+            rows_read: r,
+            rows_written: w,
+            bytes_synced: s,
+        },
+    };
+    assert!(store
+        .store_usage_batch(
+            "b1",
+            t0 + 10,
+            vec![entry("a", "o", 5, 1, 0), entry("b", "o", 1, 0, 100)]
+        )
+        .await
+        .unwrap());
+    // The same batch again (a crash before the node heard back) counts nothing.
+    assert!(!store
+        .store_usage_batch("b1", t0 + 20, vec![entry("a", "o", 5, 1, 0)])
+        .await
+        .unwrap());
+    assert!(store
+        .store_usage_batch("b2", t0 + 30, vec![entry("a", "o", 2, 2, 0)])
+        .await
+        .unwrap());
+    assert!(store
+        .store_usage_batch(
+            "b3",
+            t0 + hour + 1,
+            vec![entry("a", "o", 1, 0, 0), entry("a", "other", 7, 0, 0)]
+        )
+        .await
+        .unwrap());
+
+    assert_eq!(hour_bucket(t0 + 59), t0);
+    assert_eq!(
+        store.database_usage("a", t0, t0 + hour).await.unwrap(),
+        Usage {
+            rows_read: 7,
+            rows_written: 3,
+            bytes_synced: 0
+        }
+    );
+    assert_eq!(
+        store.database_usage("a", t0, t0 + 2 * hour).await.unwrap(),
+        Usage {
+            rows_read: 15,
+            rows_written: 3,
+            bytes_synced: 0
+        }
+    );
+    assert_eq!(
+        store.database_usage("nobody", t0, t0 + hour).await.unwrap(),
+        Usage::default()
+    );
+    let by_db = store.org_usage("o", t0, t0 + 2 * hour).await.unwrap();
+    assert_eq!(
+        by_db,
+        vec![
+            (
+                "a".to_string(),
+                Usage {
+                    rows_read: 8,
+                    rows_written: 3,
+                    bytes_synced: 0
+                }
+            ),
+            (
+                "b".to_string(),
+                Usage {
+                    rows_read: 1,
+                    rows_written: 0,
+                    bytes_synced: 100
+                }
+            ),
+        ]
     );
 }

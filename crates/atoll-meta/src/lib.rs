@@ -21,7 +21,8 @@ pub use backend::{Conn, Row, Value};
 pub use error::{Entity, StoreError};
 pub use model::*;
 pub use store::{
-    BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, NewGroup, NewUser, Store,
+    hour_bucket, BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, NewGroup, NewUser,
+    Store, Usage, UsageEntry,
 };
 
 /// Milliseconds since the Unix epoch: the one time unit of the store.

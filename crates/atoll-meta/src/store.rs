@@ -6,10 +6,12 @@ mod invites;
 mod members;
 mod organizations;
 mod tokens;
+mod usage;
 mod users;
 
 pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
+pub use usage::{hour_bucket, Usage, UsageEntry};
 pub use users::{NewGroup, NewUser};
 
 use crate::backend::{Access, Conn, Value};

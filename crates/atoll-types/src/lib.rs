@@ -18,6 +18,7 @@ pub mod roles;
 pub mod scopes;
 pub mod sizes;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 
 pub use error::{ErrorBody, ErrorCode};

@@ -101,3 +101,19 @@ pub struct DatabaseIds {
 pub struct NodeError {
     pub error: String,
 }
+
+/// Usage counted on a node for one database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseUsage {
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub bytes_synced: u64,
+}
+
+/// `POST /v1/usage/collect` of the node admin API: usage since the last acknowledged
+/// batch, by database id. The same batch comes back until `POST /v1/usage/{id}/ack`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageBatch {
+    pub id: String,
+    pub databases: Vec<(String, DatabaseUsage)>,
+}

@@ -79,6 +79,7 @@ pub enum Action {
     /// The group is the deleted database's: the handler checks a group-scoped token against it.
     RestoreDatabase,
     SetOrganizationPlan,
+    ReadOrganizationUsage,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -199,6 +200,7 @@ impl Action {
                 rule(Database, GroupScope(Scope::DbRotateCreds), Member)
             }
             Action::ListDeletedDatabases => rule(Organization, OrganizationLevel, Viewer),
+            Action::ReadOrganizationUsage => rule(Organization, OrganizationLevel, Viewer),
             Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
             Action::SetOrganizationPlan => Rule {
                 target: Account,

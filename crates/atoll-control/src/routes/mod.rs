@@ -30,6 +30,7 @@ mod locations;
 mod members;
 mod organization_tokens;
 mod organizations;
+mod usage;
 mod user;
 
 use crate::auth::Action;
@@ -126,6 +127,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(locations::routes());
     routes.extend(groups::routes());
     routes.extend(databases::routes());
+    routes.extend(usage::routes());
     routes
 }
 

@@ -206,6 +206,11 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             team_group(Scope(S::DbRotateCreds), Role::Member)
         }
         ("GET", "/v1/organizations/{org}/deleted-databases") => team(OrgLevel, Role::Viewer),
+        ("GET", "/v1/organizations/{org}/databases/{db}/usage") => {
+            team_group(Scope(S::Read), Role::Viewer)
+        }
+        ("GET", "/v1/organizations/{org}/usage") => team(OrgLevel, Role::Viewer),
+        ("GET", "/v1/usage") => Personal,
         ("POST", "/v1/organizations/{org}/deleted-databases/{id}/restore") => {
             team_group(Scope(S::DbCreate), Role::Member)
         }

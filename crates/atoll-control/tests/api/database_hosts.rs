@@ -593,3 +593,145 @@ async fn deleted_databases_are_restorable_on_paid_plans() {
         404
     );
 }
+
+/// Runs a pipeline of statements; returns the Hrana results.
+async fn pipeline(app: &TestApp, url: &str, token: &str, statements: &[&str]) -> Vec<Value> {
+    let mut requests: Vec<Value> = statements
+        .iter()
+        .map(|sql| json!({"type": "execute", "stmt": {"sql": sql}}))
+        .collect();
+    requests.push(json!({"type": "close"}));
+    let response = app
+        .client
+        .post(format!("{url}v2/pipeline"))
+        .bearer_auth(token)
+        .json(&json!({"requests": requests}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["results"].as_array().unwrap()[..statements.len()].to_vec()
+}
+
+#[tokio::test]
+async fn usage_reports_exactly_what_the_statements_did() {
+    let app = app!();
+    let url = create(&app, "metered", json!({})).await;
+    let token = token(&app, "/v1/databases/metered", "").await;
+    let mut statements = vec!["CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)".to_string()];
+    for i in 0..50 {
+        statements.push(format!("INSERT INTO t (v) VALUES ('row {i}')"));
+    }
+    for id in [1, 10, 25] {
+        statements.push(format!("SELECT v FROM t WHERE id = {id}"));
+    }
+    statements.push("SELECT count(*) FROM t WHERE v LIKE '%9'".to_string());
+    let texts: Vec<&str> = statements.iter().map(String::as_str).collect();
+    let results = pipeline(&app, &url, &token, &texts).await;
+
+    // Each statement reports its engine counters; usage is their sum, a statement that
+    // touched no row counting one read (as sqld bills).
+    let (mut read, mut written) = (0u64, 0u64);
+    for result in &results {
+        assert_eq!(result["type"], "ok", "{result}");
+        let stats = &result["response"]["result"];
+        let (r, w) = (
+            stats["rows_read"].as_u64().unwrap(),
+            stats["rows_written"].as_u64().unwrap(),
+        );
+        read += if r == 0 && w == 0 { 1 } else { r };
+        written += w;
+    }
+    // The known workload: 50 rows written by the inserts (and the schema row), three point
+    // reads of one row each, a full scan of 50 rows.
+    assert!(written >= 50, "{written}");
+    let point_reads: Vec<u64> = results[51..54]
+        .iter()
+        .map(|r| r["response"]["result"]["rows_read"].as_u64().unwrap())
+        .collect();
+    assert_eq!(point_reads, vec![1, 1, 1]);
+    assert_eq!(results[54]["response"]["result"]["rows_read"], 50);
+
+    let usage = app
+        .get("/v1/databases/metered/usage", &app.admin_token)
+        .await
+        .expect(200)["database"]
+        .clone();
+    assert_eq!(usage["total"]["rows_read"], read);
+    assert_eq!(usage["total"]["rows_written"], written);
+    assert_eq!(usage["usage"], usage["total"], "both aggregate keys");
+    assert_eq!(usage["instances"][0]["usage"], usage["total"]);
+    let storage = usage["total"]["storage_bytes"].as_u64().unwrap();
+    assert!(storage >= 8192, "{storage}");
+    assert_eq!(usage["total"]["bytes_synced"], 0);
+
+    // Reading usage costs nothing, and asking again counts nothing twice.
+    let again = app
+        .get("/v1/databases/metered/usage", &app.admin_token)
+        .await
+        .expect(200)["database"]
+        .clone();
+    assert_eq!(again["total"]["rows_read"], read);
+
+    // An export counts as bytes synced.
+    let export = app
+        .client
+        .get(format!("{url}export/1"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    let exported = export.bytes().await.unwrap().len() as u64;
+    let after = app
+        .get("/v1/databases/metered/usage", &app.admin_token)
+        .await
+        .expect(200)["database"]
+        .clone();
+    assert_eq!(after["total"]["bytes_synced"], exported);
+
+    // A period before the database existed has nothing; bad bounds say which.
+    let past = app
+        .get(
+            "/v1/databases/metered/usage?from=2020-01-01T00:00:00Z&to=2020-02-01T00:00:00Z",
+            &app.admin_token,
+        )
+        .await
+        .expect(200);
+    assert_eq!(past["database"]["total"]["rows_read"], 0);
+    let reply = app
+        .get(
+            "/v1/databases/metered/usage?from=2023-12-12T00:00:00",
+            &app.admin_token,
+        )
+        .await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid from parameter"),
+        "{}",
+        reply.body
+    );
+    let reply = app
+        .get("/v1/databases/metered/usage?to=yesterday", &app.admin_token)
+        .await;
+    assert!(reply.body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("invalid to parameter"));
+
+    // The organization's cycle: its consumption, and its plan's quotas beside it.
+    let org = app.get("/v1/usage", &app.admin_token).await.expect(200)["organization"].clone();
+    assert_eq!(org["usage"]["rows_read"], read);
+    assert_eq!(org["usage"]["rows_written"], written);
+    assert_eq!(org["usage"]["databases"], 1);
+    assert_eq!(org["usage"]["groups"], 1);
+    assert_eq!(org["usage"]["locations"], 1);
+    assert_eq!(org["usage"]["bytes_synced"], exported);
+    assert_eq!(org["plan"], "starter");
+    assert_eq!(org["quotas"]["databases"], 100);
+    assert_eq!(org["databases"][0]["uuid"], usage["uuid"]);
+    assert!(org["from"].as_str().unwrap().ends_with("-01T00:00:00Z"));
+}

@@ -445,6 +445,12 @@ impl<'a> Run<'a> {
         }
         let query_duration_ms = started.elapsed().as_micros() as f64 / 1000.0;
         let counter = |status| u64::try_from(stmt.get_status(status)).unwrap_or(0);
+        // Every statement that ran is metered, whichever protocol brought it.
+        self.caller.node.meters.record_statement(
+            &self.config.id,
+            counter(StatementStatus::RowsRead),
+            counter(StatementStatus::RowsWritten),
+        );
         Ok(StmtStats {
             affected_row_count: if admitted.kind.counts_changes() {
                 self.conn.changes()

@@ -1,0 +1,231 @@
+//! Usage: `/v1/organizations/{org}/databases/{db}/usage` (and `/v1/databases/{db}/usage`),
+//! `/v1/organizations/{org}/usage` (and the personal `/v1/usage`).
+//!
+//! Rows read and written and bytes synced come from the nodes' meters, collected into
+//! hourly buckets (see `crate::usage`); a usage question collects first, so it includes
+//! everything run until then. `storage_bytes` is the database's size now.
+
+use super::Route;
+use crate::auth::{Access, Action};
+use crate::error::{ApiError, ApiResult};
+use crate::server::AppState;
+use crate::wire;
+use atoll_meta::{Database, Usage};
+use atoll_types::usage::{
+    DatabaseUsageObject, DatabaseUsageOutput, DatabaseUsageResponse, InstanceUsage,
+    OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse,
+};
+use atoll_types::ErrorCode;
+use axum::extract::{Query, State};
+use axum::http::Method;
+use axum::Json;
+use serde::Deserialize;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+pub fn routes() -> Vec<Route> {
+    let mut routes = Vec::new();
+    for prefix in ["/v1/organizations/{org}", "/v1"] {
+        routes.push(
+            Route::new(
+                Method::GET,
+                format!("{prefix}/databases/{{db}}/usage"),
+                Action::ReadDatabase,
+                "A database's usage in a period (default: this month)",
+                database_usage,
+            )
+            .response::<DatabaseUsageResponse>()
+            .query(&["from", "to"]),
+        );
+        routes.push(
+            Route::new(
+                Method::GET,
+                format!("{prefix}/usage"),
+                Action::ReadOrganizationUsage,
+                "The organization's usage this billing cycle, by database, with its plan's quotas",
+                organization_usage,
+            )
+            .response::<OrganizationUsageResponse>(),
+        );
+    }
+    routes
+}
+
+#[derive(Deserialize)]
+struct Period {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// The calendar month around `now`, in milliseconds: `[first day, first day of next)`.
+pub fn billing_cycle(now: i64) -> (i64, i64) {
+    let now = OffsetDateTime::from_unix_timestamp(now / 1000).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    let start = now
+        .replace_day(1)
+        .map(|d| d.replace_time(time::Time::MIDNIGHT))
+        .unwrap_or(now);
+    let next = if start.month() == time::Month::December {
+        start
+            .replace_year(start.year() + 1)
+            .and_then(|d| d.replace_month(time::Month::January))
+    } else {
+        start.replace_month(start.month().next())
+    }
+    .unwrap_or(start);
+    (unix_millis(start), unix_millis(next))
+}
+
+fn unix_millis(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+fn parse_instant(name: &str, text: &str) -> ApiResult<i64> {
+    OffsetDateTime::parse(text, &Rfc3339)
+        .map(unix_millis)
+        .map_err(|e| {
+            ApiError::Invalid(
+                ErrorCode::InvalidRequest,
+                format!("invalid {name} parameter: {text:?} is not an RFC 3339 date-time ({e})"),
+            )
+        })
+}
+
+fn usage_object(usage: Usage, storage_bytes: u64) -> DatabaseUsageObject {
+    DatabaseUsageObject {
+        rows_read: u64::try_from(usage.rows_read).unwrap_or(0),
+        rows_written: u64::try_from(usage.rows_written).unwrap_or(0),
+        storage_bytes,
+        bytes_synced: u64::try_from(usage.bytes_synced).unwrap_or(0),
+    }
+}
+
+async fn storage_of(state: &AppState, db: &Database) -> u64 {
+    match state.data_plane.stats(&db.node, &db.id).await {
+        Ok(stats) => stats.storage_bytes,
+        Err(e) => {
+            tracing::warn!(error = %e, database = %db.id, "could not read a database's size from its node");
+            0
+        }
+    }
+}
+
+fn output(db: &Database, usage: DatabaseUsageObject) -> DatabaseUsageOutput {
+    DatabaseUsageOutput {
+        uuid: db.id.clone(),
+        // One instance per database, with the database's id (see the instances routes).
+        instances: vec![InstanceUsage {
+            uuid: db.id.clone(),
+            usage,
+        }],
+        total: usage,
+        usage,
+    }
+}
+
+async fn database_usage(
+    State(state): State<AppState>,
+    access: Access,
+    Query(period): Query<Period>,
+) -> ApiResult<Json<DatabaseUsageResponse>> {
+    let (cycle_from, cycle_to) = billing_cycle(atoll_meta::now_millis());
+    let from = match period.from.as_deref() {
+        Some(text) => parse_instant("from", text)?,
+        None => cycle_from,
+    };
+    let to = match period.to.as_deref() {
+        Some(text) => parse_instant("to", text)?,
+        None => cycle_to,
+    };
+    if from > to {
+        return Err(ApiError::invalid(
+            "invalid from parameter: it is after `to`",
+        ));
+    }
+    crate::usage::collect(&state).await?;
+    let db = access.database();
+    let usage = state.store.database_usage(&db.id, from, to).await?;
+    let storage = storage_of(&state, db).await;
+    Ok(Json(DatabaseUsageResponse {
+        database: output(db, usage_object(usage, storage)),
+    }))
+}
+
+async fn organization_usage(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<OrganizationUsageResponse>> {
+    let org = access.org();
+    let (from, to) = billing_cycle(atoll_meta::now_millis());
+    crate::usage::collect(&state).await?;
+    let consumed = state.store.org_usage(&org.id, from, to).await?;
+    let databases: Vec<Database> = state
+        .store
+        .databases_in_org(&org.id)
+        .await?
+        .into_iter()
+        .filter(|d| d.deleted_at.is_none())
+        .collect();
+    let groups = state.store.list_groups(&org.id).await?;
+    let mut total = OrganizationUsageObject {
+        databases: databases.len() as u64,
+        groups: groups.len() as u64,
+        locations: {
+            let mut locations: Vec<&String> =
+                groups.iter().flat_map(|g| g.locations.iter()).collect();
+            locations.sort();
+            locations.dedup();
+            locations.len() as u64
+        },
+        ..Default::default()
+    };
+    let mut outputs = Vec::new();
+    for db in &databases {
+        let usage = consumed
+            .iter()
+            .find(|(id, _)| *id == db.id)
+            .map(|(_, u)| *u)
+            .unwrap_or_default();
+        let object = usage_object(usage, storage_of(&state, db).await);
+        total.storage_bytes += object.storage_bytes;
+        outputs.push(output(db, object));
+    }
+    // Rows of databases deleted since count too: the organization consumed them.
+    for (_, usage) in &consumed {
+        total.rows_read += u64::try_from(usage.rows_read).unwrap_or(0);
+        total.rows_written += u64::try_from(usage.rows_written).unwrap_or(0);
+        total.bytes_synced += u64::try_from(usage.bytes_synced).unwrap_or(0);
+    }
+    Ok(Json(OrganizationUsageResponse {
+        organization: OrganizationUsage {
+            uuid: org.id.clone(),
+            usage: total,
+            quotas: state
+                .config
+                .plans
+                .get(&org.plan_id)
+                .copied()
+                .unwrap_or_default(),
+            plan: org.plan_id.clone(),
+            from: wire::rfc3339(from),
+            to: wire::rfc3339(to),
+            databases: outputs,
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::billing_cycle;
+
+    #[test]
+    fn billing_cycles_are_calendar_months() {
+        // 2026-11-22T10:00:00Z
+        let (from, to) = billing_cycle(1_795_341_600_000);
+        assert_eq!(crate::wire::rfc3339(from), "2026-11-01T00:00:00Z");
+        assert_eq!(crate::wire::rfc3339(to), "2026-12-01T00:00:00Z");
+        // 2026-12-31T23:59:59Z
+        let (from, to) = billing_cycle(1_798_761_599_000);
+        assert_eq!(crate::wire::rfc3339(from), "2026-12-01T00:00:00Z");
+        assert_eq!(crate::wire::rfc3339(to), "2027-01-01T00:00:00Z");
+    }
+}

@@ -1,0 +1,78 @@
+//! Usage: `…/databases/{db}/usage`, `…/organizations/{org}/usage`.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What a database consumed in a period (`storage_bytes`: its size now).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct DatabaseUsageObject {
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub storage_bytes: u64,
+    pub bytes_synced: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct InstanceUsage {
+    pub uuid: String,
+    pub usage: DatabaseUsageObject,
+}
+
+/// The spec's `DatabaseUsageOutput`; the aggregate is under both `total` (the spec) and
+/// `usage` (what the Turso CLI and the TypeScript SDK read).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct DatabaseUsageOutput {
+    pub uuid: String,
+    pub instances: Vec<InstanceUsage>,
+    pub total: DatabaseUsageObject,
+    pub usage: DatabaseUsageObject,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DatabaseUsageResponse {
+    pub database: DatabaseUsageOutput,
+}
+
+/// An organization's consumption in the current billing cycle.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct OrganizationUsageObject {
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub databases: u64,
+    pub locations: u64,
+    pub storage_bytes: u64,
+    pub groups: u64,
+    pub bytes_synced: u64,
+}
+
+/// What a plan allows per billing cycle (`None`: unlimited).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct PlanQuotas {
+    pub rows_read: Option<u64>,
+    pub rows_written: Option<u64>,
+    pub databases: Option<u64>,
+    pub locations: Option<u64>,
+    pub storage_bytes: Option<u64>,
+    pub groups: Option<u64>,
+    pub bytes_synced: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OrganizationUsage {
+    pub uuid: String,
+    /// What the organization consumed this billing cycle.
+    pub usage: OrganizationUsageObject,
+    /// What its plan allows (an Atoll extension): compare with `usage`.
+    pub quotas: PlanQuotas,
+    /// `plan_id` of the organization.
+    pub plan: String,
+    /// RFC 3339 bounds of the billing cycle (the calendar month).
+    pub from: String,
+    pub to: String,
+    pub databases: Vec<DatabaseUsageOutput>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OrganizationUsageResponse {
+    pub organization: OrganizationUsage,
+}
