@@ -167,6 +167,11 @@ impl Default for ControlConfig {
 }
 
 impl ControlConfig {
+    /// The quotas of `plan` (an unknown plan has none: nothing is limited).
+    pub fn quotas(&self, plan: &str) -> atoll_types::usage::PlanQuotas {
+        self.plans.get(plan).copied().unwrap_or_default()
+    }
+
     pub fn location(&self, code: &str) -> Option<&Location> {
         self.locations.iter().find(|l| l.code == code)
     }

@@ -7,7 +7,7 @@
 use crate::error::ApiError;
 use atoll_data::error::DataError;
 use atoll_data::node::Node;
-use atoll_meta::{Database, DatabaseState, Group, Store};
+use atoll_meta::{Database, DatabaseState, Group, Organization, Store};
 use atoll_types::node::{self as wire, CreateDatabase, DatabaseConfig, TokenKey};
 use atoll_types::ErrorCode;
 use std::sync::Arc;
@@ -360,13 +360,12 @@ fn data_error(error: DataError) -> ApiError {
     }
 }
 
-/// What the node must know of a database: its flags, its state and the public halves of
-/// the database's and the group's signing keys.
-pub fn node_config(db: &Database, group: &Group) -> DatabaseConfig {
+/// What the node must know of a database: its flags (with its organization's quota
+/// blocks), its state and the public halves of the database's and the group's signing keys.
+pub fn node_config(db: &Database, group: &Group, org: &Organization) -> DatabaseConfig {
     let state = match db.state {
         _ if db.deleted_at.is_some() => wire::DatabaseState::Deleted,
         DatabaseState::AwaitingUpload => wire::DatabaseState::AwaitingUpload,
-
         _ if group.archived => wire::DatabaseState::Archived,
         _ => wire::DatabaseState::Active,
     };
@@ -382,6 +381,12 @@ pub fn node_config(db: &Database, group: &Group) -> DatabaseConfig {
             });
         }
     }
+    let block_reason = (org.blocked_reads || org.blocked_writes).then(|| {
+        format!(
+            "organization {} is over its {} plan's monthly quota: turn on overages or move to a bigger plan",
+            org.slug, org.plan_id
+        )
+    });
     DatabaseConfig {
         id: db.id.clone(),
         name: db.name.clone(),
@@ -389,8 +394,9 @@ pub fn node_config(db: &Database, group: &Group) -> DatabaseConfig {
         group_id: db.group_id.clone(),
         label: db.label.clone(),
         state,
-        block_reads: db.block_reads,
-        block_writes: db.block_writes,
+        block_reads: db.block_reads || org.blocked_reads,
+        block_writes: db.block_writes || org.blocked_writes,
+        block_reason,
         size_limit: db.size_limit.and_then(|l| u64::try_from(l).ok()),
         allow_attach: db.allow_attach,
         keys,
@@ -404,11 +410,33 @@ pub async fn push_group_databases(
     store: &Store,
     group: &Group,
 ) -> Result<(), ApiError> {
+    let org = store
+        .org_by_id(&group.org_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal("group without organization".into()))?;
     for db in store.databases_in_group(&group.id).await? {
         if db.state != DatabaseState::Creating {
             data_plane
-                .configure(&db.node, node_config(&db, group))
+                .configure(&db.node, node_config(&db, group, &org))
                 .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends the configuration of every database of an organization (its quota blocks changed).
+pub async fn push_org_databases(
+    data_plane: &DataPlane,
+    store: &Store,
+    org: &Organization,
+) -> Result<(), ApiError> {
+    for group in store.list_groups(&org.id).await? {
+        for db in store.databases_in_group(&group.id).await? {
+            if db.state != DatabaseState::Creating {
+                data_plane
+                    .configure(&db.node, node_config(&db, &group, org))
+                    .await?;
+            }
         }
     }
     Ok(())

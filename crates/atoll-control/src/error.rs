@@ -22,6 +22,9 @@ pub enum ApiError {
     Conflict(ErrorCode, String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The plan's quota is reached (402: the way out is a bigger plan).
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// Something this server does not offer.
     #[error("{0}")]
     NotAvailable(String),
@@ -46,6 +49,7 @@ impl ApiError {
             ApiError::Invalid(..) => StatusCode::BAD_REQUEST,
             ApiError::Conflict(..) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::QuotaExceeded(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -60,6 +64,7 @@ impl ApiError {
             | ApiError::Invalid(code, _)
             | ApiError::Conflict(code, _) => *code,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
             ApiError::Upstream(_) => ErrorCode::DataPlane,
             ApiError::Internal(_) => ErrorCode::Internal,

@@ -12,6 +12,7 @@ pub mod data_plane;
 mod database_tokens;
 pub mod error;
 mod openapi;
+pub mod quotas;
 pub mod routes;
 mod server;
 pub mod usage;

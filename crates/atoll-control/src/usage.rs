@@ -12,7 +12,7 @@ pub async fn collect(state: &AppState) -> ApiResult<()> {
         if batch.databases.is_empty() {
             continue;
         }
-        let mut entries = Vec::with_capacity(batch.databases.len());
+        let mut entries: Vec<UsageEntry> = Vec::with_capacity(batch.databases.len());
         for (database_id, usage) in batch.databases {
             // Usage belongs to the organization the database is in when it is collected.
             let org_id = state
@@ -31,11 +31,21 @@ pub async fn collect(state: &AppState) -> ApiResult<()> {
                 },
             });
         }
+        let mut orgs: Vec<String> = entries
+            .iter()
+            .map(|e| e.org_id.clone())
+            .filter(|o| !o.is_empty())
+            .collect();
+        orgs.sort();
+        orgs.dedup();
         state
             .store
             .store_usage_batch(&batch.id, atoll_meta::now_millis(), entries)
             .await?;
         state.data_plane.acknowledge_usage(&node, &batch.id).await?;
+        for org in orgs {
+            crate::quotas::enforce_consumption(state, &org).await?;
+        }
     }
     Ok(())
 }

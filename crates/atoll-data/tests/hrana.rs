@@ -72,6 +72,7 @@ impl TestNode {
             state: DatabaseState::Active,
             block_reads: false,
             block_writes: false,
+            block_reason: None,
             size_limit: None,
             allow_attach: false,
             keys: vec![TokenKey {

@@ -62,6 +62,8 @@ pub enum ErrorCode {
     /// A feature this server does not offer (for example multi-factor authentication).
     NotAvailable,
     PayloadTooLarge,
+    /// The organization's plan allows no more of this.
+    QuotaExceeded,
     InvalidCredentials,
     Internal,
 }
@@ -104,6 +106,7 @@ impl ErrorCode {
             Self::NotAvailable => "not_available",
             Self::DataPlane => "data_plane_error",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::QuotaExceeded => "quota_exceeded",
             Self::InvalidCredentials => "invalid_credentials",
             Self::Internal => "internal",
         }

@@ -40,6 +40,9 @@ pub struct DatabaseConfig {
     pub state: DatabaseState,
     pub block_reads: bool,
     pub block_writes: bool,
+    /// Why the database is blocked, appended to `BLOCKED` errors.
+    #[serde(default)]
+    pub block_reason: Option<String>,
     /// Largest size in bytes; `None` for no limit.
     pub size_limit: Option<u64>,
     /// Whether other databases may `ATTACH` this one (with a token allowing it).

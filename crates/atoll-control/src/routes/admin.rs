@@ -58,6 +58,8 @@ async fn set_plan(
         )
     })?;
     let org = state.store.set_org_plan(&org.id, &body.plan).await?;
+    crate::quotas::enforce_consumption(&state, &org.id).await?;
+    let org = state.store.org_by_id(&org.id).await?.unwrap_or(org);
     Ok(Json(OrganizationResponse {
         organization: crate::wire::organization(&org),
     }))

@@ -425,6 +425,7 @@ async fn create(
         return Err(exists());
     }
 
+    crate::quotas::check_database(&state, &org).await?;
     let node = state.data_plane.place(&group.primary_location)?;
     let (seed, parent) = seed_for(&state, &org.id, &request, &node).await?;
     let group = group_with_key(&state, group).await?;
@@ -467,7 +468,7 @@ async fn create(
             StoreError::AlreadyExists(_) => exists(),
             other => other.into(),
         })?;
-    let mut config = node_config(&record, &group);
+    let mut config = node_config(&record, &group, &org);
     config.state = match final_state {
         DatabaseState::AwaitingUpload => atoll_types::node::DatabaseState::AwaitingUpload,
         _ => config.state,
@@ -666,7 +667,10 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
         let deleted = state.store.soft_delete_database(&db.id).await?;
         state
             .data_plane
-            .configure(&deleted.node, node_config(&deleted, access.group()))
+            .configure(
+                &deleted.node,
+                node_config(&deleted, access.group(), access.org()),
+            )
             .await?;
         return Ok(Json(DeletedDatabase {
             database: db.name.clone(),
@@ -739,7 +743,10 @@ async fn configure(
     let updated = state.store.update_database(&db.id, changes).await?;
     state
         .data_plane
-        .configure(&updated.node, node_config(&updated, access.group()))
+        .configure(
+            &updated.node,
+            node_config(&updated, access.group(), access.org()),
+        )
         .await?;
     Ok(Json(configuration_of(&updated)))
 }
@@ -847,6 +854,7 @@ async fn transfer(
             "the database already belongs to this organization",
         ));
     }
+    crate::quotas::check_database(&state, &target).await?;
     // It lands in the receiving organization's group of the same name.
     let group_name = &access.group().name;
     let group = state
@@ -885,7 +893,7 @@ async fn transfer(
         })?;
     state
         .data_plane
-        .configure(&moved.node, node_config(&moved, &group))
+        .configure(&moved.node, node_config(&moved, &group, &target))
         .await?;
     Ok(Json(DatabaseResponse {
         database: database_wire(&state, &moved, &group.name, group.archived),
@@ -920,7 +928,10 @@ async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json
     let updated = state.store.update_database(&db.id, changes).await?;
     state
         .data_plane
-        .configure(&updated.node, node_config(&updated, access.group()))
+        .configure(
+            &updated.node,
+            node_config(&updated, access.group(), access.org()),
+        )
         .await?;
     Ok(Json(Empty {}))
 }
@@ -979,6 +990,7 @@ async fn restore(
         .await?
         .ok_or_else(not_found)?;
     access.check_group(&group)?;
+    crate::quotas::check_database(&state, org).await?;
     if db
         .deleted_at
         .is_some_and(|at| at + RESTORE_WINDOW_MS < atoll_meta::now_millis())
@@ -1007,7 +1019,7 @@ async fn restore(
         })?;
     state
         .data_plane
-        .configure(&restored.node, node_config(&restored, &group))
+        .configure(&restored.node, node_config(&restored, &group, org))
         .await?;
     Ok(Json(DatabaseResponse {
         database: database_wire(&state, &restored, &group.name, group.archived),

@@ -205,6 +205,8 @@ async fn create(
     if state.config.location(&body.location).is_none() {
         return Err(invalid_location(&body.location));
     }
+    crate::quotas::check_group(&state, access.org()).await?;
+    crate::quotas::check_location(&state, access.org(), &body.location).await?;
     let group = state
         .store
         .create_group(
@@ -309,6 +311,7 @@ async fn transfer(
             "the group already belongs to this organization",
         ));
     }
+    crate::quotas::check_group(&state, &target).await?;
     let moved = state
         .store
         .transfer_group(&group.id, &target.id)
@@ -419,6 +422,7 @@ async fn add_location(
             group: wire::group(group),
         }));
     }
+    crate::quotas::check_location(&state, access.org(), code).await?;
     let mut locations = group.locations.clone();
     locations.push(code.clone());
     let changes = GroupChanges {

@@ -30,7 +30,7 @@ mod locations;
 mod members;
 mod organization_tokens;
 mod organizations;
-mod usage;
+pub(crate) mod usage;
 mod user;
 
 use crate::auth::Action;
@@ -144,3 +144,4 @@ pub(crate) fn router() -> Router<AppState> {
     }
     router
 }
+pub(crate) use usage::billing_cycle;

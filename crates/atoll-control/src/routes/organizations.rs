@@ -183,6 +183,9 @@ async fn update(
         .store
         .update_org(&access.org().id, body.overages, body.require_mfa)
         .await?;
+    // Overages decide whether a quota blocks: re-decide now, not at the next collection.
+    crate::quotas::enforce_consumption(&state, &org.id).await?;
+    let org = state.store.org_by_id(&org.id).await?.unwrap_or(org);
     Ok(Json(OrganizationResponse {
         organization: wire::organization(&org),
     }))

@@ -68,6 +68,21 @@ impl TestApp {
     /// Starts a server with a fresh store and the bootstrap administrator. `None` (after
     /// a loud warning) when the PostgreSQL backend is asked for but unreachable.
     pub async fn start() -> Option<TestApp> {
+        // Tests create far more than a plan allows; quota tests choose their own plans.
+        let unlimited = ControlConfig::default()
+            .plans
+            .keys()
+            .map(|name| (name.clone(), atoll_types::usage::PlanQuotas::default()))
+            .collect();
+        TestApp::start_with(ControlConfig {
+            plans: unlimited,
+            ..ControlConfig::default()
+        })
+        .await
+    }
+
+    /// Starts a server with this configuration.
+    pub async fn start_with(config: ControlConfig) -> Option<TestApp> {
         let store = match backend().as_str() {
             "postgres" => fresh_postgres_store().await?,
             "sqlite" => fresh_sqlite_store().await.0,
@@ -84,7 +99,6 @@ impl TestApp {
         tokio::spawn(atoll_data::serve(db_listener, data_state, async {
             let _ = db_rx.await;
         }));
-        let config = ControlConfig::default();
         let state = AppState::new(
             store,
             config,

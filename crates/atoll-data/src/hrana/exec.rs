@@ -302,7 +302,7 @@ impl<'a> Run<'a> {
             Err(error) => return Ok(Err(error)),
         };
         if self.is_blocked(&admitted) {
-            return Ok(Err(hrana_error("BLOCKED", "Operation was blocked")));
+            return Ok(Err(hrana_error("BLOCKED", self.blocked_message())));
         }
         if admitted.kind.alters_connection() {
             self.client.altered.set(true);
@@ -399,6 +399,14 @@ impl<'a> Run<'a> {
         std::path::absolute(target.file_path())
             .map(Ok)
             .map_err(|e| DataError::from(e).into())
+    }
+
+    /// sqld's text, with the reason when there is one (a quota, rather than a switch).
+    fn blocked_message(&self) -> String {
+        match &self.config.block_reason {
+            Some(reason) => format!("Operation was blocked: {reason}"),
+            None => "Operation was blocked".to_string(),
+        }
     }
 
     fn is_blocked(&self, admitted: &Admitted<'_>) -> bool {

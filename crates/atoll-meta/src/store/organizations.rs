@@ -174,6 +174,28 @@ impl Store {
         .await
     }
 
+    /// Records whether the organization's consumption blocks its databases.
+    pub async fn set_org_blocks(
+        &self,
+        org_id: &str,
+        blocked_reads: bool,
+        blocked_writes: bool,
+    ) -> Result<Organization> {
+        let org_id = org_id.to_string();
+        self.write("set_org_blocks", move |c| {
+            c.execute(
+                "UPDATE organizations SET blocked_reads = $2, blocked_writes = $3 WHERE id = $1",
+                &[
+                    (&org_id).into(),
+                    blocked_reads.into(),
+                    blocked_writes.into(),
+                ],
+            )?;
+            org_by_id(c, &org_id)?.ok_or(StoreError::NotFound(Entity::Organization))
+        })
+        .await
+    }
+
     /// Sets the organization's plan (instance administrators; plans gate paid features).
     pub async fn set_org_plan(&self, org_id: &str, plan_id: &str) -> Result<Organization> {
         let (org_id, plan_id) = (org_id.to_string(), plan_id.to_string());
