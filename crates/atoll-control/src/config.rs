@@ -72,6 +72,8 @@ pub struct ControlConfig {
     pub public_url: String,
     /// How often usage is collected from the nodes into the store.
     pub usage_collect_interval: std::time::Duration,
+    /// How often the lifecycle jobs run (archive, purge, report).
+    pub jobs_interval: std::time::Duration,
     /// What each plan allows per billing cycle.
     pub plans: std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas>,
 }
@@ -161,6 +163,7 @@ impl Default for ControlConfig {
             max_dump_bytes: 256 * 1024 * 1024,
             public_url: "http://127.0.0.1:8080".to_string(),
             usage_collect_interval: std::time::Duration::from_secs(10),
+            jobs_interval: std::time::Duration::from_secs(60),
             plans: default_plans(),
         }
     }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod data_plane;
 mod database_tokens;
 pub mod error;
+pub mod jobs;
 mod openapi;
 pub mod quotas;
 pub mod routes;

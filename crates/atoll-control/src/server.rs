@@ -86,10 +86,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let collector =
         crate::usage::spawn_collector(state.clone(), state.config.usage_collect_interval);
+    let jobs = crate::jobs::spawn(state.clone(), state.config.jobs_interval);
     let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await;
     collector.abort();
+    jobs.abort();
     served
 }
 

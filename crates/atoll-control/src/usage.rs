@@ -14,13 +14,16 @@ pub async fn collect(state: &AppState) -> ApiResult<()> {
         }
         let mut entries: Vec<UsageEntry> = Vec::with_capacity(batch.databases.len());
         for (database_id, usage) in batch.databases {
-            // Usage belongs to the organization the database is in when it is collected.
-            let org_id = state
-                .store
-                .database_by_id(&database_id)
-                .await?
-                .map(|d| d.org_id)
-                .unwrap_or_default();
+            // Usage belongs to the organization the database is in when it is collected;
+            // and it is activity, which keeps a free-plan group from being archived.
+            let record = state.store.database_by_id(&database_id).await?;
+            if let Some(db) = &record {
+                state
+                    .store
+                    .touch_group(&db.group_id, atoll_meta::now_millis())
+                    .await?;
+            }
+            let org_id = record.map(|d| d.org_id).unwrap_or_default();
             entries.push(UsageEntry {
                 database_id,
                 org_id,

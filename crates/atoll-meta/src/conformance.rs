@@ -49,6 +49,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("usage_counts_each_batch_once", |s| {
             Box::pin(usage_counts_each_batch_once(s))
         }),
+        ("leases_and_idle_groups", |s| {
+            Box::pin(leases_and_idle_groups(s))
+        }),
     ]
 }
 
@@ -1171,4 +1174,53 @@ async fn usage_counts_each_batch_once(store: Store) {
             ),
         ]
     );
+}
+
+async fn leases_and_idle_groups(store: Store) {
+    assert!(store.acquire_lease("purge", "a", 100, 200).await.unwrap());
+    assert!(
+        !store.acquire_lease("purge", "b", 150, 250).await.unwrap(),
+        "held by a until 200"
+    );
+    assert!(
+        store.acquire_lease("purge", "a", 150, 300).await.unwrap(),
+        "a renews"
+    );
+    assert!(
+        store.acquire_lease("purge", "b", 300, 400).await.unwrap(),
+        "expired: b takes it"
+    );
+    assert!(
+        store.acquire_lease("archive", "a", 300, 400).await.unwrap(),
+        "another job"
+    );
+
+    let (alice, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    store.set_org_plan(&team.id, "scaler").await.unwrap();
+    let paid = store
+        .create_group(&team.id, new_group("paid"))
+        .await
+        .unwrap();
+    let later = crate::now_millis() + 1000;
+    let idle = store.idle_groups("starter", later).await.unwrap();
+    assert_eq!(
+        idle.iter().map(|g| g.id.clone()).collect::<Vec<_>>(),
+        vec![group.id.clone()]
+    );
+    assert!(!idle.iter().any(|g| g.id == paid.id));
+    store.touch_group(&group.id, later + 5).await.unwrap();
+    assert!(store
+        .idle_groups("starter", later)
+        .await
+        .unwrap()
+        .is_empty());
+    let _ = org;
 }

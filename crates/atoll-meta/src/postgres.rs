@@ -17,6 +17,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/postgres/0003_deleted_databases.sql"),
     ),
     (4, include_str!("migrations/postgres/0004_usage.sql")),
+    // 5 is the audit log (merged separately).
+    (6, include_str!("migrations/postgres/0006_jobs.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).

@@ -3,6 +3,7 @@
 mod databases;
 mod groups;
 mod invites;
+mod jobs;
 mod members;
 mod organizations;
 mod tokens;
@@ -140,14 +141,15 @@ pub(crate) fn apply_migrations(conn: &mut dyn Conn, migrations: &[(i64, &str)]) 
              applied_at BIGINT NOT NULL
          )",
     )?;
-    let applied = conn
-        .query_one(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-            &[],
-        )?
-        .int(0);
+    // Every migration not applied yet, by version (not "above the highest": a migration
+    // merged from a parallel branch may carry a lower number than one already applied).
+    let applied: Vec<i64> = conn
+        .query("SELECT version FROM schema_migrations", &[])?
+        .iter()
+        .map(|row| row.int(0))
+        .collect();
     for (version, script) in migrations {
-        if *version <= applied {
+        if applied.contains(version) {
             continue;
         }
         conn.execute_batch(script)

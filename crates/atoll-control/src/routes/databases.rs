@@ -643,8 +643,7 @@ async fn upload_dump(
     }))
 }
 
-/// How long a deleted database can be restored on plans that allow it.
-const RESTORE_WINDOW_MS: i64 = 5 * 24 * 3600 * 1000;
+use crate::jobs::RESTORE_WINDOW_MS;
 
 /// Paid plans keep deleted databases restorable; the free plan deletes at once.
 fn restore_enabled(org: &atoll_meta::Organization) -> bool {

@@ -14,6 +14,8 @@ pub struct TestApp {
     pub url: String,
     /// The data plane: databases are at `{db_url}/db/<db>-<org>/`.
     pub db_url: String,
+    /// The server's state, for tests that drive background jobs with a moved clock.
+    pub state: AppState,
     pub client: reqwest::Client,
     /// Login token of the instance administrator `admin`.
     pub admin_token: String,
@@ -121,6 +123,7 @@ impl TestApp {
         Some(TestApp {
             url,
             db_url,
+            state,
             client: reqwest::Client::new(),
             admin_token: outcome.token,
             _shutdown: tx,

@@ -6,4 +6,5 @@
 mod harness;
 mod authorization_matrix;
 mod database_hosts;
+mod lifecycle;
 mod routes;

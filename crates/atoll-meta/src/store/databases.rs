@@ -209,6 +209,17 @@ impl Store {
         .await
     }
 
+    /// Deleted databases whose restore window ended before `before`, in every organization.
+    pub async fn databases_deleted_before(&self, before: i64) -> Result<Vec<Database>> {
+        self.read("databases_deleted_before", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.deleted_at IS NOT NULL AND d.deleted_at < $1 ORDER BY d.id"
+            );
+            Ok(c.query(&sql, &[before.into()])?.iter().map(database_from_row).collect())
+        })
+        .await
+    }
+
     /// Marks a database deleted (restorable): its name and hostname are free again.
     pub async fn soft_delete_database(&self, id: &str) -> Result<Database> {
         let id = id.to_string();

@@ -4,10 +4,11 @@ use crate::backend::{Conn, Row, Value};
 use crate::error::{Entity, Result, StoreError};
 use crate::model::Group;
 
-const GROUP_COLUMNS: &str = "g.id, g.org_id, g.name, g.primary_location, g.locations, g.version, \
+pub(crate) const GROUP_COLUMNS: &str =
+    "g.id, g.org_id, g.name, g.primary_location, g.locations, g.version, \
      g.delete_protection, g.archived, g.created_at, g.last_activity_at, g.signing_key, g.key_id";
 
-fn group_from_row(row: &Row) -> Group {
+pub(crate) fn group_from_row(row: &Row) -> Group {
     Group {
         id: row.text(0),
         org_id: row.text(1),
