@@ -76,6 +76,44 @@ pub struct ControlConfig {
     pub jobs_interval: std::time::Duration,
     /// What each plan allows per billing cycle.
     pub plans: std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas>,
+    /// Monthly price of each plan, USD (e.g. `"29"`).
+    pub plan_prices: std::collections::BTreeMap<String, String>,
+}
+
+/// The prices of a fresh install's plans, USD per month.
+pub fn default_plan_prices() -> std::collections::BTreeMap<String, String> {
+    [
+        ("starter", "0"),
+        ("developer", "5"),
+        ("scaler", "29"),
+        ("pro", "499"),
+        ("enterprise", "0"),
+    ]
+    .into_iter()
+    .map(|(name, price)| (name.to_string(), price.to_string()))
+    .collect()
+}
+
+/// The operator's plans file: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …}}}`
+/// (a quota left out or `null` is unlimited). Plans not in the file keep their defaults.
+pub fn apply_plans_file(config: &mut ControlConfig, text: &str) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct PlanFile {
+        #[serde(default)]
+        price: Option<String>,
+        #[serde(default)]
+        quotas: atoll_types::usage::PlanQuotas,
+    }
+    let plans: std::collections::BTreeMap<String, PlanFile> =
+        serde_json::from_str(text).map_err(|e| format!("invalid plans file: {e}"))?;
+    for (name, plan) in plans {
+        atoll_types::names::validate_resource_name("plan", &name)?;
+        config.plans.insert(name.clone(), plan.quotas);
+        config
+            .plan_prices
+            .insert(name, plan.price.unwrap_or_else(|| "0".to_string()));
+    }
+    Ok(())
 }
 
 /// The plans of a fresh install. Allowances per calendar month; `None` is unlimited.
@@ -165,6 +203,7 @@ impl Default for ControlConfig {
             usage_collect_interval: std::time::Duration::from_secs(10),
             jobs_interval: std::time::Duration::from_secs(60),
             plans: default_plans(),
+            plan_prices: default_plan_prices(),
         }
     }
 }

@@ -76,3 +76,71 @@ pub struct OrganizationUsage {
 pub struct OrganizationUsageResponse {
     pub organization: OrganizationUsage,
 }
+
+/// A plan as `GET /v1/plans` shows it (the Turso CLI's camelCase quotas).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct Plan {
+    pub name: String,
+    /// USD per month.
+    pub price: String,
+    pub prices: Vec<PlanPrice>,
+    pub quotas: PlanQuotasCamel,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct PlanPrice {
+    pub value: String,
+    pub timeline: String,
+}
+
+/// Quotas in the plan listing's casing; `null` is unlimited.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanQuotasCamel {
+    pub rows_read: Option<u64>,
+    pub rows_written: Option<u64>,
+    pub databases: Option<u64>,
+    pub locations: Option<u64>,
+    pub storage: Option<u64>,
+    pub groups: Option<u64>,
+    pub bytes_synced: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PlanList {
+    pub plans: Vec<Plan>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct Subscription {
+    pub name: String,
+    pub overages: bool,
+    pub plan: String,
+    pub timeline: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SubscriptionResponse {
+    pub subscription: Subscription,
+}
+
+/// An invoice, computed from the plan's price and the cycle's usage (Atoll has no payment
+/// provider: nothing is ever marked paid).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct Invoice {
+    pub invoice_number: String,
+    /// USD.
+    pub amount_due: String,
+    pub due_date: String,
+    pub paid_at: Option<String>,
+    pub payment_failed_at: Option<String>,
+    pub invoice_pdf: String,
+    /// `upcoming` (the current cycle) or `issued` (a past one).
+    pub status: String,
+    pub hosted_invoice_url: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InvoiceList {
+    pub invoices: Vec<Invoice>,
+}

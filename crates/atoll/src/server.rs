@@ -90,6 +90,10 @@ pub struct CommonArgs {
     /// Location catalog, `code=Description,…`. Default: `local` plus a few AWS codes.
     #[arg(long, env = "ATOLL_LOCATIONS")]
     locations: Option<String>,
+    /// Plans file (JSON: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …}}}`);
+    /// plans it does not name keep their defaults.
+    #[arg(long, env = "ATOLL_PLANS")]
+    plans: Option<PathBuf>,
     /// Location of this server: its "closest region" answer and new users' first group.
     #[arg(long, env = "ATOLL_LOCATION", default_value = "local")]
     location: String,
@@ -111,6 +115,12 @@ impl CommonArgs {
             );
         }
         config.server_location = self.location.clone();
+        if let Some(path) = &self.plans {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read plans file {}", path.display()))?;
+            atoll_control::config::apply_plans_file(&mut config, &text)
+                .map_err(anyhow::Error::msg)?;
+        }
         Ok(config)
     }
 

@@ -80,6 +80,8 @@ pub enum Action {
     RestoreDatabase,
     SetOrganizationPlan,
     ReadOrganizationUsage,
+    ReadInvoices,
+    ReadPlans,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -201,6 +203,8 @@ impl Action {
             }
             Action::ListDeletedDatabases => rule(Organization, OrganizationLevel, Viewer),
             Action::ReadOrganizationUsage => rule(Organization, OrganizationLevel, Viewer),
+            Action::ReadInvoices => rule(Organization, OrganizationLevel, Admin),
+            Action::ReadPlans => rule(Account, Any, Viewer),
             Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
             Action::SetOrganizationPlan => Rule {
                 target: Account,

@@ -22,6 +22,7 @@
 mod admin;
 mod api_tokens;
 mod auth;
+mod billing;
 mod databases;
 mod groups;
 mod health;
@@ -128,6 +129,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(groups::routes());
     routes.extend(databases::routes());
     routes.extend(usage::routes());
+    routes.extend(billing::routes());
     routes
 }
 

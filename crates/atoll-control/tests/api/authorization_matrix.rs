@@ -210,7 +210,12 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             team_group(Scope(S::Read), Role::Viewer)
         }
         ("GET", "/v1/organizations/{org}/usage") => team(OrgLevel, Role::Viewer),
-        ("GET", "/v1/usage") => Personal,
+        ("GET", "/v1/usage" | "/v1/subscription" | "/v1/invoices") => Personal,
+        ("GET", "/v1/plans") => Account(Any),
+        ("GET", "/v1/organizations/{org}/plans" | "/v1/organizations/{org}/subscription") => {
+            team(OrgLevel, Role::Viewer)
+        }
+        ("GET", "/v1/organizations/{org}/invoices") => team(OrgLevel, Role::Admin),
         ("POST", "/v1/organizations/{org}/deleted-databases/{id}/restore") => {
             team_group(Scope(S::DbCreate), Role::Member)
         }

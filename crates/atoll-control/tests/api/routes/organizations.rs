@@ -244,3 +244,70 @@ async fn other_peoples_organizations_are_not_found() {
         );
     }
 }
+
+#[tokio::test]
+async fn plans_subscription_and_invoices() {
+    let app = app!();
+    let plans = app.get("/v1/plans", &app.admin_token).await.expect(200)["plans"].clone();
+    let names: Vec<_> = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["starter", "developer", "scaler", "pro", "enterprise"]
+    );
+    assert_eq!(plans[2]["price"], "29");
+    assert_eq!(plans[2]["prices"][0]["timeline"], "monthly");
+    assert!(
+        plans[0]["quotas"].get("rowsRead").is_some(),
+        "camelCase quotas: {}",
+        plans[0]
+    );
+
+    let sub = app
+        .get("/v1/organizations/admin/subscription", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(
+        sub["subscription"],
+        json!({"name": "starter", "overages": false, "plan": "starter", "timeline": "monthly"})
+    );
+    app.post(
+        "/v1/admin/organizations/admin/plan",
+        &app.admin_token,
+        json!({"plan": "scaler"}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(
+        app.get("/v1/subscription", &app.admin_token)
+            .await
+            .expect(200)["subscription"]["plan"],
+        "scaler"
+    );
+
+    let invoices = app.get("/v1/invoices", &app.admin_token).await.expect(200)["invoices"].clone();
+    assert_eq!(
+        invoices.as_array().unwrap().len(),
+        1,
+        "one cycle since the organization was created"
+    );
+    assert_eq!(invoices[0]["status"], "upcoming");
+    assert_eq!(invoices[0]["amount_due"], "29");
+    assert_eq!(invoices[0]["paid_at"], serde_json::Value::Null);
+    assert_eq!(
+        app.get("/v1/invoices?type=issued", &app.admin_token)
+            .await
+            .expect(200)["invoices"],
+        json!([])
+    );
+    assert_eq!(
+        app.get("/v1/invoices?type=weird", &app.admin_token)
+            .await
+            .status,
+        400
+    );
+}
