@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# Compatibility test: drive a real `atoll dev` with the official TypeScript SDK
-# (@tursodatabase/api) and Node's built-in test runner.
+# Compatibility tests: drive a real `atoll dev` with official clients.
+#
+#   1. node:   tests/compat/*.test.mjs with Node's built-in test runner: the platform SDK
+#              (@tursodatabase/api) and the libSQL client (@libsql/client, over HTTP);
+#   2. python: tests/compat-python/test_*.py with unittest: the Python libSQL client
+#              (libsql-client, over HTTP), in a virtualenv at tests/compat-python/.venv.
 #
 #   cargo build -p atoll && scripts/compat.sh
 #
-# Builds nothing but the test's node_modules (`npm ci` in tests/compat). The server binary
-# is $ATOLL_BIN, by default target/debug/atoll under the repository root, or
-# $CARGO_TARGET_DIR/debug/atoll when CARGO_TARGET_DIR is set. The server runs on a free
-# loopback port with a fresh data directory, and is stopped when the script exits.
+# Builds nothing but the tests' dependencies (`npm ci` in tests/compat; a venv and
+# `pip install -r requirements.txt` in tests/compat-python). The server binary is
+# $ATOLL_BIN, by default target/debug/atoll under the repository root, or
+# $CARGO_TARGET_DIR/debug/atoll when CARGO_TARGET_DIR is set. The server (platform API and
+# data plane) runs on free loopback ports with a fresh data directory; both suites run
+# against the same server, which is stopped when the script exits. The script exits
+# non-zero when either suite fails, and says which.
 #
 # Environment:
 #   ATOLL_BIN             server binary (see above)
 #   ATOLL_COMPAT_KEEP=1   keep the temporary data directory (and its server.log)
+#   ATOLL_COMPAT_SUITES   the suites to run, default "node python"
+#   ATOLL_COMPAT_PYTHON   the Python that creates the venv, default python3
 #   extra arguments       passed to `node --test` (e.g. --test-name-pattern=groups)
+#
+# The tests get ATOLL_URL (platform API), ATOLL_DB_URL (data plane), ATOLL_TOKEN (the
+# admin's login token) and ATOLL_PASSWORD.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 COMPAT_DIR="$REPO_ROOT/tests/compat"
+PY_DIR="$REPO_ROOT/tests/compat-python"
 HEALTH_TIMEOUT_S=30
+SUITES="${ATOLL_COMPAT_SUITES:-node python}"
+PYTHON="${ATOLL_COMPAT_PYTHON:-python3}"
+
+want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 log() { printf 'compat: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 2; }
@@ -31,17 +48,39 @@ if [[ -z "${ATOLL_BIN:-}" ]]; then
 fi
 [[ -x "$ATOLL_BIN" ]] || die "no atoll binary at $ATOLL_BIN: run 'cargo build -p atoll' first, or set ATOLL_BIN"
 
-# --- node and the SDK ----------------------------------------------------------------
+for suite in $SUITES; do
+  [[ "$suite" == node || "$suite" == python ]] || die "unknown suite '$suite' in ATOLL_COMPAT_SUITES (node, python)"
+done
+
+# --- node and the SDKs (node also runs the helpers below, so it is always needed) ----
 command -v node >/dev/null || die "node (20 or newer) is needed"
 command -v npm >/dev/null || die "npm is needed"
 NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
 (( NODE_MAJOR >= 20 )) || die "node 20 or newer is needed, found $(node --version)"
 
-log "installing the test's npm packages in tests/compat"
-if [[ -f "$COMPAT_DIR/package-lock.json" ]]; then
-  (cd "$COMPAT_DIR" && npm ci --no-audit --no-fund --loglevel=error) >&2
-else
-  (cd "$COMPAT_DIR" && npm install --no-audit --no-fund --loglevel=error) >&2
+if want node; then
+  log "installing the test's npm packages in tests/compat"
+  if [[ -f "$COMPAT_DIR/package-lock.json" ]]; then
+    (cd "$COMPAT_DIR" && npm ci --no-audit --no-fund --loglevel=error) >&2
+  else
+    (cd "$COMPAT_DIR" && npm install --no-audit --no-fund --loglevel=error) >&2
+  fi
+fi
+
+# --- python and its client -------------------------------------------------------------
+PY_VENV="$PY_DIR/.venv"
+if want python; then
+  command -v "$PYTHON" >/dev/null || die "$PYTHON (3.8 or newer) is needed for the Python suite (or set ATOLL_COMPAT_SUITES=node)"
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 8))' \
+    || die "Python 3.8 or newer is needed, found $("$PYTHON" --version 2>&1)"
+  if [[ ! -x "$PY_VENV/bin/python" ]]; then
+    log "creating the virtualenv tests/compat-python/.venv"
+    "$PYTHON" -m venv "$PY_VENV" >&2 \
+      || { rm -rf "$PY_VENV"; die "could not create a virtualenv with $PYTHON -m venv (on Debian/Ubuntu: apt-get install python3-venv)"; }
+  fi
+  log "installing the test's Python packages in tests/compat-python/.venv"
+  "$PY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    -r "$PY_DIR/requirements.txt" >&2 || die "pip install -r tests/compat-python/requirements.txt failed"
 fi
 
 # --- start the server ----------------------------------------------------------------
@@ -114,6 +153,7 @@ wait_healthy() {
 }
 
 ATOLL_URL=""
+ATOLL_DB_URL=""
 for attempt in 1 2 3; do
   PORT="$(free_port)"
   DB_PORT="$(free_port)"
@@ -122,6 +162,7 @@ for attempt in 1 2 3; do
   start_server "$PORT" "$DB_PORT"
   if wait_healthy "http://127.0.0.1:$PORT"; then
     ATOLL_URL="http://127.0.0.1:$PORT"
+    ATOLL_DB_URL="http://127.0.0.1:$DB_PORT"
     break
   else
     rc=$?
@@ -141,28 +182,61 @@ done
 [[ -s "$DATA_DIR/data/admin.password" ]] || die "the server wrote no $DATA_DIR/data/admin.password"
 ATOLL_TOKEN="$(tr -d '[:space:]' <"$DATA_DIR/data/admin.token")"
 ATOLL_PASSWORD="$(tr -d '[:space:]' <"$DATA_DIR/data/admin.password")"
-export ATOLL_URL ATOLL_TOKEN ATOLL_PASSWORD
-log "server ready at $ATOLL_URL (log: $SERVER_LOG)"
+export ATOLL_URL ATOLL_DB_URL ATOLL_TOKEN ATOLL_PASSWORD
+# The data plane starts with the platform API; make sure it answers too.
+healthy "$ATOLL_DB_URL" || { log "server log:"; cat "$SERVER_LOG" >&2; die "the data plane at $ATOLL_DB_URL does not answer /health"; }
+log "server ready at $ATOLL_URL, data plane at $ATOLL_DB_URL (log: $SERVER_LOG)"
 
 # --- run the tests -------------------------------------------------------------------
-# The test files are listed explicitly (rather than handing node the directory) so that
-# node_modules is never searched and every Node version reads the arguments the same way.
-mapfile -t TEST_FILES < <(cd "$REPO_ROOT" && find tests/compat -path tests/compat/node_modules -prune \
-  -o -type f -name '*.test.mjs' -print | sort)
-(( ${#TEST_FILES[@]} > 0 )) || die "no *.test.mjs files in tests/compat"
+# Each suite runs in the background and is waited for, so that a signal to this script runs
+# the clean-up at once (stopping the tests and the server) instead of after the tests end.
+run_suite() {
+  "$@" &
+  TEST_PID=$!
+  set +e
+  wait "$TEST_PID"
+  local status=$?
+  set -e
+  TEST_PID=""
+  return "$status"
+}
 
-# In the background and waited for, so that a signal to this script runs the clean-up at
-# once (stopping the tests and the server) instead of after the tests end.
-(cd "$REPO_ROOT" && exec node --test "$@" "${TEST_FILES[@]}") &
-TEST_PID=$!
-set +e
-wait "$TEST_PID"
-TEST_STATUS=$?
-set -e
-TEST_PID=""
+FAILED=()
+STATUS=0
 
-if (( TEST_STATUS != 0 )); then
-  log "tests failed (status $TEST_STATUS); last lines of the server log:"
-  tail -n 40 "$SERVER_LOG" >&2 || true
+if want node; then
+  # The test files are listed explicitly (rather than handing node the directory) so that
+  # node_modules is never searched and every Node version reads the arguments the same way.
+  mapfile -t TEST_FILES < <(cd "$REPO_ROOT" && find tests/compat -path tests/compat/node_modules -prune \
+    -o -type f -name '*.test.mjs' -print | sort)
+  (( ${#TEST_FILES[@]} > 0 )) || die "no *.test.mjs files in tests/compat"
+  log "node suite: ${TEST_FILES[*]}"
+  node_status=0
+  run_suite bash -c 'cd "$1" && shift && exec node --test "$@"' _ "$REPO_ROOT" "$@" "${TEST_FILES[@]}" \
+    || node_status=$?
+  if (( node_status != 0 )); then
+    log "node suite failed (status $node_status)"
+    FAILED+=(node)
+    STATUS=$node_status
+  fi
 fi
-exit "$TEST_STATUS"
+
+if want python; then
+  log "python suite: tests/compat-python (unittest)"
+  py_status=0
+  run_suite bash -c 'cd "$1" && exec "$2" -m unittest discover -v -s . -p "test_*.py"' \
+    _ "$PY_DIR" "$PY_VENV/bin/python" || py_status=$?
+  if (( py_status != 0 )); then
+    log "python suite failed (status $py_status)"
+    FAILED+=(python)
+    (( STATUS != 0 )) || STATUS=$py_status
+  fi
+fi
+
+if (( ${#FAILED[@]} > 0 )); then
+  log "FAILED suites: ${FAILED[*]}; last lines of the server log:"
+  tail -n 40 "$SERVER_LOG" >&2 || true
+else
+  log "all suites passed: $SUITES"
+fi
+exit "$STATUS"

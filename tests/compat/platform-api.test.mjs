@@ -103,6 +103,9 @@ async function newTeamOrg(token = ADMIN_TOKEN) {
   const expected = name.toLowerCase().replace(/[^a-z0-9]+/g, '-');
   assert.equal(body.org.slug, expected);
   assert.equal(body.org.type, 'team');
+  // Team organizations start on the free plan (one group, no invites to spare): the
+  // instance administrator moves them to a paid one, as an operator would.
+  await ok('POST', `/v1/admin/organizations/${body.org.slug}/plan`, { token: ADMIN_TOKEN, body: { plan: 'scaler' } });
   return body.org.slug;
 }
 

@@ -44,7 +44,7 @@ async fn start() -> Server {
     let state =
         atoll_control::AppState::new(store, atoll_control::ControlConfig::default(), data_plane);
     let admin =
-        atoll_control::bootstrap_user(&state, "admin", Some("a-long-password".into()), None)
+        atoll_control::bootstrap_user(&state, "admin", Some("a-long-password".into()), None, None)
             .await
             .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

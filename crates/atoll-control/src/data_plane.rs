@@ -213,6 +213,28 @@ impl DataPlane {
         }
     }
 
+    /// The heaviest statements of a database (statistics live on its node).
+    pub async fn top_queries(
+        &self,
+        node_name: &str,
+        id: &str,
+    ) -> Result<Vec<wire::QueryStats>, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                Ok(node.meters.top_queries(id, atoll_data::admin::TOP_QUERIES))
+            }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                send(
+                    client
+                        .get(format!("{}/v1/databases/{id}/queries", remote.admin_url))
+                        .bearer_auth(secret),
+                )
+                .await
+            }
+        }
+    }
+
     /// The usage batch of every node (the same batch until acknowledged).
     pub async fn collect_usage(&self) -> Result<Vec<(String, wire::UsageBatch)>, ApiError> {
         match self {

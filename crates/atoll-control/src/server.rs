@@ -108,12 +108,13 @@ pub struct BootstrapOutcome {
 }
 
 /// `atoll dev`'s first start: makes sure the instance administrator exists (with a
-/// personal organization and a `default` group) and holds a usable login token.
+/// personal organization on `plan`, and a `default` group) and holds a usable login token.
 pub async fn bootstrap_user(
     state: &AppState,
     username: &str,
     password: Option<String>,
     existing_token: Option<String>,
+    plan: Option<&str>,
 ) -> ApiResult<BootstrapOutcome> {
     atoll_types::names::validate_username(username)
         .map_err(|e| ApiError::Invalid(ErrorCode::InvalidName, e))?;
@@ -140,6 +141,12 @@ pub async fn bootstrap_user(
                     }),
                 )
                 .await?;
+            // The operator's own organization is not held to the free plan's quotas.
+            if let Some(plan) = plan {
+                if let Some(org) = state.store.org_by_slug(username).await? {
+                    state.store.set_org_plan(&org.id, plan).await?;
+                }
+            }
             (user, true, generated)
         }
     };

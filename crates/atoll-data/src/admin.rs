@@ -10,6 +10,7 @@
 //! | `PUT /v1/databases/{id}/config` | [`DatabaseConfig`] | `{}` |
 //! | `DELETE /v1/databases/{id}` | | `{}` |
 //! | `GET /v1/databases/{id}/stats` | | [`DatabaseStats`] |
+//! | `GET /v1/databases/{id}/queries` | | the heaviest statements ([`QueryStats`]) |
 //! | `POST /v1/usage/collect` | | [`UsageBatch`]: the same batch until acknowledged |
 //! | `POST /v1/usage/{id}/ack` | | `{}` |
 //!
@@ -18,7 +19,7 @@
 use crate::error::DataError;
 use crate::node::Node;
 use atoll_types::node::{
-    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo, UsageBatch,
+    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo, QueryStats, UsageBatch,
 };
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -54,6 +55,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}", axum::routing::delete(delete))
         .route("/v1/databases/{id}/config", put(configure))
         .route("/v1/databases/{id}/stats", get(stats))
+        .route("/v1/databases/{id}/queries", get(top_queries))
         .route("/v1/usage/collect", axum::routing::post(collect_usage))
         .route("/v1/usage/{id}/ack", axum::routing::post(acknowledge_usage))
         .layer(middleware::from_fn_with_state(
@@ -135,6 +137,16 @@ async fn stats(
     let node = Arc::clone(&state.node);
     Ok(Json(blocking(move || node.stats(&id)).await?))
 }
+
+async fn top_queries(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Json<Vec<QueryStats>> {
+    Json(state.node.meters.top_queries(&id, TOP_QUERIES))
+}
+
+/// How many statements `…/stats` lists, as sqld does.
+pub const TOP_QUERIES: usize = 10;
 
 async fn collect_usage(State(state): State<Arc<AdminState>>) -> Json<UsageBatch> {
     Json(state.node.meters.collect())

@@ -8,7 +8,7 @@
 //! counters never go backwards. What a node had not handed out when it crashed is lost:
 //! usage is under-counted rather than invented.
 
-use atoll_types::node::{DatabaseUsage, UsageBatch};
+use atoll_types::node::{DatabaseUsage, QueryStats, UsageBatch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -19,7 +19,12 @@ pub struct Meters {
     next: AtomicU64,
     pending: Mutex<HashMap<String, DatabaseUsage>>,
     sealed: Mutex<Option<UsageBatch>>,
+    /// Per database, the heaviest statements by text (in memory: reset by a restart).
+    queries: Mutex<HashMap<String, HashMap<String, QueryStats>>>,
 }
+
+/// Distinct statement texts remembered per database; the lightest goes first.
+const MAX_QUERIES_PER_DATABASE: usize = 100;
 
 impl Default for Meters {
     fn default() -> Self {
@@ -34,7 +39,56 @@ impl Meters {
             next: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             sealed: Mutex::new(None),
+            queries: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Adds a statement's rows to the statistics of its text.
+    pub fn record_query(&self, db_id: &str, sql: &str, rows_read: u64, rows_written: u64) {
+        let mut queries = self.queries.lock().unwrap_or_else(|p| p.into_inner());
+        let by_text = queries.entry(db_id.to_string()).or_default();
+        if !by_text.contains_key(sql) && by_text.len() >= MAX_QUERIES_PER_DATABASE {
+            if let Some(lightest) = by_text
+                .iter()
+                .min_by_key(|(_, q)| q.rows_read + q.rows_written)
+                .map(|(k, _)| k.clone())
+            {
+                by_text.remove(&lightest);
+            }
+        }
+        let stats = by_text
+            .entry(sql.to_string())
+            .or_insert_with(|| QueryStats {
+                query: sql.to_string(),
+                ..Default::default()
+            });
+        stats.rows_read += rows_read;
+        stats.rows_written += rows_written;
+        stats.count += 1;
+    }
+
+    /// The `limit` heaviest statement texts of a database (rows read plus written).
+    pub fn top_queries(&self, db_id: &str, limit: usize) -> Vec<QueryStats> {
+        let queries = self.queries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut top: Vec<QueryStats> = queries
+            .get(db_id)
+            .map(|q| q.values().cloned().collect())
+            .unwrap_or_default();
+        top.sort_by(|a, b| {
+            (b.rows_read + b.rows_written)
+                .cmp(&(a.rows_read + a.rows_written))
+                .then(a.query.cmp(&b.query))
+        });
+        top.truncate(limit);
+        top
+    }
+
+    /// Forgets a deleted database's statistics.
+    pub fn forget(&self, db_id: &str) {
+        self.queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(db_id);
     }
 
     /// One executed statement. As sqld bills, a statement that read and wrote nothing

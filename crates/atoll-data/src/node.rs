@@ -230,6 +230,7 @@ impl Node {
             db
         };
         self.pool.forget(id);
+        self.meters.forget(id);
         // Rename first so a crash half-way never leaves a loadable, half-deleted database.
         let trash = self.data_dir.join("dbs").join(format!(".deleting-{id}"));
         std::fs::rename(db.dir(), &trash)?;

@@ -120,3 +120,12 @@ pub struct UsageBatch {
     pub id: String,
     pub databases: Vec<(String, DatabaseUsage)>,
 }
+
+/// Rows a statement text read and wrote on a database, over all its runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryStats {
+    pub query: String,
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub count: u64,
+}

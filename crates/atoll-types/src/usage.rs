@@ -144,3 +144,16 @@ pub struct Invoice {
 pub struct InvoiceList {
     pub invoices: Vec<Invoice>,
 }
+
+/// A statement text and the rows it read and wrote (`…/stats`, `…/usage/queries`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct TopQuery {
+    pub query: String,
+    pub rows_read: u64,
+    pub rows_written: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DatabaseStats {
+    pub top_queries: Vec<TopQuery>,
+}

@@ -209,10 +209,15 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     let token_path = args.data_dir.join("admin.token");
     let existing = std::fs::read_to_string(&token_path).ok();
-    let outcome =
-        atoll_control::bootstrap_user(&state, &args.username, args.password.clone(), existing)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot set up user {}: {e}", args.username))?;
+    let outcome = atoll_control::bootstrap_user(
+        &state,
+        &args.username,
+        args.password.clone(),
+        existing,
+        Some("enterprise"),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot set up user {}: {e}", args.username))?;
     if outcome.token_is_new {
         write_secret(&token_path, &outcome.token)?;
     }
@@ -307,9 +312,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .filter(|p| p.len() >= 8)
             .context("--username needs --password (ATOLL_PASSWORD) of at least 8 characters")?;
-        let outcome = atoll_control::bootstrap_user(&state, username, Some(password), None)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot set up user {username}: {e}"))?;
+        let outcome = atoll_control::bootstrap_user(
+            &state,
+            username,
+            Some(password),
+            None,
+            Some("enterprise"),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot set up user {username}: {e}"))?;
         tracing::info!(user = %outcome.username, created = outcome.created, "instance administrator ready");
     }
 

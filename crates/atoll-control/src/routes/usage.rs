@@ -12,8 +12,8 @@ use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{Database, Usage};
 use atoll_types::usage::{
-    DatabaseUsageObject, DatabaseUsageOutput, DatabaseUsageResponse, InstanceUsage,
-    OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse,
+    DatabaseStats, DatabaseUsageObject, DatabaseUsageOutput, DatabaseUsageResponse, InstanceUsage,
+    OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse, TopQuery,
 };
 use atoll_types::ErrorCode;
 use axum::extract::{Query, State};
@@ -36,6 +36,27 @@ pub fn routes() -> Vec<Route> {
             )
             .response::<DatabaseUsageResponse>()
             .query(&["from", "to"]),
+        );
+        routes.push(
+            Route::new(
+                Method::GET,
+                format!("{prefix}/databases/{{db}}/stats"),
+                Action::ReadDatabase,
+                "The database's heaviest statements",
+                stats,
+            )
+            .response::<DatabaseStats>(),
+        );
+        routes.push(
+            Route::new(
+                Method::GET,
+                format!("{prefix}/databases/{{db}}/usage/queries"),
+                Action::ReadDatabase,
+                "The database's heaviest statements (Turso CLI form: a bare array)",
+                queries,
+            )
+            .response::<Vec<TopQuery>>()
+            .query(&["from"]),
         );
         routes.push(
             Route::new(
@@ -228,4 +249,28 @@ mod tests {
         assert_eq!(crate::wire::rfc3339(from), "2026-12-01T00:00:00Z");
         assert_eq!(crate::wire::rfc3339(to), "2027-01-01T00:00:00Z");
     }
+}
+
+/// The heaviest statements since the node started (statistics are not persisted), by
+/// rows read plus rows written, summed over every run of the same text.
+async fn top_queries(state: &AppState, db: &Database) -> ApiResult<Vec<TopQuery>> {
+    let queries = state.data_plane.top_queries(&db.node, &db.id).await?;
+    Ok(queries
+        .into_iter()
+        .map(|q| TopQuery {
+            query: q.query,
+            rows_read: q.rows_read,
+            rows_written: q.rows_written,
+        })
+        .collect())
+}
+
+async fn stats(State(state): State<AppState>, access: Access) -> ApiResult<Json<DatabaseStats>> {
+    Ok(Json(DatabaseStats {
+        top_queries: top_queries(&state, access.database()).await?,
+    }))
+}
+
+async fn queries(State(state): State<AppState>, access: Access) -> ApiResult<Json<Vec<TopQuery>>> {
+    Ok(Json(top_queries(&state, access.database()).await?))
 }

@@ -206,7 +206,9 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             team_group(Scope(S::DbRotateCreds), Role::Member)
         }
         ("GET", "/v1/organizations/{org}/deleted-databases") => team(OrgLevel, Role::Viewer),
-        ("GET", "/v1/organizations/{org}/databases/{db}/usage") => {
+        ("GET", "/v1/organizations/{org}/databases/{db}/usage")
+        | ("GET", "/v1/organizations/{org}/databases/{db}/stats")
+        | ("GET", "/v1/organizations/{org}/databases/{db}/usage/queries") => {
             team_group(Scope(S::Read), Role::Viewer)
         }
         ("GET", "/v1/organizations/{org}/usage") => team(OrgLevel, Role::Viewer),

@@ -722,6 +722,23 @@ async fn usage_reports_exactly_what_the_statements_did() {
         .unwrap()
         .starts_with("invalid to parameter"));
 
+    // The heaviest statements: the full scan first, texts without their arguments.
+    let stats = app
+        .get("/v1/databases/metered/stats", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(
+        stats["top_queries"][0]["query"],
+        "SELECT count(*) FROM t WHERE v LIKE '%9'"
+    );
+    assert_eq!(stats["top_queries"][0]["rows_read"], 50);
+    let bare = app
+        .get("/v1/databases/metered/usage/queries", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(bare, stats["top_queries"]);
+    assert!(stats["top_queries"].as_array().unwrap().len() <= 10);
+
     // The organization's cycle: its consumption, and its plan's quotas beside it.
     let org = app.get("/v1/usage", &app.admin_token).await.expect(200)["organization"].clone();
     assert_eq!(org["usage"]["rows_read"], read);

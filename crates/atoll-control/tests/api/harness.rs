@@ -106,9 +106,10 @@ impl TestApp {
             config,
             atoll_control::DataPlane::in_process(node, &db_url, &format!("localhost:{db_port}")),
         );
-        let outcome = atoll_control::bootstrap_user(&state, ADMIN, Some(PASSWORD.into()), None)
-            .await
-            .expect("bootstrap");
+        let outcome =
+            atoll_control::bootstrap_user(&state, ADMIN, Some(PASSWORD.into()), None, None)
+                .await
+                .expect("bootstrap");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -261,10 +261,20 @@ impl<'a> Run<'a> {
                 "Specifying both positional and named arguments is not supported",
             )));
         }
-        match self.prepare_one(sql) {
-            Ok(prepared) => self.run_prepared(prepared, stmt, sink),
-            Err(error) => Ok(Err(error)),
+        let outcome = match self.prepare_one(sql) {
+            Ok(prepared) => self.run_prepared(prepared, stmt, sink)?,
+            Err(error) => Err(error),
+        };
+        if let Ok(stats) = &outcome {
+            // The statement's text, not its arguments: statistics must not collect data.
+            self.caller.node.meters.record_query(
+                &self.config.id,
+                sql,
+                stats.rows_read,
+                stats.rows_written,
+            );
         }
+        Ok(outcome)
     }
 
     /// Prepares the only statement of `sql`.
