@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("migrations/postgres/0003_deleted_databases.sql"),
     ),
+    (5, include_str!("migrations/postgres/0005_audit_logs.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).

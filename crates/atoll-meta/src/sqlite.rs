@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("migrations/sqlite/0003_deleted_databases.sql"),
     ),
+    (5, include_str!("migrations/sqlite/0005_audit_logs.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;
 
