@@ -18,6 +18,7 @@ use super::principal::{authenticate, Principal};
 use crate::error::ApiError;
 use crate::server::AppState;
 use atoll_meta::{Database, Group, Organization, TokenRestriction};
+use atoll_types::audit::origin_from_user_agent;
 use atoll_types::{ErrorCode, Role, Scope};
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
@@ -79,6 +80,7 @@ pub enum Action {
     /// The group is the deleted database's: the handler checks a group-scoped token against it.
     RestoreDatabase,
     SetOrganizationPlan,
+    ReadAuditLogs,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -206,6 +208,8 @@ impl Action {
                 min_role: Viewer,
                 instance_admin: true,
             },
+            // Paid plans only: the handler refuses organizations on the free plan.
+            Action::ReadAuditLogs => rule(Organization, OrganizationLevel, Admin),
         }
     }
 }
@@ -218,6 +222,8 @@ pub struct Access {
     pub role: Option<Role>,
     pub group: Option<Group>,
     pub database: Option<Database>,
+    /// The audit-log `origin` of the request, from its `User-Agent`: `cli`, `web` or `api`.
+    pub origin: &'static str,
 }
 
 impl Access {
@@ -291,10 +297,15 @@ impl FromRequestParts<AppState> for Access {
             .map(|Path(params)| params)
             .unwrap_or_default();
         let principal = authenticate(parts, state).await?;
+        let user_agent = parts
+            .headers
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
         authorize(
             state,
             principal,
             action,
+            origin_from_user_agent(user_agent),
             params.get("org").map(String::as_str),
             params.get("group").map(String::as_str),
             params.get("db").map(String::as_str),
@@ -307,6 +318,7 @@ pub async fn authorize(
     state: &AppState,
     principal: Principal,
     action: Action,
+    origin: &'static str,
     org_slug: Option<&str>,
     group_name: Option<&str>,
     database_name: Option<&str>,
@@ -325,6 +337,7 @@ pub async fn authorize(
             role: None,
             group: None,
             database: None,
+            origin,
         });
     }
 
@@ -377,6 +390,7 @@ pub async fn authorize(
         role: Some(role),
         group,
         database,
+        origin,
     })
 }
 
