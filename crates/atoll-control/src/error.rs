@@ -14,6 +14,9 @@ pub enum ApiError {
     /// A known principal without the right.
     #[error("{0}")]
     Forbidden(String),
+    /// A feature of paid plans, asked for by an organization on the free plan.
+    #[error("{0}")]
+    PaidPlanRequired(String),
     #[error("{1}")]
     NotFound(ErrorCode, String),
     #[error("{1}")]
@@ -44,7 +47,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::PaidPlanRequired(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(..) => StatusCode::NOT_FOUND,
             ApiError::Invalid(..) => StatusCode::BAD_REQUEST,
             ApiError::Conflict(..) => StatusCode::CONFLICT,
@@ -60,6 +63,7 @@ impl ApiError {
         match self {
             ApiError::Unauthenticated(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
+            ApiError::PaidPlanRequired(_) => ErrorCode::FeatureNotAvailableForStarterPlan,
             ApiError::NotFound(code, _)
             | ApiError::Invalid(code, _)
             | ApiError::Conflict(code, _) => *code,

@@ -5,6 +5,7 @@
 //! into a [`auth::Principal`] and answers every action from one policy table;
 //! [`error::ApiError`] maps every failure to its status.
 
+mod audit;
 pub mod auth;
 mod body;
 pub mod config;

@@ -1,6 +1,6 @@
 //! Store records → wire bodies, with the exact field names of the Turso Platform API.
 
-use atoll_meta::{Group, Invite, Member, Organization, TokenListing, TokenRestriction};
+use atoll_meta::{AuditEntry, Group, Invite, Member, Organization, TokenListing, TokenRestriction};
 use atoll_types as wire;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -110,6 +110,19 @@ pub fn api_token(listing: &TokenListing, with_owner: bool) -> wire::tokens::ApiT
             username: listing.owner_username.clone(),
             email: listing.owner_email.clone(),
         }),
+    }
+}
+
+pub fn audit_log(entry: &AuditEntry) -> wire::audit::AuditLog {
+    wire::audit::AuditLog {
+        code: entry.code.clone(),
+        message: entry.message.clone(),
+        origin: entry.origin.clone(),
+        author: entry.author.clone(),
+        created_at: rfc3339(entry.created_at),
+        // Written by `crate::audit::record` from a JSON value, so it parses.
+        data: serde_json::from_str(&entry.data)
+            .unwrap_or_else(|_| serde_json::Value::Object(Default::default())),
     }
 }
 

@@ -2,8 +2,9 @@
 //! empty, migrated store; `tests/conformance.rs` runs them all on SQLite and PostgreSQL.
 
 use crate::{
-    Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity, Invitee, NewGroup, NewToken,
-    NewUser, OrgKind, Store, StoreError, TokenKind, TokenRestriction,
+    AuditEntry, Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity, Invitee,
+    NewAuditEntry, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError, TokenKind,
+    TokenRestriction,
 };
 use atoll_types::{Role, Scope};
 use std::future::Future;
@@ -52,6 +53,7 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("leases_and_idle_groups", |s| {
             Box::pin(leases_and_idle_groups(s))
         }),
+        ("audit_log", |s| Box::pin(audit_log(s))),
     ]
 }
 
@@ -1223,4 +1225,86 @@ async fn leases_and_idle_groups(store: Store) {
         .unwrap()
         .is_empty());
     let _ = org;
+}
+
+fn audit_entry(org_id: &str, code: &str, n: usize) -> NewAuditEntry {
+    NewAuditEntry {
+        org_id: org_id.to_string(),
+        code: code.to_string(),
+        message: format!("entry {n}"),
+        origin: "cli".to_string(),
+        author: "alice".to_string(),
+        data: format!("{{\"n\":{n}}}"),
+    }
+}
+
+async fn audit_log(store: Store) {
+    let (alice, personal, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme")
+        .await
+        .unwrap();
+    let (entries, total) = store.list_audit(&team.id, 1, 10).await.unwrap();
+    assert!(entries.is_empty());
+    assert_eq!(total, 0);
+
+    for n in 0..7 {
+        let recorded = store
+            .record_audit(audit_entry(&team.id, "db-create", n))
+            .await
+            .unwrap();
+        assert_eq!(
+            (recorded.org_id.as_str(), recorded.message.clone()),
+            (team.id.as_str(), format!("entry {n}"))
+        );
+        assert!(recorded.created_at > 0);
+    }
+    store
+        .record_audit(audit_entry(&personal.id, "org-create", 99))
+        .await
+        .unwrap();
+
+    // Newest first, even within one millisecond; pages of 3: 3 + 3 + 1.
+    let (first, total) = store.list_audit(&team.id, 1, 3).await.unwrap();
+    assert_eq!(total, 7);
+    let messages = |entries: &[AuditEntry]| {
+        entries
+            .iter()
+            .map(|e| e.message.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(messages(&first), ["entry 6", "entry 5", "entry 4"]);
+    let entry = &first[0];
+    assert_eq!(
+        (
+            entry.code.as_str(),
+            entry.origin.as_str(),
+            entry.author.as_str(),
+            entry.data.as_str()
+        ),
+        ("db-create", "cli", "alice", "{\"n\":6}")
+    );
+    let (third, _) = store.list_audit(&team.id, 3, 3).await.unwrap();
+    assert_eq!(messages(&third), ["entry 0"]);
+    let (past_the_end, total) = store.list_audit(&team.id, 4, 3).await.unwrap();
+    assert!(past_the_end.is_empty());
+    assert_eq!(total, 7);
+    let (all, _) = store.list_audit(&team.id, 1, 100).await.unwrap();
+    assert_eq!(all.len(), 7);
+    assert!(all.windows(2).all(|w| w[0].created_at >= w[1].created_at));
+
+    // Another organization's log is its own.
+    let (theirs, total) = store.list_audit(&personal.id, 1, 100).await.unwrap();
+    assert_eq!(total, 1);
+    assert_eq!(theirs[0].code, "org-create");
+
+    // Entries go with their organization; a new one with the same slug starts empty.
+    store.delete_org(&team.id).await.unwrap();
+    assert_eq!(store.list_audit(&team.id, 1, 100).await.unwrap().1, 0);
+    let again = store
+        .create_team_org(&alice.id, "acme", "Acme again")
+        .await
+        .unwrap();
+    assert_eq!(store.list_audit(&again.id, 1, 100).await.unwrap().1, 0);
+    assert_eq!(store.list_audit(&personal.id, 1, 100).await.unwrap().1, 1);
 }

@@ -1,7 +1,7 @@
 //! Atoll's metadata store.
 //!
 //! [`Store`] is the one asynchronous API the control plane uses. Its operations (users,
-//! organizations, members, invites, groups, tokens) are written once, in the SQL subset
+//! organizations, members, invites, groups, tokens, databases, the audit log) are written once, in the SQL subset
 //! that SQLite and PostgreSQL share, against the small synchronous [`Conn`] trait; each
 //! backend ([`sqlite`], [`postgres`]) provides connections, transactions, its own
 //! migrations and the mapping of its errors. Every operation runs on a blocking thread,

@@ -242,3 +242,32 @@ pub struct Database {
     /// When it was deleted, for a database that can still be restored.
     pub deleted_at: Option<i64>,
 }
+
+/// One entry of an organization's audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub org_id: String,
+    /// What happened: `db-create`, `org-member-add`, … (the contract's vocabulary).
+    pub code: String,
+    pub message: String,
+    /// Where the request came from: `cli`, `web` or `api`.
+    pub origin: String,
+    /// Username of the caller.
+    pub author: String,
+    /// A JSON object naming what was acted on.
+    pub data: String,
+    pub created_at: i64,
+}
+
+/// An entry to append to an organization's audit log.
+#[derive(Debug, Clone)]
+pub struct NewAuditEntry {
+    pub org_id: String,
+    pub code: String,
+    pub message: String,
+    pub origin: String,
+    pub author: String,
+    /// A JSON object; the store keeps it as text.
+    pub data: String,
+}

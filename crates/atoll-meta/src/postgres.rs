@@ -17,7 +17,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/postgres/0003_deleted_databases.sql"),
     ),
     (4, include_str!("migrations/postgres/0004_usage.sql")),
-    // 5 is the audit log (merged separately).
+    (5, include_str!("migrations/postgres/0005_audit_logs.sql")),
     (6, include_str!("migrations/postgres/0006_jobs.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;

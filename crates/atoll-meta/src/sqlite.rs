@@ -15,7 +15,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/sqlite/0003_deleted_databases.sql"),
     ),
     (4, include_str!("migrations/sqlite/0004_usage.sql")),
-    // 5 is the audit log (merged separately).
+    (5, include_str!("migrations/sqlite/0005_audit_logs.sql")),
     (6, include_str!("migrations/sqlite/0006_jobs.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;

@@ -1,5 +1,6 @@
 //! [`Store`]: the metadata operations, each one transaction on a blocking thread.
 
+mod audit;
 mod databases;
 mod groups;
 mod invites;

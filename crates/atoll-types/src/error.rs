@@ -59,6 +59,8 @@ pub enum ErrorCode {
     PrimaryLocation,
     /// The data plane could not do what was asked (node unreachable, bad seed file).
     DataPlane,
+    /// A feature of paid plans asked for by an organization on the free (`starter`) plan.
+    FeatureNotAvailableForStarterPlan,
     /// A feature this server does not offer (for example multi-factor authentication).
     NotAvailable,
     PayloadTooLarge,
@@ -103,6 +105,7 @@ impl ErrorCode {
             Self::DeleteProtected => "delete_protected",
             Self::PersonalOrganization => "personal_organization",
             Self::PrimaryLocation => "primary_location",
+            Self::FeatureNotAvailableForStarterPlan => "feature_not_available_for_starter_plan",
             Self::NotAvailable => "not_available",
             Self::DataPlane => "data_plane_error",
             Self::PayloadTooLarge => "payload_too_large",

@@ -300,7 +300,7 @@ async fn two_nodes_in_two_locations() {
         404
     );
 
-    // Deleting removes the files on the node.
+    // Deleting on a node.
     let deleted = call(
         reqwest::Method::DELETE,
         "/v1/databases/db-east".into(),
@@ -309,7 +309,17 @@ async fn two_nodes_in_two_locations() {
     .await
     .unwrap();
     assert_eq!(deleted.status(), 200);
-    assert!(!east.dir.join("dbs").join(&urls[0].1).exists());
+    // The operator's organization is on a paid plan: the database stays restorable, its
+    // files kept on its node, its hostname free.
+    assert!(east.dir.join("dbs").join(&urls[0].1).exists());
+    let restored = call(
+        reqwest::Method::POST,
+        format!("/v1/deleted-databases/{}/restore", urls[0].1),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(restored.status(), 200);
     let _ = std::fs::remove_dir_all(&east.dir);
     let _ = std::fs::remove_dir_all(&west.dir);
 }

@@ -18,6 +18,7 @@ use super::principal::{authenticate, Principal};
 use crate::error::ApiError;
 use crate::server::AppState;
 use atoll_meta::{Database, Group, Organization, TokenRestriction};
+use atoll_types::audit::origin_from_user_agent;
 use atoll_types::{ErrorCode, Role, Scope};
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
@@ -82,6 +83,7 @@ pub enum Action {
     ReadOrganizationUsage,
     ReadInvoices,
     ReadPlans,
+    ReadAuditLogs,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -212,6 +214,8 @@ impl Action {
                 min_role: Viewer,
                 instance_admin: true,
             },
+            // Paid plans only: the handler refuses organizations on the free plan.
+            Action::ReadAuditLogs => rule(Organization, OrganizationLevel, Admin),
         }
     }
 }
@@ -224,6 +228,8 @@ pub struct Access {
     pub role: Option<Role>,
     pub group: Option<Group>,
     pub database: Option<Database>,
+    /// The audit-log `origin` of the request, from its `User-Agent`: `cli`, `web` or `api`.
+    pub origin: &'static str,
 }
 
 impl Access {
@@ -297,10 +303,15 @@ impl FromRequestParts<AppState> for Access {
             .map(|Path(params)| params)
             .unwrap_or_default();
         let principal = authenticate(parts, state).await?;
+        let user_agent = parts
+            .headers
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
         authorize(
             state,
             principal,
             action,
+            origin_from_user_agent(user_agent),
             params.get("org").map(String::as_str),
             params.get("group").map(String::as_str),
             params.get("db").map(String::as_str),
@@ -313,6 +324,7 @@ pub async fn authorize(
     state: &AppState,
     principal: Principal,
     action: Action,
+    origin: &'static str,
     org_slug: Option<&str>,
     group_name: Option<&str>,
     database_name: Option<&str>,
@@ -331,6 +343,7 @@ pub async fn authorize(
             role: None,
             group: None,
             database: None,
+            origin,
         });
     }
 
@@ -383,6 +396,7 @@ pub async fn authorize(
         role: Some(role),
         group,
         database,
+        origin,
     })
 }
 

@@ -1,15 +1,18 @@
 //! Instance administration: `POST /v1/admin/users`.
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::server::{hash_password_blocking, AppState};
 use atoll_meta::{NewGroup, NewUser};
+use atoll_types::audit::AuditCode;
 use atoll_types::organizations::{OrganizationResponse, SetPlanRequest, PLANS};
 use atoll_types::users::{CreateUserRequest, User, UserResponse};
 use atoll_types::ErrorCode;
 use axum::extract::{Path, State};
+use serde_json::json;
 
 use axum::http::Method;
 use axum::Json;
@@ -40,7 +43,7 @@ pub fn routes() -> Vec<Route> {
 
 async fn set_plan(
     State(state): State<AppState>,
-    _access: Access,
+    access: Access,
     Path(slug): Path<String>,
     LenientJson(body): LenientJson<SetPlanRequest>,
 ) -> ApiResult<Json<OrganizationResponse>> {
@@ -57,9 +60,21 @@ async fn set_plan(
             format!("organization {slug} not found"),
         )
     })?;
+    let previous = org.plan_id;
     let org = state.store.set_org_plan(&org.id, &body.plan).await?;
     crate::quotas::enforce_consumption(&state, &org.id).await?;
     let org = state.store.org_by_id(&org.id).await?.unwrap_or(org);
+    if org.plan_id != previous {
+        audit::record(
+            &state,
+            &access,
+            &org.id,
+            AuditCode::OrgPlanUpdate,
+            format!("changed the plan from {previous} to {}", org.plan_id),
+            json!({"plan": org.plan_id, "previous_plan": previous}),
+        )
+        .await;
+    }
     Ok(Json(OrganizationResponse {
         organization: crate::wire::organization(&org),
     }))
@@ -67,7 +82,7 @@ async fn set_plan(
 
 async fn create_user(
     State(state): State<AppState>,
-    _access: Access,
+    access: Access,
     LenientJson(body): LenientJson<CreateUserRequest>,
 ) -> ApiResult<Json<UserResponse>> {
     atoll_types::names::validate_username(&body.username)
@@ -106,6 +121,16 @@ async fn create_user(
             ),
             other => other.into(),
         })?;
+    // The new user's personal organization is where their story starts.
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::UserSignup,
+        format!("created user {}", user.username),
+        json!({"username": user.username}),
+    )
+    .await;
     Ok(Json(UserResponse {
         user: User {
             username: user.username,

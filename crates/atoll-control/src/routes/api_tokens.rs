@@ -2,6 +2,7 @@
 //! `/v2/auth/api-tokens/{name}`.
 
 use super::Route;
+use crate::audit;
 use crate::auth::secrets::{new_token_id, PlainToken};
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
@@ -9,6 +10,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{NewToken, TokenKind, TokenListing, TokenRestriction};
+use atoll_types::audit::AuditCode;
 use atoll_types::tokens::{
     ApiTokenList, ApiTokenRevoked, CreateApiTokenRequest, CreatedApiTokenV1, CreatedApiTokenV2,
     CreatedApiTokenValue,
@@ -17,6 +19,7 @@ use atoll_types::{ErrorCode, Role};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
+use serde_json::json;
 
 const UNRESTRICTED_DEPRECATION: &str = "unrestricted API tokens are deprecated and will be removed: \
      mint organization-scoped tokens (`organization`) or group-scoped tokens (`organization`, `group`, `scopes`)";
@@ -218,7 +221,54 @@ async fn mint(
             ),
             other => other.into(),
         })?;
+    if let Some(org_id) = audit_org_id(state, access, &listing.token.restriction).await {
+        let mut data = json!({"name": listing.token.name, "id": listing.token.id});
+        let mut message = format!("created API token {}", listing.token.name);
+        if let (Some(group), TokenRestriction::Group { scopes, .. }) =
+            (&listing.group_name, &listing.token.restriction)
+        {
+            data["group"] = json!(group);
+            data["scopes"] = json!(scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+            message.push_str(&format!(" for group {group}"));
+        }
+        audit::record(
+            state,
+            access,
+            &org_id,
+            AuditCode::UserTokenCreate,
+            message,
+            data,
+        )
+        .await;
+    }
     Ok((listing, secret.reveal()))
+}
+
+/// The organization whose audit log records a token: the one it is restricted to, or the
+/// user's personal organization for an unrestricted token.
+async fn audit_org_id(
+    state: &AppState,
+    access: &Access,
+    restriction: &TokenRestriction,
+) -> Option<String> {
+    match restriction {
+        TokenRestriction::Organization { org_id } | TokenRestriction::Group { org_id, .. } => {
+            Some(org_id.clone())
+        }
+        TokenRestriction::Unrestricted => {
+            match state
+                .store
+                .org_by_slug(&access.principal.user.username)
+                .await
+            {
+                Ok(personal) => personal.map(|org| org.id),
+                Err(error) => {
+                    tracing::error!(%error, "could not find the personal organization to audit a token in");
+                    None
+                }
+            }
+        }
+    }
 }
 
 async fn revoke(
@@ -226,7 +276,7 @@ async fn revoke(
     access: Access,
     Path(name): Path<String>,
 ) -> ApiResult<Json<ApiTokenRevoked>> {
-    state
+    let revoked = state
         .store
         .revoke_user_token(&access.principal.user.id, &name)
         .await
@@ -236,5 +286,16 @@ async fn revoke(
             }
             other => other.into(),
         })?;
+    if let Some(org_id) = audit_org_id(&state, &access, &revoked.restriction).await {
+        audit::record(
+            &state,
+            &access,
+            &org_id,
+            AuditCode::UserTokenRevoke,
+            format!("revoked API token {name}"),
+            json!({"name": name, "id": revoked.id}),
+        )
+        .await;
+    }
     Ok(Json(ApiTokenRevoked { token: name }))
 }

@@ -3,6 +3,7 @@
 //! Group tokens live with the groups (`groups.rs`).
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::{parse_lenient, LenientJson};
 use crate::data_plane::node_config;
@@ -11,6 +12,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{Database, DatabaseChanges, DatabaseFilter, DatabaseState, StoreError};
+use atoll_types::audit::AuditCode;
 use atoll_types::databases::{
     CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest, CreatedDatabase,
     DatabaseConfiguration, DatabaseList, DatabaseResponse, DatabaseToken, DeletedDatabase,
@@ -25,6 +27,7 @@ use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Deserialize;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
@@ -494,6 +497,19 @@ async fn create(
             },
         )
         .await?;
+    let mut data = json!({"database": record.name, "group": group.name});
+    if let Some(seed) = &request.seed {
+        data["seed"] = json!(seed.kind);
+    }
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::DbCreate,
+        format!("created database {} in group {}", record.name, group.name),
+        data,
+    )
+    .await;
     let response = CreateDatabaseResponse {
         database: CreatedDatabase {
             db_id: record.id.clone(),
@@ -635,6 +651,15 @@ async fn upload_dump(
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     state.store.insert_dump(&id, &org.id, sql).await?;
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::DbDumpUpload,
+        "uploaded an SQL dump to seed databases from",
+        json!({"dump": id}),
+    )
+    .await;
     Ok(Json(DumpUploaded {
         dump_url: format!(
             "{}/v1/organizations/{}/databases/dumps/{id}",
@@ -671,6 +696,18 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
                 node_config(&deleted, access.group(), access.org()),
             )
             .await?;
+        audit::record(
+            &state,
+            &access,
+            &db.org_id,
+            AuditCode::DbDelete,
+            format!(
+                "deleted database {} (restorable for 5 days, id {})",
+                db.name, db.id
+            ),
+            json!({"database": db.name, "group": access.group().name, "id": db.id, "restorable": true}),
+        )
+        .await;
         return Ok(Json(DeletedDatabase {
             database: db.name.clone(),
         }));
@@ -681,6 +718,15 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
         // The record is gone, so nobody can reach it; the node drops it at its next start.
         tracing::warn!(error = %e, database = %db.id, "could not delete the database on its node");
     }
+    audit::record(
+        &state,
+        &access,
+        &db.org_id,
+        AuditCode::DbDelete,
+        format!("deleted database {}", db.name),
+        json!({"database": db.name, "group": access.group().name, "id": db.id, "restorable": false}),
+    )
+    .await;
     Ok(Json(DeletedDatabase {
         database: db.name.clone(),
     }))
@@ -730,6 +776,23 @@ async fn configure(
             "AWS VPC endpoints do not exist on Atoll: allowed_aws_vpc_ids must be empty".into(),
         ));
     }
+    // What the audit log says was set, besides delete protection.
+    let mut settings = serde_json::Map::new();
+    if let Some(text) = &body.size_limit {
+        settings.insert("size_limit".into(), json!(text));
+    }
+    for (name, value) in [
+        ("allow_attach", body.allow_attach),
+        ("block_reads", body.block_reads),
+        ("block_writes", body.block_writes),
+    ] {
+        if let Some(value) = value {
+            settings.insert(name.into(), json!(value));
+        }
+    }
+    if let Some(ips) = &body.allowed_ips {
+        settings.insert("allowed_ips".into(), json!(ips));
+    }
     let changes = DatabaseChanges {
         size_limit,
         block_reads: body.block_reads,
@@ -747,6 +810,38 @@ async fn configure(
             node_config(&updated, access.group(), access.org()),
         )
         .await?;
+    let group = &access.group().name;
+    if updated.delete_protection != db.delete_protection {
+        let (code, verb) = if updated.delete_protection {
+            (AuditCode::DbProtect, "turned on")
+        } else {
+            (AuditCode::DbUnprotect, "turned off")
+        };
+        audit::record(
+            &state,
+            &access,
+            &db.org_id,
+            code,
+            format!("{verb} delete protection of database {}", db.name),
+            json!({"database": db.name, "group": group}),
+        )
+        .await;
+    }
+    if !settings.is_empty() {
+        let names = settings.keys().cloned().collect::<Vec<_>>().join(", ");
+        audit::record(
+            &state,
+            &access,
+            &db.org_id,
+            AuditCode::DbConfigure,
+            format!(
+                "changed the configuration of database {} ({names})",
+                db.name
+            ),
+            json!({"database": db.name, "group": group, "configuration": settings}),
+        )
+        .await;
+    }
     Ok(Json(configuration_of(&updated)))
 }
 
@@ -894,6 +989,25 @@ async fn transfer(
         .data_plane
         .configure(&moved.node, node_config(&moved, &group, &target))
         .await?;
+    let source = access.org();
+    audit::record(
+        &state,
+        &access,
+        &source.id,
+        AuditCode::DbTransfer,
+        format!("transferred database {} to {}", db.name, target.slug),
+        json!({"database": db.name, "group": group_name, "to": target.slug}),
+    )
+    .await;
+    audit::record(
+        &state,
+        &access,
+        &target.id,
+        AuditCode::DbTransfer,
+        format!("received database {} from {}", db.name, source.slug),
+        json!({"database": db.name, "group": group.name, "from": source.slug}),
+    )
+    .await;
     Ok(Json(DatabaseResponse {
         database: database_wire(&state, &moved, &group.name, group.archived),
     }))
@@ -915,6 +1029,19 @@ async fn create_token(
         &body,
     )
     .await?;
+    let authorization = query.authorization.as_deref().unwrap_or("full-access");
+    audit::record(
+        &state,
+        &access,
+        &db.org_id,
+        AuditCode::DbTokenCreate,
+        format!(
+            "created a {authorization} database token for database {}",
+            db.name
+        ),
+        json!({"database": db.name, "group": access.group().name, "authorization": authorization}),
+    )
+    .await;
     Ok(Json(DatabaseToken { jwt }))
 }
 
@@ -932,6 +1059,18 @@ async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json
             node_config(&updated, access.group(), access.org()),
         )
         .await?;
+    audit::record(
+        &state,
+        &access,
+        &db.org_id,
+        AuditCode::DbRotateCreds,
+        format!(
+            "rotated the signing key of database {}: its tokens stopped working",
+            db.name
+        ),
+        json!({"database": db.name, "group": access.group().name}),
+    )
+    .await;
     Ok(Json(Empty {}))
 }
 
@@ -1020,6 +1159,15 @@ async fn restore(
         .data_plane
         .configure(&restored.node, node_config(&restored, &group, org))
         .await?;
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::DbRestore,
+        format!("restored database {}", restored.name),
+        json!({"database": restored.name, "group": group.name, "id": restored.id}),
+    )
+    .await;
     Ok(Json(DatabaseResponse {
         database: database_wire(&state, &restored, &group.name, group.archived),
     }))

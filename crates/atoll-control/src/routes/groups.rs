@@ -2,6 +2,7 @@
 //! (`/v1/groups…`) for the caller's personal organization, as the Turso CLI calls them.
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::data_plane::push_group_databases;
@@ -13,6 +14,7 @@ use atoll_meta::{Entity, GroupChanges, NewGroup, StoreError};
 use atoll_types::databases::{CreateDatabaseTokenRequest, DatabaseToken};
 use axum::extract::Query;
 
+use atoll_types::audit::AuditCode;
 use atoll_types::groups::{
     CreateGroupRequest, Group, GroupConfiguration, GroupList, GroupResponse, RenameGroupRequest,
     TransferGroupRequest, UpdateGroupConfiguration,
@@ -21,6 +23,7 @@ use atoll_types::{Empty, ErrorCode, Role};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
+use serde_json::json;
 use std::collections::HashMap;
 
 pub fn routes() -> Vec<Route> {
@@ -219,6 +222,15 @@ async fn create(
         )
         .await
         .map_err(group_exists(&body.name))?;
+    audit::record(
+        &state,
+        &access,
+        &group.org_id,
+        AuditCode::GroupCreate,
+        format!("created group {} in {}", group.name, group.primary_location),
+        json!({"group": group.name, "location": group.primary_location}),
+    )
+    .await;
     Ok(Json(GroupResponse {
         group: wire::group(&group),
     }))
@@ -249,6 +261,15 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
             tracing::warn!(error = %e, database = %db.id, "could not delete a database of a deleted group on its node");
         }
     }
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupDelete,
+        format!("deleted group {} and its databases", deleted.name),
+        json!({"group": deleted.name}),
+    )
+    .await;
 
     Ok(Json(GroupResponse {
         group: wire::group(&deleted),
@@ -274,6 +295,22 @@ async fn configure(
         .store
         .update_group(&access.group().id, changes)
         .await?;
+    if group.delete_protection != access.group().delete_protection {
+        let (code, verb) = if group.delete_protection {
+            (AuditCode::GroupProtect, "turned on")
+        } else {
+            (AuditCode::GroupUnprotect, "turned off")
+        };
+        audit::record(
+            &state,
+            &access,
+            &access.org().id,
+            code,
+            format!("{verb} delete protection of group {}", group.name),
+            json!({"group": group.name}),
+        )
+        .await;
+    }
     Ok(Json(GroupConfiguration {
         delete_protection: group.delete_protection,
     }))
@@ -328,6 +365,25 @@ async fn transfer(
         })?;
     // Its databases answer under their new hostnames from now on.
     push_group_databases(&state.data_plane, &state.store, &moved).await?;
+    let source = access.org();
+    audit::record(
+        &state,
+        &access,
+        &source.id,
+        AuditCode::GroupTransfer,
+        format!("transferred group {} to {}", moved.name, target.slug),
+        json!({"group": moved.name, "to": target.slug}),
+    )
+    .await;
+    audit::record(
+        &state,
+        &access,
+        &target.id,
+        AuditCode::GroupTransfer,
+        format!("received group {} from {}", moved.name, source.slug),
+        json!({"group": moved.name, "from": source.slug}),
+    )
+    .await;
     Ok(Json(wire::group(&moved)))
 }
 
@@ -344,6 +400,15 @@ async fn unarchive(
         .update_group(&access.group().id, changes)
         .await?;
     push_group_databases(&state.data_plane, &state.store, &group).await?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupUnarchive,
+        format!("unarchived group {}", group.name),
+        json!({"group": group.name}),
+    )
+    .await;
     Ok(Json(GroupResponse {
         group: wire::group(&group),
     }))
@@ -369,6 +434,19 @@ async fn create_token(
         &body,
     )
     .await?;
+    let authorization = query.authorization.as_deref().unwrap_or("full-access");
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupTokenCreate,
+        format!(
+            "created a {authorization} database token for group {}",
+            group.name
+        ),
+        json!({"group": group.name, "authorization": authorization}),
+    )
+    .await;
     Ok(Json(DatabaseToken { jwt }))
 }
 
@@ -379,6 +457,18 @@ async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json
         .set_group_key(&access.group().id, &secret, &kid)
         .await?;
     push_group_databases(&state.data_plane, &state.store, &group).await?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupRotateCreds,
+        format!(
+            "rotated the signing key of group {}: its group tokens stopped working",
+            group.name
+        ),
+        json!({"group": group.name}),
+    )
+    .await;
     Ok(Json(Empty {}))
 }
 
@@ -397,6 +487,18 @@ async fn rename(
         .update_group(&access.group().id, changes)
         .await
         .map_err(group_exists(&body.name))?;
+    let previous = &access.group().name;
+    if group.name != *previous {
+        audit::record(
+            &state,
+            &access,
+            &access.org().id,
+            AuditCode::GroupRename,
+            format!("renamed group {previous} to {}", group.name),
+            json!({"group": group.name, "previous_name": previous}),
+        )
+        .await;
+    }
     Ok(Json(GroupResponse {
         group: wire::group(&group),
     }))
@@ -430,6 +532,15 @@ async fn add_location(
         ..Default::default()
     };
     let group = state.store.update_group(&group.id, changes).await?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupLocationAdd,
+        format!("added location {code} to group {}", group.name),
+        json!({"group": group.name, "location": code}),
+    )
+    .await;
     Ok(Json(GroupResponse {
         group: wire::group(&group),
     }))
@@ -474,6 +585,15 @@ async fn remove_location(
         ..Default::default()
     };
     let group = state.store.update_group(&group.id, changes).await?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupLocationRm,
+        format!("removed location {code} from group {}", group.name),
+        json!({"group": group.name, "location": code}),
+    )
+    .await;
     Ok(Json(GroupResponse {
         group: wire::group(&group),
     }))

@@ -4,12 +4,14 @@
 
 use super::members::{check_can_grant, parse_role};
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{Invitee, OrgKind, StoreError};
+use atoll_types::audit::AuditCode;
 use atoll_types::members::{
     CreateInviteRequest, InviteCreated, InviteCreatedResponse, InviteList, LegacyInviteList,
 };
@@ -17,6 +19,7 @@ use atoll_types::{Empty, ErrorCode};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
+use serde_json::json;
 use std::collections::HashMap;
 
 pub fn routes() -> Vec<Route> {
@@ -143,6 +146,26 @@ async fn create(
         .store
         .create_invite(&org.id, invitee, role, &access.principal.user.id)
         .await?;
+    let (address, data) = if invite.email.is_empty() {
+        (
+            invite.username.clone(),
+            json!({"username": invite.username, "role": invite.role}),
+        )
+    } else {
+        (
+            invite.email.clone(),
+            json!({"email": invite.email, "role": invite.role}),
+        )
+    };
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::OrgInviteCreate,
+        format!("invited {address} as {}", invite.role),
+        data,
+    )
+    .await;
     Ok(Json(InviteCreatedResponse {
         invited: InviteCreated {
             email: invite.email,
@@ -169,5 +192,14 @@ async fn delete(
             }
             other => other.into(),
         })?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::OrgInviteRm,
+        format!("deleted the invite of {address}"),
+        json!({"invite": address}),
+    )
+    .await;
     Ok(Json(Empty {}))
 }

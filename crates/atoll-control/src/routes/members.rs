@@ -1,12 +1,14 @@
 //! Members of an organization: `/v1/organizations/{org}/members…`.
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{OrgKind, StoreError};
+use atoll_types::audit::AuditCode;
 use atoll_types::members::{
     AddMemberRequest, MemberAdded, MemberList, MemberRemoved, MemberResponse, UpdateMemberRequest,
 };
@@ -14,6 +16,7 @@ use atoll_types::{ErrorCode, Role};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
+use serde_json::json;
 use std::collections::HashMap;
 
 const MEMBERS: &str = "/v1/organizations/{org}/members";
@@ -170,6 +173,15 @@ async fn add_member(
             ),
             other => other.into(),
         })?;
+    audit::record(
+        state,
+        access,
+        &org.id,
+        AuditCode::OrgMemberAdd,
+        format!("added {} as {}", member.username, member.role),
+        json!({"username": member.username, "role": member.role}),
+    )
+    .await;
     Ok(Json(MemberAdded {
         member: member.username,
         role: member.role,
@@ -226,10 +238,25 @@ async fn update_role(
     let member = find_member(&state, &access, &params["username"]).await?;
     check_can_grant(&access, role)?;
     check_can_grant(&access, member.role)?;
+    let previous = member.role;
     let member = state
         .store
         .set_member_role(&access.org().id, &member.user_id, role)
         .await?;
+    if member.role != previous {
+        audit::record(
+            &state,
+            &access,
+            &access.org().id,
+            AuditCode::OrgMemberRoleUpdate,
+            format!(
+                "changed the role of {} from {previous} to {}",
+                member.username, member.role
+            ),
+            json!({"username": member.username, "role": member.role, "previous_role": previous}),
+        )
+        .await;
+    }
     Ok(Json(MemberResponse {
         member: wire::member(&member),
     }))
@@ -241,7 +268,8 @@ async fn remove(
     Path(params): Path<HashMap<String, String>>,
 ) -> ApiResult<Json<MemberRemoved>> {
     let member = find_member(&state, &access, &params["username"]).await?;
-    if member.user_id != access.principal.user.id {
+    let leaving = member.user_id == access.principal.user.id;
+    if !leaving {
         access.require(Action::ManageMembers)?;
         check_can_grant(&access, member.role)?;
     }
@@ -249,6 +277,26 @@ async fn remove(
         .store
         .remove_member(&access.org().id, &member.user_id)
         .await?;
+    let (code, message) = if leaving {
+        (
+            AuditCode::OrgMemberLeave,
+            "left the organization".to_string(),
+        )
+    } else {
+        (
+            AuditCode::OrgMemberRm,
+            format!("removed {} from the organization", member.username),
+        )
+    };
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        code,
+        message,
+        json!({"username": member.username, "role": member.role}),
+    )
+    .await;
     Ok(Json(MemberRemoved {
         member: member.username,
     }))

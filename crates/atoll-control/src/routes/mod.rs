@@ -11,6 +11,7 @@
 //! | `/v1/organizations/{org}/members…` | [`members`] |
 //! | `/v2/organizations/{org}/invites…`, `/v1/organizations/{org}/invite(s)…` | [`invites`] |
 //! | `/v1/organizations/{org}/api-tokens…` | [`organization_tokens`] |
+//! | `/v1/organizations/{org}/audit-logs` | [`audit_logs`] |
 //! | `/v1/locations…`, `/v2/…/locations`, `/v1/closest-region` | [`locations`] |
 //! | `/v1/organizations/{org}/groups…` and `/v1/groups…` | [`groups`] |
 //!
@@ -21,6 +22,7 @@
 
 mod admin;
 mod api_tokens;
+mod audit_logs;
 mod auth;
 mod billing;
 mod databases;
@@ -125,6 +127,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(members::routes());
     routes.extend(invites::routes());
     routes.extend(organization_tokens::routes());
+    routes.extend(audit_logs::routes());
     routes.extend(locations::routes());
     routes.extend(groups::routes());
     routes.extend(databases::routes());

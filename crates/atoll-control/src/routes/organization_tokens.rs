@@ -2,16 +2,19 @@
 //! see and revoke every token; members and viewers only their own.
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_meta::StoreError;
+use atoll_types::audit::AuditCode;
 use atoll_types::tokens::{ApiTokenList, ApiTokenRevoked};
 use atoll_types::{ErrorCode, Role};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
+use serde_json::json;
 use std::collections::HashMap;
 
 pub fn routes() -> Vec<Route> {
@@ -56,7 +59,7 @@ async fn revoke(
     Path(params): Path<HashMap<String, String>>,
 ) -> ApiResult<Json<ApiTokenRevoked>> {
     let token_id = &params["token_id"];
-    state
+    let revoked = state
         .store
         .revoke_org_token(&access.org().id, token_id, minted_by_filter(&access))
         .await
@@ -67,6 +70,15 @@ async fn revoke(
             ),
             other => other.into(),
         })?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::UserTokenRevoke,
+        format!("revoked API token {}", revoked.name),
+        json!({"name": revoked.name, "id": revoked.id}),
+    )
+    .await;
     Ok(Json(ApiTokenRevoked {
         token: token_id.clone(),
     }))

@@ -1,12 +1,14 @@
 //! Organizations: `/v1/organizations`, `/v2/organizations`, `/v1/organizations/{org}`.
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{OrgKind, TokenRestriction};
+use atoll_types::audit::AuditCode;
 use atoll_types::organizations::{
     CreateOrganizationRequest, CreateOrganizationResponse, DeleteOrganizationResponse,
     Organization, OrganizationList, OrganizationResponse, UpdateOrganizationRequest,
@@ -17,6 +19,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
+use serde_json::json;
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -158,6 +161,15 @@ async fn create(
             atoll_meta::StoreError::AlreadyExists(_) => taken(),
             other => other.into(),
         })?;
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::OrgCreate,
+        format!("created organization {}", org.slug),
+        json!({"organization": org.slug, "name": org.name}),
+    )
+    .await;
     Ok(Json(CreateOrganizationResponse {
         org: wire::organization(&org),
     }))
@@ -179,13 +191,26 @@ async fn update(
             "multi-factor authentication is not available on Atoll, so require_mfa cannot be enabled".into(),
         ));
     }
+    let before = access.org();
     let org = state
         .store
-        .update_org(&access.org().id, body.overages, body.require_mfa)
+        .update_org(&before.id, body.overages, body.require_mfa)
         .await?;
     // Overages decide whether a quota blocks: re-decide now, not at the next collection.
     crate::quotas::enforce_consumption(&state, &org.id).await?;
     let org = state.store.org_by_id(&org.id).await?.unwrap_or(org);
+    if org.overages != before.overages {
+        let state_word = if org.overages { "on" } else { "off" };
+        audit::record(
+            &state,
+            &access,
+            &org.id,
+            AuditCode::OrgSetOverages,
+            format!("turned overages {state_word}"),
+            json!({"overages": org.overages}),
+        )
+        .await;
+    }
     Ok(Json(OrganizationResponse {
         organization: wire::organization(&org),
     }))
@@ -203,6 +228,7 @@ async fn delete(
         ));
     }
     let databases = state.store.databases_in_org(&org.id).await?;
+    // Its audit log goes with it, so an `org-delete` entry would have nowhere to live.
     state.store.delete_org(&org.id).await?;
     for db in databases {
         if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {

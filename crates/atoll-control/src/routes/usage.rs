@@ -234,23 +234,6 @@ async fn organization_usage(
     }))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::billing_cycle;
-
-    #[test]
-    fn billing_cycles_are_calendar_months() {
-        // 2026-11-22T10:00:00Z
-        let (from, to) = billing_cycle(1_795_341_600_000);
-        assert_eq!(crate::wire::rfc3339(from), "2026-11-01T00:00:00Z");
-        assert_eq!(crate::wire::rfc3339(to), "2026-12-01T00:00:00Z");
-        // 2026-12-31T23:59:59Z
-        let (from, to) = billing_cycle(1_798_761_599_000);
-        assert_eq!(crate::wire::rfc3339(from), "2026-12-01T00:00:00Z");
-        assert_eq!(crate::wire::rfc3339(to), "2027-01-01T00:00:00Z");
-    }
-}
-
 /// The heaviest statements since the node started (statistics are not persisted), by
 /// rows read plus rows written, summed over every run of the same text.
 async fn top_queries(state: &AppState, db: &Database) -> ApiResult<Vec<TopQuery>> {
@@ -273,4 +256,21 @@ async fn stats(State(state): State<AppState>, access: Access) -> ApiResult<Json<
 
 async fn queries(State(state): State<AppState>, access: Access) -> ApiResult<Json<Vec<TopQuery>>> {
     Ok(Json(top_queries(&state, access.database()).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::billing_cycle;
+
+    #[test]
+    fn billing_cycles_are_calendar_months() {
+        // 2026-11-22T10:00:00Z
+        let (from, to) = billing_cycle(1_795_341_600_000);
+        assert_eq!(crate::wire::rfc3339(from), "2026-11-01T00:00:00Z");
+        assert_eq!(crate::wire::rfc3339(to), "2026-12-01T00:00:00Z");
+        // 2026-12-31T23:59:59Z
+        let (from, to) = billing_cycle(1_798_761_599_000);
+        assert_eq!(crate::wire::rfc3339(from), "2026-12-01T00:00:00Z");
+        assert_eq!(crate::wire::rfc3339(to), "2027-01-01T00:00:00Z");
+    }
 }

@@ -2,16 +2,19 @@
 //! (`/v1/user/invites…`).
 
 use super::Route;
+use crate::audit;
 use crate::auth::{Access, Action};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
+use atoll_types::audit::AuditCode;
 use atoll_types::members::{InviteAccepted, InviteList};
 use atoll_types::users::{User, UserResponse};
 use atoll_types::ErrorCode;
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
+use serde_json::json;
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -117,6 +120,16 @@ async fn accept_invite(
             ),
             other => other.into(),
         })?;
+    let username = &access.principal.user.username;
+    audit::record(
+        &state,
+        &access,
+        &org.id,
+        AuditCode::OrgMemberAdd,
+        format!("{username} accepted the invite and joined as {role}"),
+        json!({"username": username, "role": role, "invite": true}),
+    )
+    .await;
     Ok(Json(InviteAccepted {
         organization: slug,
         role,

@@ -145,6 +145,7 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         | ("DELETE", "/v1/organizations/{org}/api-tokens/{token_id}") => {
             team(OrgLevel, Role::Viewer)
         }
+        ("GET", "/v1/organizations/{org}/audit-logs") => team(OrgLevel, Role::Admin),
         ("GET", "/v2/organizations/{org}/locations") => team(Scope(S::Read), Role::Viewer),
         ("GET", "/v2/locations") => Personal,
 
@@ -602,6 +603,17 @@ async fn prepare(
         ),
         ("POST", "/v1/admin/organizations/{org}/plan") => {
             Cell::new(spec, path, Some(json!({"plan": "scaler"})))
+        }
+        ("GET", "/v1/organizations/{org}/audit-logs") => {
+            // Audit logs are a feature of paid plans.
+            app.post(
+                &format!("/v1/admin/organizations/{org}/plan"),
+                &app.admin_token,
+                json!({"plan": "scaler"}),
+            )
+            .await
+            .expect(200);
+            Cell::new(spec, path, None)
         }
         (
             "POST",

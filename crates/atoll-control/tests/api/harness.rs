@@ -140,7 +140,22 @@ impl TestApp {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
+        self.call_as(None, method, path, token, body).await
+    }
+
+    /// As [`TestApp::call`], sending `User-Agent: <user_agent>` (none by default).
+    pub async fn call_as(
+        &self,
+        user_agent: Option<&str>,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
         let mut request = self.client.request(method, format!("{}{path}", self.url));
+        if let Some(user_agent) = user_agent {
+            request = request.header("User-Agent", user_agent);
+        }
         if let Some(token) = token {
             request = request.header("Authorization", format!("Bearer {token}"));
         }

@@ -1,5 +1,6 @@
 mod admin;
 mod api_tokens;
+mod audit_logs;
 mod auth;
 mod databases;
 mod groups;

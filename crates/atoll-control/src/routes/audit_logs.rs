@@ -1,0 +1,82 @@
+//! An organization's audit log: `GET /v1/organizations/{org}/audit-logs` (paid plans).
+//! Entries are written by the handlers that change things (`crate::audit`).
+
+use super::Route;
+use crate::auth::{Access, Action};
+use crate::error::{ApiError, ApiResult};
+use crate::server::AppState;
+use crate::wire;
+use atoll_types::audit::{AuditLogList, AuditLogPagination};
+use axum::extract::{Query, State};
+use axum::http::Method;
+use axum::Json;
+use serde::Deserialize;
+
+const DEFAULT_PAGE_SIZE: i64 = 100;
+const MAX_PAGE_SIZE: i64 = 1000;
+
+pub fn routes() -> Vec<Route> {
+    vec![Route::new(
+        Method::GET,
+        "/v1/organizations/{org}/audit-logs",
+        Action::ReadAuditLogs,
+        "The organization's audit log, newest first (paid plans; page-number pagination)",
+        list,
+    )
+    .response::<AuditLogList>()
+    .query(&["page", "page_size"])]
+}
+
+/// Read as text so a malformed number gets this API's JSON 400, not the framework's.
+#[derive(Deserialize)]
+struct ListQuery {
+    page: Option<String>,
+    page_size: Option<String>,
+}
+
+fn parse_bounded(name: &str, text: Option<&str>, default: i64, max: i64) -> ApiResult<i64> {
+    let Some(text) = text else {
+        return Ok(default);
+    };
+    match text.trim().parse::<i64>() {
+        Ok(value) if (1..=max).contains(&value) => Ok(value),
+        _ if max == i64::MAX => Err(ApiError::invalid(format!(
+            "{name} must be a whole number of at least 1, not {text:?}"
+        ))),
+        _ => Err(ApiError::invalid(format!(
+            "{name} must be a whole number from 1 to {max}, not {text:?}"
+        ))),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    access: Access,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<Json<AuditLogList>> {
+    let org = access.org();
+    if !crate::audit::available(org) {
+        return Err(ApiError::PaidPlanRequired(
+            "Audit logs are not available on the free plan: upgrade the organization's plan".into(),
+        ));
+    }
+    let page = parse_bounded("page", query.page.as_deref(), 1, i64::MAX)?;
+    let page_size = parse_bounded(
+        "page_size",
+        query.page_size.as_deref(),
+        DEFAULT_PAGE_SIZE,
+        MAX_PAGE_SIZE,
+    )?;
+    let (entries, total_rows) = state.store.list_audit(&org.id, page, page_size).await?;
+    let total_rows = u64::try_from(total_rows).unwrap_or(0);
+    let page_size = page_size.unsigned_abs();
+    Ok(Json(AuditLogList {
+        audit_logs: entries.iter().map(wire::audit_log).collect(),
+        pagination: AuditLogPagination {
+            page: page.unsigned_abs(),
+            page_size,
+            total_pages: total_rows.div_ceil(page_size),
+            total_rows,
+        },
+    }))
+}
