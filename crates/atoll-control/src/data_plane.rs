@@ -421,6 +421,7 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         block_reason,
         size_limit: db.size_limit.and_then(|l| u64::try_from(l).ok()),
         allow_attach: db.allow_attach,
+        allowed_ips: db.allowed_ips.clone(),
         keys,
     }
 }

@@ -41,6 +41,7 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
             .node
             .by_label(&label)
             .ok_or_else(|| DataError::UnknownDatabase(label.clone()))?;
+        check_client_address(&db, parts)?;
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
@@ -94,4 +95,86 @@ pub fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// The database's IP allow list: a request from elsewhere is refused (403) before its
+/// token is even looked at. Without a known peer address (a test harness serving without
+/// connection info) the list cannot be checked and the request is refused too.
+pub fn check_client_address(db: &Database, parts: &Parts) -> Result<(), DataError> {
+    let config = db.config();
+    if config.allowed_ips.is_empty() {
+        return Ok(());
+    }
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    match peer {
+        Some(ip) if config.allowed_ips.iter().any(|rule| ip_matches(ip, rule)) => Ok(()),
+        Some(ip) => Err(DataError::Forbidden(format!(
+            "address {ip} is not allowed to reach database {}",
+            config.name
+        ))),
+        None => Err(DataError::Forbidden(format!(
+            "database {} only accepts listed addresses",
+            config.name
+        ))),
+    }
+}
+
+/// `ip` is `rule` (an address) or inside it (a CIDR range).
+pub fn ip_matches(ip: std::net::IpAddr, rule: &str) -> bool {
+    use std::net::IpAddr;
+    let (address, bits) = match rule.split_once('/') {
+        Some((a, b)) => (a, b.parse::<u32>().ok()),
+        None => (rule, None),
+    };
+    let Ok(network) = address.trim().parse::<IpAddr>() else {
+        return false;
+    };
+    let ip = match (ip, network) {
+        // An IPv4 client may show up as an IPv4-mapped IPv6 address.
+        (IpAddr::V6(v6), IpAddr::V4(_)) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        _ => ip,
+    };
+    match (ip, network) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let bits = bits.unwrap_or(32).min(32);
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let bits = bits.unwrap_or(128).min(128);
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ip_matches;
+
+    #[test]
+    fn addresses_and_ranges() {
+        let ip = |s: &str| s.parse().unwrap();
+        assert!(ip_matches(ip("203.0.113.7"), "203.0.113.7"));
+        assert!(!ip_matches(ip("203.0.113.8"), "203.0.113.7"));
+        assert!(ip_matches(ip("10.1.2.3"), "10.0.0.0/8"));
+        assert!(!ip_matches(ip("11.1.2.3"), "10.0.0.0/8"));
+        assert!(ip_matches(ip("::ffff:127.0.0.1"), "127.0.0.0/8"));
+        assert!(ip_matches(ip("2001:db8::1"), "2001:db8::/32"));
+        assert!(!ip_matches(ip("2001:db9::1"), "2001:db8::/32"));
+        assert!(ip_matches(ip("1.2.3.4"), "0.0.0.0/0"));
+        assert!(!ip_matches(ip("1.2.3.4"), "garbage"));
+    }
 }

@@ -75,7 +75,10 @@ pub async fn serve(
     let app = tower::util::MapRequestLayer::new(namespace::strip_db_prefix).layer(router(state));
     axum::serve(
         listener,
-        axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
+        // Connection info carries the client's address, for databases with an IP allow list.
+        axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
+            std::net::SocketAddr,
+        >(app),
     )
     .with_graceful_shutdown(shutdown)
     .await

@@ -75,6 +75,7 @@ impl TestNode {
             block_reason: None,
             size_limit: None,
             allow_attach: false,
+            allowed_ips: vec![],
             keys: vec![TokenKey {
                 kid: format!("{name}-key"),
                 public_key: jwt::encode_key(key.verifying_key().as_bytes()),

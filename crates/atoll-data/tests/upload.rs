@@ -79,6 +79,7 @@ impl TestNode {
             block_reason: None,
             size_limit: None,
             allow_attach: false,
+            allowed_ips: vec![],
             keys: vec![TokenKey {
                 kid: KID.into(),
                 public_key: jwt::encode_key(self.key.verifying_key().as_bytes()),

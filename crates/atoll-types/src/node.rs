@@ -47,6 +47,9 @@ pub struct DatabaseConfig {
     pub size_limit: Option<u64>,
     /// Whether other databases may `ATTACH` this one (with a token allowing it).
     pub allow_attach: bool,
+    /// Client addresses (IPs or CIDR ranges) allowed to reach the database; empty: any.
+    #[serde(default)]
+    pub allowed_ips: Vec<String>,
     /// Keys of the database and of its group.
     pub keys: Vec<TokenKey>,
 }

@@ -294,6 +294,32 @@ async fn configuration_is_enforced_on_the_data_plane() {
         json!([])
     );
 
+    // An IP allow list: loopback clients pass only while loopback is listed.
+    app.patch(
+        config,
+        &app.admin_token,
+        json!({"block_writes": false, "allowed_ips": ["203.0.113.0/24"]}),
+    )
+    .await
+    .expect(200);
+    let (status, body) = execute(&app, &url, &token, "SELECT * FROM t").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not allowed"),
+        "{body}"
+    );
+    app.patch(
+        config,
+        &app.admin_token,
+        json!({"allowed_ips": ["203.0.113.0/24", "127.0.0.0/8"]}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(execute(&app, &url, &token, "SELECT * FROM t").await.0, 200);
+    app.patch(config, &app.admin_token, json!({"allowed_ips": []}))
+        .await
+        .expect(200);
+
     app.patch(
         config,
         &app.admin_token,

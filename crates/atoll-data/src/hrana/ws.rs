@@ -56,6 +56,9 @@ pub(super) async fn upgrade(
     let Some(db) = state.node.by_label(&label) else {
         return DataError::UnknownDatabase(label).into_response();
     };
+    if let Err(error) = crate::auth::check_client_address(&db, &parts) {
+        return error.into_response();
+    }
     if let Err(error) = db.ensure_queryable() {
         return error.into_response();
     }
