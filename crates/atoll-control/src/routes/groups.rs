@@ -527,23 +527,16 @@ async fn add_location(
     crate::quotas::check_location(&state, access.org(), code).await?;
     let mut locations = group.locations.clone();
     locations.push(code.clone());
-    let changes = GroupChanges {
-        locations: Some(locations),
-        ..Default::default()
-    };
-    let group = state.store.update_group(&group.id, changes).await?;
-    audit::record(
+    let message = format!("added location {code} to group {}", group.name);
+    set_locations(
         &state,
         &access,
-        &access.org().id,
+        locations,
         AuditCode::GroupLocationAdd,
-        format!("added location {code} to group {}", group.name),
-        json!({"group": group.name, "location": code}),
+        message,
+        code,
     )
-    .await;
-    Ok(Json(GroupResponse {
-        group: wire::group(&group),
-    }))
+    .await
 }
 
 async fn remove_location(
@@ -580,18 +573,42 @@ async fn remove_location(
         .filter(|l| *l != code)
         .cloned()
         .collect();
+    let message = format!("removed location {code} from group {}", group.name);
+    set_locations(
+        &state,
+        &access,
+        locations,
+        AuditCode::GroupLocationRm,
+        message,
+        code,
+    )
+    .await
+}
+
+/// Stores the group's new locations and records the change.
+async fn set_locations(
+    state: &AppState,
+    access: &Access,
+    locations: Vec<String>,
+    code: AuditCode,
+    message: String,
+    location: &str,
+) -> ApiResult<Json<GroupResponse>> {
     let changes = GroupChanges {
         locations: Some(locations),
         ..Default::default()
     };
-    let group = state.store.update_group(&group.id, changes).await?;
+    let group = state
+        .store
+        .update_group(&access.group().id, changes)
+        .await?;
     audit::record(
-        &state,
-        &access,
+        state,
+        access,
         &access.org().id,
-        AuditCode::GroupLocationRm,
-        format!("removed location {code} from group {}", group.name),
-        json!({"group": group.name, "location": code}),
+        code,
+        message,
+        json!({"group": group.name, "location": location}),
     )
     .await;
     Ok(Json(GroupResponse {
