@@ -1,5 +1,7 @@
-//! `atoll`: the server (`dev`, `serve`, `migrate`) and, in time, the command-line client.
+//! `atoll`: the server (`dev`, `serve`, `migrate`, `node`) and the command-line client
+//! (`auth`, `org`, `group`, `db`).
 
+mod cli;
 mod node;
 mod server;
 
@@ -35,6 +37,9 @@ enum Command {
     ///
     /// Example: `atoll migrate --database-url postgres://atoll@db/atoll`
     Migrate(server::MigrateArgs),
+    /// The command-line client: `atoll auth`, `atoll org`, `atoll group`, `atoll db`.
+    #[command(flatten)]
+    Client(cli::ClientCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,6 +53,7 @@ fn main() -> anyhow::Result<()> {
             Command::Serve(args) => server::serve(args).await,
             Command::Migrate(args) => server::migrate(args).await,
             Command::Node(args) => node::node(args).await,
+            Command::Client(command) => cli::run(command).await,
         }
     })
 }

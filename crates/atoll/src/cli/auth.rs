@@ -1,0 +1,121 @@
+//! `atoll auth login | logout | whoami | token`.
+
+use super::client::{CliError, Client};
+use super::config::Settings;
+use atoll_types::users::{LoginRequest, LoginResponse, UserResponse};
+use clap::{Args, Subcommand};
+
+#[derive(Subcommand)]
+pub enum AuthCommand {
+    /// Log in with a username and password (or store an existing API token).
+    #[command(after_help = "Examples:
+  atoll auth login --username admin --password \"$(cat atoll-data/admin.password)\"
+  ATOLL_PASSWORD=secret atoll auth login --api-url http://atoll.internal:8080 --username alice
+  atoll auth login --token \"$(cat atoll-data/admin.token)\"")]
+    Login(LoginArgs),
+    /// Forget the stored token.
+    #[command(after_help = "Example:\n  atoll auth logout")]
+    Logout,
+    /// Show the user the token belongs to.
+    #[command(after_help = "Example:\n  atoll auth whoami")]
+    Whoami,
+    /// Print the platform API token (for scripts: `curl -H \"Authorization: Bearer $(atoll auth token)\"`).
+    #[command(
+        after_help = "Example:\n  curl -H \"Authorization: Bearer $(atoll auth token)\" http://127.0.0.1:8080/v1/user"
+    )]
+    Token,
+}
+
+#[derive(Args)]
+pub struct LoginArgs {
+    /// Platform API URL; stored for the next commands.
+    #[arg(long)]
+    api_url: Option<String>,
+    /// Username to log in as.
+    #[arg(long, env = "ATOLL_USERNAME", conflicts_with = "token")]
+    username: Option<String>,
+    /// Password of `--username` (prefer the environment variable: flags show in `ps`).
+    #[arg(
+        long,
+        env = "ATOLL_PASSWORD",
+        hide_env_values = true,
+        conflicts_with = "token"
+    )]
+    password: Option<String>,
+    /// An existing platform API token to store instead of logging in.
+    #[arg(long)]
+    token: Option<String>,
+}
+
+pub async fn run(command: AuthCommand) -> Result<(), CliError> {
+    let mut settings = Settings::load()?;
+    match command {
+        AuthCommand::Login(args) => login(&mut settings, args).await,
+        AuthCommand::Logout => {
+            let had = settings.token.take().is_some();
+            settings.username = None;
+            settings.organization.clear();
+            settings.save()?;
+            if had {
+                println!("Logged out.");
+            } else {
+                println!("Not logged in.");
+            }
+            Ok(())
+        }
+        AuthCommand::Whoami => {
+            let client = Client::new(&settings)?;
+            client.require_token()?;
+            let user: UserResponse = client.get(client.url(&["v1", "user"])).await?;
+            println!("{}", user.user.username);
+            Ok(())
+        }
+        AuthCommand::Token => {
+            let token = settings.token().ok_or_else(|| {
+                CliError::local(
+                    "not logged in",
+                    "run `atoll auth login` (or set ATOLL_API_TOKEN)",
+                )
+            })?;
+            println!("{token}");
+            Ok(())
+        }
+    }
+}
+
+async fn login(settings: &mut Settings, args: LoginArgs) -> Result<(), CliError> {
+    let api_url = args.api_url.clone().unwrap_or_else(|| settings.api_url());
+    let (token, username) = if let Some(token) = args.token {
+        let client = Client::with(api_url.clone(), Some(token.clone()), String::new())?;
+        let user: UserResponse = client.get(client.url(&["v1", "user"])).await?;
+        (token, user.user.username)
+    } else {
+        let username = args.username.ok_or_else(|| {
+            CliError::local(
+                "no username given",
+                "pass `--username U` with `--password P` (or ATOLL_PASSWORD), or `--token T`",
+            )
+        })?;
+        let password = args.password.ok_or_else(|| {
+            CliError::local(
+                "no password given",
+                "pass `--password P` or set ATOLL_PASSWORD",
+            )
+        })?;
+        let client = Client::with(api_url.clone(), None, String::new())?;
+        let answer: LoginResponse = client
+            .post(
+                client.url(&["v1", "auth", "login"]),
+                &LoginRequest { username, password },
+            )
+            .await?;
+        (answer.token, answer.username)
+    };
+    settings.api_url = Some(api_url.clone());
+    settings.token = Some(token);
+    settings.username = Some(username.clone());
+    settings.organization.clear();
+    settings.save()?;
+    println!("Logged in as {username} at {api_url}.");
+    Ok(())
+}

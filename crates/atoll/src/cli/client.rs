@@ -1,0 +1,258 @@
+//! The HTTP client of the platform API, and the one-line errors every command reports.
+
+use super::config::Settings;
+use atoll_types::ErrorBody;
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt;
+
+/// A failure to report: `Error: <message> (<code>)`, then a hint when one is obvious.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: String,
+    pub hint: String,
+}
+
+impl CliError {
+    /// A failure detected by the client itself (no server code).
+    pub fn local(message: impl Into<String>, hint: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            code: String::new(),
+            hint: hint.into(),
+        }
+    }
+
+    fn from_server(status: StatusCode, body: &[u8]) -> Self {
+        let (message, code) = match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(body) => (body.error, body.code),
+            Err(_) => {
+                let text = String::from_utf8_lossy(body).trim().to_string();
+                let message = if text.is_empty() {
+                    status
+                        .canonical_reason()
+                        .unwrap_or("request failed")
+                        .to_string()
+                } else {
+                    text
+                };
+                (message, format!("http_{}", status.as_u16()))
+            }
+        };
+        let hint = hint_for(status, &code);
+        CliError {
+            message: message.replace(['\n', '\r'], " "),
+            code,
+            hint: hint.to_string(),
+        }
+    }
+}
+
+fn hint_for(status: StatusCode, code: &str) -> &'static str {
+    match (status.as_u16(), code) {
+        (401, _) => "run `atoll auth login`",
+        (_, "database_not_found") => {
+            "run `atoll db list` to see the databases of the current organization"
+        }
+        (_, "group_not_found") => {
+            "run `atoll group list` to see the groups of the current organization"
+        }
+        (_, "organization_not_found") => "run `atoll org list`, then `atoll org switch <slug>`",
+        (_, "invalid_location" | "location_not_found") => {
+            "the location codes are listed at `GET /v1/locations`"
+        }
+        (_, "invalid_expiration") => {
+            "use `never` or `<n><unit>…` with units w d h m s, like `7d` or `2w1d`"
+        }
+        (_, "quota_exceeded") => {
+            "the organization's plan allows no more: destroy something or change plan"
+        }
+        (_, "delete_protected") => "turn delete protection off first",
+        (403, _) => "ask an admin of the organization for a role that allows this",
+        _ => "",
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error: {}", self.message)?;
+        if !self.code.is_empty() {
+            write!(f, " ({})", self.code)?;
+        }
+        if !self.hint.is_empty() {
+            write!(f, "; hint: {}", self.hint)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// The platform API as the current settings reach it.
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+    /// Current organization slug; empty for the personal organization.
+    pub organization: String,
+}
+
+impl Client {
+    pub fn new(settings: &Settings) -> Result<Self, CliError> {
+        Self::with(
+            settings.api_url(),
+            settings.token(),
+            settings.organization.clone(),
+        )
+    }
+
+    pub fn with(
+        api_url: String,
+        token: Option<String>,
+        organization: String,
+    ) -> Result<Self, CliError> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("atoll-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| CliError::local(format!("cannot build the HTTP client: {e}"), ""))?;
+        Url::parse(&api_url).map_err(|e| {
+            CliError::local(
+                format!("invalid API URL {api_url}: {e}"),
+                "use `atoll auth login --api-url http://host:port` or set ATOLL_API_URL",
+            )
+        })?;
+        Ok(Client {
+            http,
+            base: api_url.trim_end_matches('/').to_string(),
+            token,
+            organization,
+        })
+    }
+
+    /// Fails with a login hint when there is no token.
+    pub fn require_token(&self) -> Result<(), CliError> {
+        if self.token.is_none() {
+            return Err(CliError::local(
+                "not logged in",
+                "run `atoll auth login` (or set ATOLL_API_TOKEN)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// URL of `segments` (each percent-encoded) under the API base.
+    pub fn url(&self, segments: &[&str]) -> Url {
+        let mut url = Url::parse(&self.base).expect("checked in Client::with");
+        url.path_segments_mut()
+            .expect("http URLs have paths")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    /// URL under the current organization: `/v1/organizations/{org}/…`, or `/v1/…` for
+    /// the personal organization.
+    pub fn org_url(&self, segments: &[&str]) -> Url {
+        let mut all = vec!["v1"];
+        if !self.organization.is_empty() {
+            all.push("organizations");
+            all.push(&self.organization);
+        }
+        all.extend_from_slice(segments);
+        self.url(&all)
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, url: Url) -> Result<T, CliError> {
+        self.send::<T, ()>(Method::GET, url, None).await
+    }
+
+    pub async fn post<T: DeserializeOwned, B: Serialize>(
+        &self,
+        url: Url,
+        body: &B,
+    ) -> Result<T, CliError> {
+        self.send(Method::POST, url, Some(body)).await
+    }
+
+    pub async fn delete<T: DeserializeOwned>(&self, url: Url) -> Result<T, CliError> {
+        self.send::<T, ()>(Method::DELETE, url, None).await
+    }
+
+    async fn send<T: DeserializeOwned, B: Serialize>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<T, CliError> {
+        let mut request = self.http.request(method, url.clone());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|e| {
+            CliError::local(
+                format!("cannot reach {}: {}", self.base, root_cause(&e)),
+                "is the server running? Point at it with `atoll auth login --api-url URL` or ATOLL_API_URL",
+            )
+        })?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| CliError::local(format!("cannot read the answer of {url}: {e}"), ""))?;
+        if !status.is_success() {
+            return Err(CliError::from_server(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| {
+            CliError::local(
+                format!("unexpected answer from {url}: {e}"),
+                "is ATOLL_API_URL an Atoll server of the same version?",
+            )
+        })
+    }
+}
+
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_are_one_line_with_code_and_hint() {
+        let error = CliError::from_server(
+            StatusCode::UNAUTHORIZED,
+            br#"{"error":"token expired","code":"unauthorized"}"#,
+        );
+        assert_eq!(
+            error.to_string(),
+            "Error: token expired (unauthorized); hint: run `atoll auth login`"
+        );
+        let error = CliError::from_server(StatusCode::BAD_GATEWAY, b"bad\ngateway");
+        assert_eq!(error.to_string(), "Error: bad gateway (http_502)");
+    }
+
+    #[test]
+    fn personal_routes_drop_the_organization() {
+        let client = Client::with("http://h:1/".into(), None, String::new()).unwrap();
+        assert_eq!(
+            client.org_url(&["databases", "a b"]).as_str(),
+            "http://h:1/v1/databases/a%20b"
+        );
+        let client = Client::with("http://h:1".into(), None, "acme".into()).unwrap();
+        assert_eq!(
+            client.org_url(&["groups"]).as_str(),
+            "http://h:1/v1/organizations/acme/groups"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! `atoll db list | create | show | destroy | tokens create`.
+
+use super::client::{CliError, Client};
+use super::config::Settings;
+use super::output;
+use atoll_types::databases::{
+    CreateDatabaseRequest, CreateDatabaseResponse, Database, DatabaseList, DatabaseResponse,
+    DatabaseToken,
+};
+use clap::{ArgGroup, Subcommand};
+
+#[derive(Subcommand)]
+pub enum DbCommand {
+    /// List the databases of the current organization.
+    #[command(after_help = "Examples:\n  atoll db list\n  atoll db list --group eu --json")]
+    List {
+        /// Only the databases of this group.
+        #[arg(long)]
+        group: Option<String>,
+        /// Print the JSON array of databases.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create an empty database.
+    #[command(
+        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb"
+    )]
+    Create {
+        /// Name of the new database.
+        name: String,
+        /// Group to create it in (default: the group named `default`).
+        #[arg(long)]
+        group: Option<String>,
+        /// Maximum size: bytes, or with a unit (`256mb`, `1gb`, `512mib`).
+        #[arg(long)]
+        size_limit: Option<String>,
+    },
+    /// Show a database, or just its URL.
+    #[command(
+        group(ArgGroup::new("only").args(["url", "http_url", "json"])),
+        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # libsql://shop-admin.localhost:8081\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/"
+    )]
+    Show {
+        /// Name of the database.
+        name: String,
+        /// Print only the libSQL URL (`libsql://<hostname>`).
+        #[arg(long)]
+        url: bool,
+        /// Print only the HTTP URL (works without wildcard DNS).
+        #[arg(long)]
+        http_url: bool,
+        /// Print the database as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Destroy a database.
+    #[command(after_help = "Example:\n  atoll db destroy shop --yes")]
+    Destroy {
+        /// Name of the database.
+        name: String,
+        /// Do not ask for confirmation (required when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Database tokens (for libSQL clients).
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+}
+
+#[derive(Subcommand)]
+pub enum TokensCommand {
+    /// Mint a token for a database and print it.
+    #[command(
+        after_help = "Examples:\n  atoll db tokens create shop\n  atoll db tokens create shop --expiration 7d --read-only"
+    )]
+    Create {
+        /// Name of the database.
+        name: String,
+        /// Lifetime: `never` (default), or `<n><unit>…` with units w d h m s (`7d`, `2w1d`).
+        #[arg(long, short = 'e')]
+        expiration: Option<String>,
+        /// A token that can only read.
+        #[arg(long, short = 'r')]
+        read_only: bool,
+    },
+}
+
+pub async fn run(command: DbCommand) -> Result<(), CliError> {
+    let settings = Settings::load()?;
+    let client = Client::new(&settings)?;
+    client.require_token()?;
+    match command {
+        DbCommand::List { group, json } => {
+            let mut url = client.org_url(&["databases"]);
+            if let Some(group) = &group {
+                url.query_pairs_mut().append_pair("group", group);
+            }
+            let list: DatabaseList = client.get(url).await?;
+            if json {
+                output::json(&list.databases);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = list
+                .databases
+                .iter()
+                .map(|db| {
+                    vec![
+                        db.name.clone(),
+                        db.group.clone(),
+                        db.regions.join(","),
+                        libsql_url(db),
+                    ]
+                })
+                .collect();
+            output::table(&["NAME", "GROUP", "LOCATIONS", "URL"], &rows);
+            Ok(())
+        }
+        DbCommand::Create {
+            name,
+            group,
+            size_limit,
+        } => {
+            let created: CreateDatabaseResponse = client
+                .post(
+                    client.org_url(&["databases"]),
+                    &CreateDatabaseRequest {
+                        name,
+                        group,
+                        size_limit,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            println!(
+                "Created database {} at libsql://{}.",
+                created.database.name, created.database.hostname
+            );
+            Ok(())
+        }
+        DbCommand::Show {
+            name,
+            url,
+            http_url,
+            json,
+        } => {
+            let answer: DatabaseResponse =
+                client.get(client.org_url(&["databases", &name])).await?;
+            let db = answer.database;
+            if url {
+                println!("{}", libsql_url(&db));
+            } else if http_url {
+                println!("{}", db.http_url);
+            } else if json {
+                output::json(&db);
+            } else {
+                let rows = [
+                    ("Name", db.name.clone()),
+                    ("ID", db.db_id.clone()),
+                    ("Group", db.group.clone()),
+                    ("Locations", db.regions.join(",")),
+                    ("State", db.state.clone()),
+                    ("URL", libsql_url(&db)),
+                    ("HTTP URL", db.http_url.clone()),
+                    ("Delete protection", on_off(db.delete_protection)),
+                    ("Block reads", on_off(db.block_reads)),
+                    ("Block writes", on_off(db.block_writes)),
+                ];
+                let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+                for (key, value) in rows {
+                    println!("{:<width$}  {value}", format!("{key}:"), width = width + 1);
+                }
+            }
+            Ok(())
+        }
+        DbCommand::Destroy { name, yes } => {
+            super::confirm(&format!("destroy database {name}"), yes)?;
+            let _: serde_json::Value = client.delete(client.org_url(&["databases", &name])).await?;
+            println!("Destroyed database {name}.");
+            Ok(())
+        }
+        DbCommand::Tokens(TokensCommand::Create {
+            name,
+            expiration,
+            read_only,
+        }) => {
+            let mut url = client.org_url(&["databases", &name, "auth", "tokens"]);
+            {
+                let mut query = url.query_pairs_mut();
+                if let Some(expiration) = &expiration {
+                    query.append_pair("expiration", expiration);
+                }
+                if read_only {
+                    query.append_pair("authorization", "read-only");
+                }
+            }
+            let token: DatabaseToken = client.post(url, &serde_json::json!({})).await?;
+            println!("{}", token.jwt);
+            Ok(())
+        }
+    }
+}
+
+fn libsql_url(db: &Database) -> String {
+    format!("libsql://{}", db.hostname)
+}
+
+fn on_off(value: bool) -> String {
+    if value { "on" } else { "off" }.to_string()
+}

@@ -1,0 +1,380 @@
+//! The `atoll` command-line client driven as a user would: the built binary against a
+//! running `atoll dev`, with its settings in a temporary directory.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_atoll");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "atoll-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A running `atoll dev`, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    data_dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+async fn start_dev() -> Server {
+    let data_dir = temp_dir("cli-data");
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .arg("dev")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--db-listen", "127.0.0.1:0"])
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start atoll dev");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
+            if response.status() == 200 {
+                break;
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("atoll dev exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "atoll dev did not become healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Server {
+        child,
+        url,
+        data_dir,
+    }
+}
+
+/// Runs the client with its settings in `config` and nothing from the caller's environment.
+fn atoll(config: &Path, args: &[&str]) -> Output {
+    atoll_env(config, args, &[])
+}
+
+fn atoll_env(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("ATOLL_CONFIG_DIR", config)
+        .env_remove("ATOLL_API_URL")
+        .env_remove("ATOLL_API_TOKEN")
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdin(Stdio::null());
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command.output().expect("run atoll")
+}
+
+/// Runs a command that must succeed; answers its stdout.
+fn ok(config: &Path, args: &[&str]) -> String {
+    let output = atoll(config, args);
+    assert!(
+        output.status.success(),
+        "atoll {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs a command that must fail with exit code 1 and one `Error:` line; answers that line.
+fn fails(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> String {
+    let output = atoll_env(config, args, envs);
+    assert_eq!(output.status.code(), Some(1), "atoll {args:?} should fail");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one error line expected, got {stderr:?}");
+    assert!(lines[0].starts_with("Error: "), "{stderr}");
+    lines[0].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_user_tours_the_cli() {
+    let server = start_dev().await;
+    let config = temp_dir("cli-config");
+
+    // Not logged in yet.
+    let line = fails(&config, &["auth", "whoami"], &[]);
+    assert!(line.contains("atoll auth login"), "{line}");
+
+    // Log in with the generated password (from the environment, as scripts should).
+    let password = std::fs::read_to_string(server.data_dir.join("admin.password")).unwrap();
+    let password = password.trim();
+    let line = fails(
+        &config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--username",
+            "admin",
+        ],
+        &[("ATOLL_PASSWORD", "wrong-password")],
+    );
+    assert!(line.contains('('), "{line}");
+    let output = atoll_env(
+        &config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--username",
+            "admin",
+        ],
+        &[("ATOLL_PASSWORD", password)],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(ok(&config, &["auth", "whoami"]).trim(), "admin");
+    let token = ok(&config, &["auth", "token"]);
+    assert!(!token.trim().is_empty());
+
+    // The settings file holds the token, privately.
+    let settings_path = config.join("settings.json");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&settings_path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    assert_eq!(settings["token"].as_str().unwrap(), token.trim());
+    assert_eq!(settings["api_url"], server.url.as_str());
+
+    // A bad token from the environment overrides the stored one: 401 with a login hint.
+    let line = fails(&config, &["auth", "whoami"], &[("ATOLL_API_TOKEN", "nope")]);
+    assert!(
+        line.contains("(unauthorized)") && line.contains("atoll auth login"),
+        "{line}"
+    );
+
+    // Organizations: the personal one, switched to, stores no slug.
+    let orgs: Value = serde_json::from_str(&ok(&config, &["org", "list", "--json"])).unwrap();
+    let orgs = orgs.as_array().unwrap();
+    assert!(orgs
+        .iter()
+        .any(|org| org["slug"] == "admin" && org["type"] == "personal"));
+    let table = ok(&config, &["org", "list"]);
+    assert!(table.starts_with("NAME"), "{table}");
+    ok(&config, &["org", "switch", "admin"]);
+    let settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    assert_eq!(settings["organization"], "");
+    let line = fails(&config, &["org", "switch", "nobody"], &[]);
+    assert!(line.contains("(organization_not_found)"), "{line}");
+
+    // Groups: create one in the server's location, list it.
+    let out = ok(&config, &["group", "create", "eu"]);
+    assert!(out.contains("eu"), "{out}");
+    let groups = ok(&config, &["group", "list"]);
+    assert!(groups.lines().any(|l| l.starts_with("eu ")), "{groups}");
+    assert!(
+        groups.lines().any(|l| l.starts_with("default ")),
+        "{groups}"
+    );
+    let groups: Value = serde_json::from_str(&ok(&config, &["group", "list", "--json"])).unwrap();
+    assert_eq!(groups.as_array().unwrap().len(), 2);
+
+    // Databases: create, list, show.
+    ok(
+        &config,
+        &[
+            "db",
+            "create",
+            "shop",
+            "--group",
+            "eu",
+            "--size-limit",
+            "64mb",
+        ],
+    );
+    let line = fails(&config, &["db", "create", "shop", "--group", "eu"], &[]);
+    assert!(line.contains("(database_already_exists)"), "{line}");
+    let dbs: Value = serde_json::from_str(&ok(&config, &["db", "list", "--json"])).unwrap();
+    let shop = dbs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|db| db["Name"] == "shop")
+        .expect("shop listed");
+    assert_eq!(shop["group"], "eu");
+    let in_default: Value = serde_json::from_str(&ok(
+        &config,
+        &["db", "list", "--json", "--group", "default"],
+    ))
+    .unwrap();
+    assert!(in_default.as_array().unwrap().is_empty());
+    let table = ok(&config, &["db", "list"]);
+    assert!(table.lines().any(|l| l.starts_with("shop ")), "{table}");
+    let url = ok(&config, &["db", "show", "shop", "--url"]);
+    assert_eq!(
+        url.trim(),
+        format!("libsql://{}", shop["Hostname"].as_str().unwrap())
+    );
+    assert!(url.starts_with("libsql://shop-admin."), "{url}");
+    let http_url = ok(&config, &["db", "show", "shop", "--http-url"]);
+    let http_url = http_url.trim();
+    assert_eq!(http_url, shop["http_url"].as_str().unwrap());
+    let details = ok(&config, &["db", "show", "shop"]);
+    assert!(
+        details.contains("eu") && details.contains(http_url),
+        "{details}"
+    );
+
+    // A token from the CLI runs a query over HTTP.
+    let jwt = ok(
+        &config,
+        &["db", "tokens", "create", "shop", "--expiration", "1h"],
+    );
+    let response = reqwest::Client::new()
+        .post(format!("{http_url}v2/pipeline"))
+        .bearer_auth(jwt.trim())
+        .json(&serde_json::json!({"requests": [
+            {"type": "execute", "stmt": {"sql": "CREATE TABLE t (x)"}},
+            {"type": "execute", "stmt": {"sql": "SELECT 41 + 1"}},
+            {"type": "close"}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["results"][0]["type"], "ok", "{body}");
+    assert_eq!(
+        body["results"][1]["response"]["result"]["rows"][0][0]["value"], "42",
+        "{body}"
+    );
+    // A read-only token cannot write.
+    let ro = ok(&config, &["db", "tokens", "create", "shop", "--read-only"]);
+    let body: Value = reqwest::Client::new()
+        .post(format!("{http_url}v2/pipeline"))
+        .bearer_auth(ro.trim())
+        .json(&serde_json::json!({"requests": [
+            {"type": "execute", "stmt": {"sql": "INSERT INTO t VALUES (1)"}},
+            {"type": "close"}
+        ]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let refused = body["results"][0]["type"] == "error"
+        || body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Write permission"));
+    assert!(refused, "{body}");
+
+    // Errors: one line with the server's message and code, exit code 1.
+    let line = fails(&config, &["db", "show", "nope"], &[]);
+    assert!(line.contains("(database_not_found)"), "{line}");
+    assert!(line.contains("nope"), "{line}");
+    assert!(line.contains("atoll db list"), "{line}");
+
+    // Destroy: refused without --yes when not interactive, done with it.
+    let line = fails(&config, &["db", "destroy", "shop"], &[]);
+    assert!(line.contains("--yes"), "{line}");
+    ok(&config, &["db", "destroy", "shop", "--yes"]);
+    let dbs: Value = serde_json::from_str(&ok(&config, &["db", "list", "--json"])).unwrap();
+    assert!(!dbs
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|db| db["Name"] == "shop"));
+    ok(&config, &["group", "destroy", "eu", "--yes"]);
+    let line = fails(&config, &["group", "destroy", "eu", "--yes"], &[]);
+    assert!(line.contains("(group_not_found)"), "{line}");
+
+    // Log out: the next command asks to log in again.
+    ok(&config, &["auth", "logout"]);
+    let line = fails(&config, &["auth", "whoami"], &[]);
+    assert!(line.contains("atoll auth login"), "{line}");
+
+    // Logging in with an existing token works too.
+    let admin_token = std::fs::read_to_string(server.data_dir.join("admin.token")).unwrap();
+    ok(
+        &config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--token",
+            admin_token.trim(),
+        ],
+    );
+    assert_eq!(ok(&config, &["auth", "whoami"]).trim(), "admin");
+
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+#[test]
+fn every_client_command_has_help_with_an_example() {
+    let config = temp_dir("cli-help");
+    for args in [
+        vec!["auth", "login"],
+        vec!["auth", "whoami"],
+        vec!["org", "list"],
+        vec!["org", "switch"],
+        vec!["group", "create"],
+        vec!["group", "destroy"],
+        vec!["db", "list"],
+        vec!["db", "create"],
+        vec!["db", "show"],
+        vec!["db", "destroy"],
+        vec!["db", "tokens", "create"],
+    ] {
+        let mut with_help = args.clone();
+        with_help.push("--help");
+        let help = ok(&config, &with_help);
+        assert!(help.contains("Example"), "{args:?}: {help}");
+        assert!(
+            help.contains(&format!("atoll {}", args.join(" "))),
+            "{args:?}: {help}"
+        );
+    }
+}
