@@ -1,5 +1,6 @@
 //! `atoll`: the server (`dev`, `serve`, `migrate`) and, in time, the command-line client.
 
+mod bench;
 mod node;
 mod server;
 
@@ -35,6 +36,10 @@ enum Command {
     ///
     /// Example: `atoll migrate --database-url postgres://atoll@db/atoll`
     Migrate(server::MigrateArgs),
+    /// Start a server in this process on loopback and measure it: one line per figure.
+    ///
+    /// Example: `atoll bench --only create_database`
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,6 +53,7 @@ fn main() -> anyhow::Result<()> {
             Command::Serve(args) => server::serve(args).await,
             Command::Migrate(args) => server::migrate(args).await,
             Command::Node(args) => node::node(args).await,
+            Command::Bench(args) => bench::bench(args).await,
         }
     })
 }
