@@ -1,6 +1,7 @@
 //! `atoll`: the server (`dev`, `serve`, `migrate`, `node`) and the command-line client
 //! (`auth`, `org`, `group`, `db`).
 
+mod bench;
 mod cli;
 mod node;
 mod server;
@@ -40,6 +41,10 @@ enum Command {
     /// The command-line client: `atoll auth`, `atoll org`, `atoll group`, `atoll db`.
     #[command(flatten)]
     Client(cli::ClientCommand),
+    /// Start a server in this process on loopback and measure it: one line per figure.
+    ///
+    /// Example: `atoll bench --only create_database`
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,6 +59,7 @@ fn main() -> anyhow::Result<()> {
             Command::Migrate(args) => server::migrate(args).await,
             Command::Node(args) => node::node(args).await,
             Command::Client(command) => cli::run(command).await,
+            Command::Bench(args) => bench::bench(args).await,
         }
     })
 }

@@ -1,0 +1,844 @@
+//! `atoll bench`: starts a server in this process on loopback (a SQLite store in a temporary
+//! directory, or `--database-url postgres://…`), runs bounded workloads against it with an
+//! HTTP/1.1 keep-alive client and prints one line per figure with its target.
+//!
+//! Client and server share the process and the machine: the figures are a floor for what
+//! the server does alone on the same hardware.
+
+use anyhow::{anyhow, bail, Context};
+use atoll_control::{AppState, ControlConfig, DataPlane};
+use atoll_meta::Store;
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One figure (or pair of figures) of the benchmark.
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+pub enum Figure {
+    /// Create a database: request to 200, p50/p99.
+    #[value(name = "create_database")]
+    CreateDatabase,
+    /// First page of 100 of an organization's databases, p50/p99.
+    #[value(name = "list_databases")]
+    ListDatabases,
+    /// Authenticated `GET /v1/user`, throughput.
+    #[value(name = "control_get")]
+    ControlGet,
+    /// Point select over `/v2/pipeline`, 1 and N connections, throughput.
+    #[value(name = "execute")]
+    Execute,
+    /// Single-row autocommit insert over `/v2/pipeline`, throughput.
+    #[value(name = "insert")]
+    Insert,
+    /// `/v1/upload` and the chunked upload of a SQLite file, MB/s.
+    #[value(name = "upload")]
+    Upload,
+    /// Peak RSS while creating and querying many databases; RSS when idle afterwards.
+    #[value(name = "rss")]
+    Rss,
+}
+
+#[derive(Args, Clone)]
+pub struct BenchArgs {
+    /// Run the control plane on this PostgreSQL database (`postgres://…`) instead of a
+    /// SQLite store in the temporary directory. Use an empty database.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Run one figure only.
+    #[arg(long, value_enum)]
+    only: Option<Figure>,
+    /// Duration of each throughput figure.
+    #[arg(long, default_value_t = 5)]
+    duration_secs: u64,
+    /// Concurrent connections of the many-connection figures.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Samples of the latency figures (create and list).
+    #[arg(long, default_value_t = 200)]
+    samples: usize,
+    /// Databases in the organization whose first page is listed.
+    #[arg(long, default_value_t = 2000)]
+    orgs_databases: usize,
+    /// Databases created and queried once for the RSS figures.
+    #[arg(long, default_value_t = 2000)]
+    idle_databases: usize,
+    /// Size of the uploaded SQLite file, MiB.
+    #[arg(long, default_value_t = 64)]
+    upload_mb: u64,
+    /// Uploads per protocol.
+    #[arg(long, default_value_t = 3)]
+    upload_samples: usize,
+}
+
+const USERNAME: &str = "bench";
+const PASSWORD: &str = "bench-password-not-secret";
+/// Concurrency of set-up work (bulk creates), not measured.
+const SETUP_CONCURRENCY: usize = 8;
+
+/// The server under test and a client for it.
+struct Bench {
+    client: reqwest::Client,
+    api: String,
+    db_url: String,
+    token: String,
+    run: String,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+    _db_shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+/// An organization with a group `default` and a token for every database in it.
+struct Org {
+    slug: String,
+    group_token: String,
+}
+
+pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!(
+        "atoll-bench-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let outcome = run(&args, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
+    let bench = Arc::new(Bench::start(args, dir).await?);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "# atoll bench {}: store {}, {cpus} cpus, client and server in one process on loopback",
+        env!("CARGO_PKG_VERSION"),
+        if args.database_url.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        },
+    );
+    let wants = |figure: Figure| args.only.is_none_or(|only| only == figure);
+    let main = bench.org("main").await?;
+    if wants(Figure::CreateDatabase) {
+        create_database(&bench, &main, args).await?;
+    }
+    if wants(Figure::ListDatabases) {
+        list_databases(&bench, args).await?;
+    }
+    if wants(Figure::ControlGet) {
+        control_get(&bench, args).await?;
+    }
+    if wants(Figure::Execute) {
+        execute(&bench, &main, args).await?;
+    }
+    if wants(Figure::Insert) {
+        insert(&bench, &main, args).await?;
+    }
+    // RSS before the upload, whose file buffers would dominate the process's memory.
+    if wants(Figure::Rss) {
+        rss(&bench, args).await?;
+    }
+    if wants(Figure::Upload) {
+        upload(&bench, &main, args, dir).await?;
+    }
+    Ok(())
+}
+
+impl Bench {
+    async fn start(args: &BenchArgs, dir: &Path) -> anyhow::Result<Bench> {
+        let store = match &args.database_url {
+            Some(url) => Store::open(url)
+                .await
+                .context("cannot open the metadata store")?,
+            None => Store::open_sqlite(&dir.join("meta.db"))
+                .await
+                .context("cannot open the metadata store")?,
+        };
+        let node = crate::server::open_node(&dir.join("node")).await?;
+        let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let db_address = db_listener.local_addr()?;
+        let db_url = format!("http://{db_address}");
+        let data_state = atoll_data::DataPlaneState::new(Arc::clone(&node), "localhost");
+        let (db_tx, db_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(atoll_data::serve(db_listener, data_state, async {
+            let _ = db_rx.await;
+        }));
+
+        // The benchmark creates far more databases than any plan allows.
+        let mut config = ControlConfig::default();
+        for quotas in config.plans.values_mut() {
+            *quotas = atoll_types::usage::PlanQuotas::default();
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let api = format!("http://{}", listener.local_addr()?);
+        config.public_url = api.clone();
+        let state = AppState::new(
+            store,
+            config,
+            DataPlane::in_process(
+                node,
+                &db_url,
+                &crate::server::hostname_suffix("localhost", db_address),
+            ),
+        );
+        let outcome = atoll_control::bootstrap_user(
+            &state,
+            USERNAME,
+            Some(PASSWORD.to_string()),
+            None,
+            Some("enterprise"),
+        )
+        .await
+        .map_err(|e| anyhow!("cannot set up user {USERNAME}: {e}"))?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(atoll_control::serve(listener, state, async {
+            let _ = rx.await;
+        }));
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
+            .build()?;
+        // Names unique per run, so a reused PostgreSQL store does not collide.
+        let run = format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis()
+                % 0xff_ffff
+        );
+        Ok(Bench {
+            client,
+            api,
+            db_url,
+            token: outcome.token,
+            run,
+            _shutdown: tx,
+            _db_shutdown: db_tx,
+        })
+    }
+
+    /// A platform call that must answer 200; its JSON body.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self
+            .client
+            .request(method.clone(), format!("{}{path}", self.api))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if status != reqwest::StatusCode::OK {
+            bail!("{method} {path}: {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// A new team organization with a group `default` in location `local`.
+    async fn org(&self, purpose: &str) -> anyhow::Result<Org> {
+        let name = format!("bench-{purpose}-{}", self.run);
+        let created = self
+            .post("/v1/organizations", json!({"name": name}))
+            .await?;
+        let slug = created["org"]["slug"]
+            .as_str()
+            .context("organization create: no slug")?
+            .to_string();
+        self.post(
+            &format!("/v1/organizations/{slug}/groups"),
+            json!({"name": "default", "location": "local"}),
+        )
+        .await?;
+        let token = self
+            .post(
+                &format!("/v1/organizations/{slug}/groups/default/auth/tokens"),
+                json!({}),
+            )
+            .await?;
+        let group_token = token["jwt"]
+            .as_str()
+            .context("group token: no jwt")?
+            .to_string();
+        Ok(Org { slug, group_token })
+    }
+
+    async fn create_database(&self, org: &Org, name: &str, extra: Value) -> anyhow::Result<()> {
+        let mut body = json!({"name": name, "group": "default"});
+        if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+            body.extend(extra);
+        }
+        self.post(&format!("/v1/organizations/{}/databases", org.slug), body)
+            .await
+            .map(drop)
+    }
+
+    async fn database_token(&self, org: &Org, name: &str) -> anyhow::Result<String> {
+        let body = self
+            .post(
+                &format!(
+                    "/v1/organizations/{}/databases/{name}/auth/tokens?expiration=1h",
+                    org.slug
+                ),
+                json!({}),
+            )
+            .await?;
+        Ok(body["jwt"].as_str().context("no jwt")?.to_string())
+    }
+
+    /// The path-prefix URL of a database, ending in `/`.
+    fn database_url(&self, org: &Org, name: &str) -> String {
+        format!("{}/db/{name}-{}/", self.db_url, org.slug)
+    }
+
+    /// Runs one statement on a database; fails unless it succeeds.
+    async fn execute(&self, url: &str, token: &str, sql: &str) -> anyhow::Result<Value> {
+        let body =
+            json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
+        let response = self
+            .client
+            .post(format!("{url}v2/pipeline"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if status != reqwest::StatusCode::OK {
+            bail!("{sql}: {status}: {text}");
+        }
+        let body: Value = serde_json::from_str(&text)?;
+        let result = &body["results"][0];
+        if result["type"] != "ok" {
+            bail!("{sql}: {}", result["error"]);
+        }
+        Ok(result["response"]["result"].clone())
+    }
+
+    /// Creates `names` with a few concurrent requests, querying each once with the group
+    /// token when `query` is set.
+    async fn create_many(
+        self: &Arc<Self>,
+        org: &Arc<Org>,
+        names: Vec<String>,
+        query: bool,
+    ) -> anyhow::Result<()> {
+        let names = Arc::new(names);
+        let next = Arc::new(AtomicUsize::new(0));
+        let mut workers = Vec::new();
+        for _ in 0..SETUP_CONCURRENCY {
+            let (bench, org, names, next) = (
+                Arc::clone(self),
+                Arc::clone(org),
+                Arc::clone(&names),
+                Arc::clone(&next),
+            );
+            workers.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(name) = names.get(i) else {
+                        return anyhow::Ok(());
+                    };
+                    bench.create_database(&org, name, json!({})).await?;
+                    if query {
+                        let url = bench.database_url(&org, name);
+                        bench.execute(&url, &org.group_token, "SELECT 1").await?;
+                    }
+                    if (i + 1) % 500 == 0 {
+                        eprintln!("  … {} of {} databases", i + 1, names.len());
+                    }
+                }
+            }));
+        }
+        for worker in workers {
+            worker.await??;
+        }
+        Ok(())
+    }
+}
+
+/// The `q` quantile (0..=1) of sorted samples.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+/// Sorts latency samples; (p50, p99) in milliseconds.
+fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort_unstable();
+    (ms(quantile(&samples, 0.50)), ms(quantile(&samples, 0.99)))
+}
+
+/// Outcome of a throughput run.
+struct Throughput {
+    ok: u64,
+    errors: u64,
+    seconds: f64,
+}
+
+impl Throughput {
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.seconds
+    }
+}
+
+/// Runs `connections` workers, each calling `request(n)` in a loop until `duration` is
+/// over; a request answers whether it succeeded.
+async fn throughput<F, Fut>(connections: usize, duration: Duration, request: F) -> Throughput
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let request = Arc::new(request);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut workers = Vec::new();
+    for worker in 0..connections {
+        let request = Arc::clone(&request);
+        workers.push(tokio::spawn(async move {
+            let (mut ok, mut errors) = (0u64, 0u64);
+            let mut n = worker as u64 * 1_000_003;
+            while Instant::now() < deadline {
+                if request(n).await {
+                    ok += 1;
+                } else {
+                    errors += 1;
+                }
+                n += 1;
+            }
+            (ok, errors)
+        }));
+    }
+    let (mut ok, mut errors) = (0, 0);
+    for worker in workers {
+        if let Ok((o, e)) = worker.await {
+            ok += o;
+            errors += e;
+        }
+    }
+    Throughput {
+        ok,
+        errors,
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
+fn print_throughput(name: &str, result: &Throughput, connections: usize, target: f64) {
+    let rate = result.rate();
+    println!(
+        "{name}: {rate:.0} req/s ({connections} connections, {:.1} s, {} errors); target >= {target:.0} req/s: {}",
+        result.seconds,
+        result.errors,
+        verdict(rate >= target && result.errors == 0),
+    );
+}
+
+/// Whether `haystack` contains `needle`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Sends a prepared pipeline body; true on 200 with no error result.
+async fn pipeline_ok(client: &reqwest::Client, url: &str, token: &str, body: String) -> bool {
+    let Ok(response) = client
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+    else {
+        return false;
+    };
+    if response.status() != reqwest::StatusCode::OK {
+        return false;
+    }
+    match response.bytes().await {
+        Ok(bytes) => !contains(&bytes, br#""type":"error""#),
+        Err(_) => false,
+    }
+}
+
+async fn create_database(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::Result<()> {
+    eprintln!("create_database: {} creates…", args.samples);
+    let mut samples = Vec::with_capacity(args.samples);
+    for i in 0..args.samples {
+        let name = format!("create-{i}");
+        let start = Instant::now();
+        bench.create_database(org, &name, json!({})).await?;
+        samples.push(start.elapsed());
+        // Not timed: a query right after the 200 must succeed.
+        let url = bench.database_url(org, &name);
+        bench
+            .execute(&url, &org.group_token, "SELECT 1")
+            .await
+            .with_context(|| format!("query right after creating {name}"))?;
+    }
+    let count = samples.len();
+    let (p50, p99) = percentiles(samples);
+    println!(
+        "create_database: p50 {p50:.1} ms, p99 {p99:.1} ms ({count} samples, each queried right after: ok); target p50 <= 5 ms, p99 <= 25 ms: {}",
+        verdict(p50 <= 5.0 && p99 <= 25.0)
+    );
+    Ok(())
+}
+
+async fn list_databases(bench: &Arc<Bench>, args: &BenchArgs) -> anyhow::Result<()> {
+    let org = Arc::new(bench.org("list").await?);
+    let count = args.orgs_databases;
+    eprintln!("list_databases: creating {count} databases…");
+    let names = (0..count).map(|i| format!("list-{i:06}")).collect();
+    bench.create_many(&org, names, false).await?;
+    let path = format!("/v1/organizations/{}/databases?limit=100", org.slug);
+    let expected = count.min(100);
+    for _ in 0..5 {
+        bench.call(reqwest::Method::GET, &path, None).await?;
+    }
+    let mut samples = Vec::with_capacity(args.samples);
+    for _ in 0..args.samples {
+        let start = Instant::now();
+        let body = bench.call(reqwest::Method::GET, &path, None).await?;
+        samples.push(start.elapsed());
+        let got = body["databases"].as_array().map_or(0, Vec::len);
+        if got != expected {
+            bail!("list: {got} databases in the first page, expected {expected}");
+        }
+    }
+    let n = samples.len();
+    let (p50, p99) = percentiles(samples);
+    println!(
+        "list_databases: p50 {p50:.1} ms, p99 {p99:.1} ms ({n} samples, first page of 100 in an organization of {count} databases); target p50 <= 10 ms at 100000 databases: {} at {count}",
+        verdict(p50 <= 10.0)
+    );
+    Ok(())
+}
+
+async fn control_get(bench: &Bench, args: &BenchArgs) -> anyhow::Result<()> {
+    eprintln!(
+        "control_get: {} connections for {} s…",
+        args.connections, args.duration_secs
+    );
+    let client = bench.client.clone();
+    let url = format!("{}/v1/user", bench.api);
+    let token = bench.token.clone();
+    let result = throughput(
+        args.connections,
+        Duration::from_secs(args.duration_secs),
+        move |_| {
+            let request = client.get(&url).bearer_auth(&token).send();
+            async move {
+                match request.await {
+                    Ok(response) => {
+                        response.status() == reqwest::StatusCode::OK
+                            && response.bytes().await.is_ok()
+                    }
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
+    print_throughput("control_get", &result, args.connections, 20_000.0);
+    Ok(())
+}
+
+const KV_ROWS: u64 = 1000;
+
+async fn execute(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::Result<()> {
+    bench.create_database(org, "kv", json!({})).await?;
+    let token = bench.database_token(org, "kv").await?;
+    let url = bench.database_url(org, "kv");
+    bench
+        .execute(
+            &url,
+            &token,
+            "CREATE TABLE kv (id INTEGER PRIMARY KEY, v TEXT NOT NULL)",
+        )
+        .await?;
+    bench
+        .execute(
+            &url,
+            &token,
+            &format!("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {KV_ROWS}) INSERT INTO kv (id, v) SELECT x, 'value ' || x FROM c"),
+        )
+        .await?;
+    let pipeline = format!("{url}v2/pipeline");
+    for (name, connections, target) in [
+        ("execute_select_1", 1, 5_000.0),
+        ("execute_select_n", args.connections, 30_000.0),
+    ] {
+        eprintln!(
+            "{name}: {connections} connections for {} s…",
+            args.duration_secs
+        );
+        let (client, pipeline, token) = (bench.client.clone(), pipeline.clone(), token.clone());
+        let result = throughput(
+            connections,
+            Duration::from_secs(args.duration_secs),
+            move |n| {
+                let id = n % KV_ROWS + 1;
+                let body = format!(
+                    r#"{{"requests":[{{"type":"execute","stmt":{{"sql":"SELECT v FROM kv WHERE id = ?","args":[{{"type":"integer","value":"{id}"}}]}}}},{{"type":"close"}}]}}"#
+                );
+                let (client, pipeline, token) = (client.clone(), pipeline.clone(), token.clone());
+                async move { pipeline_ok(&client, &pipeline, &token, body).await }
+            },
+        )
+        .await;
+        print_throughput(name, &result, connections, target);
+    }
+    Ok(())
+}
+
+async fn insert(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::Result<()> {
+    bench.create_database(org, "ins", json!({})).await?;
+    let token = bench.database_token(org, "ins").await?;
+    let url = bench.database_url(org, "ins");
+    bench
+        .execute(
+            &url,
+            &token,
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)",
+        )
+        .await?;
+    eprintln!(
+        "insert_autocommit: {} connections for {} s…",
+        args.connections, args.duration_secs
+    );
+    let pipeline = format!("{url}v2/pipeline");
+    let (client, token2) = (bench.client.clone(), token.clone());
+    let result = throughput(
+        args.connections,
+        Duration::from_secs(args.duration_secs),
+        move |n| {
+            let body = format!(
+                r#"{{"requests":[{{"type":"execute","stmt":{{"sql":"INSERT INTO t (v) VALUES (?)","args":[{{"type":"text","value":"row {n}"}}]}}}},{{"type":"close"}}]}}"#
+            );
+            let (client, pipeline, token) = (client.clone(), pipeline.clone(), token2.clone());
+            async move { pipeline_ok(&client, &pipeline, &token, body).await }
+        },
+    )
+    .await;
+    // Every acknowledged insert is there.
+    let counted = bench
+        .execute(&url, &token, "SELECT count(*) FROM t")
+        .await?;
+    let rows: u64 = counted["rows"][0][0]["value"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if rows < result.ok {
+        bail!("insert: {} acknowledged, {rows} rows", result.ok);
+    }
+    print_throughput("insert_autocommit", &result, args.connections, 5_000.0);
+    Ok(())
+}
+
+/// A SQLite file of about `mib` MiB: WAL mode, page size 4096, checkpointed.
+fn sqlite_file(path: &Path, mib: u64) -> anyhow::Result<(Vec<u8>, u64)> {
+    // Four 1000-byte rows to a 4096-byte page.
+    let rows = (mib * 1024 * 1024 / 1024).max(1);
+    {
+        let conn = rusqlite::Connection::open(path)?;
+        conn.execute_batch(
+            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL);",
+        )?;
+        conn.execute_batch(&format!(
+            "BEGIN; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {rows}) INSERT INTO t (b) SELECT randomblob(1000) FROM c; COMMIT; PRAGMA wal_checkpoint(TRUNCATE);"
+        ))?;
+    }
+    let bytes = std::fs::read(path)?;
+    let _ = std::fs::remove_file(path);
+    Ok((bytes, rows))
+}
+
+async fn upload(bench: &Bench, org: &Org, args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
+    let path: PathBuf = dir.join("upload.db");
+    let mib = args.upload_mb;
+    let (file, rows) = tokio::task::spawn_blocking(move || sqlite_file(&path, mib)).await??;
+    let file = bytes::Bytes::from(file);
+    let size_mb = file.len() as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "upload: {size_mb:.1} MiB file, {} uploads per protocol…",
+        args.upload_samples
+    );
+    for chunked in [false, true] {
+        let mut rates = Vec::new();
+        for k in 0..args.upload_samples {
+            let name = format!("upload-{}-{k}", if chunked { "chunked" } else { "v1" });
+            bench
+                .create_database(org, &name, json!({"seed": {"type": "database_upload"}}))
+                .await?;
+            let token = bench.database_token(org, &name).await?;
+            let url = bench.database_url(org, &name);
+            let start = Instant::now();
+            if chunked {
+                chunked_upload(bench, &url, &token, &file).await?;
+            } else {
+                let response = bench
+                    .client
+                    .post(format!("{url}v1/upload"))
+                    .bearer_auth(&token)
+                    .body(file.clone())
+                    .send()
+                    .await?;
+                let status = response.status();
+                if status != reqwest::StatusCode::OK {
+                    bail!("upload: {status}: {}", response.text().await?);
+                }
+            }
+            let elapsed = start.elapsed();
+            rates.push(size_mb / elapsed.as_secs_f64());
+            // Not timed: the upload is what the database now holds.
+            let counted = bench
+                .execute(&url, &token, "SELECT count(*) FROM t")
+                .await?;
+            if counted["rows"][0][0]["value"] != json!(rows.to_string()) {
+                bail!("upload {name}: {counted}, expected {rows} rows");
+            }
+        }
+        rates.sort_by(f64::total_cmp);
+        let median = rates.get(rates.len() / 2).copied().unwrap_or(0.0);
+        let best = rates.last().copied().unwrap_or(0.0);
+        println!(
+            "{}: median {median:.0} MB/s, best {best:.0} MB/s ({} uploads of {size_mb:.1} MiB, validation included; 1 MB = 2^20 bytes); target >= 300 MB/s: {}",
+            if chunked { "upload_chunked" } else { "upload_v1" },
+            rates.len(),
+            verdict(median >= 300.0)
+        );
+    }
+    Ok(())
+}
+
+async fn chunked_upload(
+    bench: &Bench,
+    url: &str,
+    token: &str,
+    bytes: &bytes::Bytes,
+) -> anyhow::Result<()> {
+    let response = bench
+        .client
+        .put(format!("{url}v2/upload/start"))
+        .bearer_auth(token)
+        .json(&json!({"db_size_bytes": bytes.len()}))
+        .send()
+        .await?;
+    if !response.status().is_success() {
+        bail!(
+            "upload start: {}: {}",
+            response.status(),
+            response.text().await?
+        );
+    }
+    let start: Value = response.json().await?;
+    let chunk_size = start["chunk_size"].as_u64().context("no chunk_size")? as usize;
+    let id = start["upload_id"].as_str().context("no upload_id")?;
+    if chunk_size == 0 {
+        bail!("upload start: chunk size 0");
+    }
+    for (n, offset) in (0..bytes.len()).step_by(chunk_size).enumerate() {
+        let chunk = bytes.slice(offset..(offset + chunk_size).min(bytes.len()));
+        let response = bench
+            .client
+            .put(format!("{url}v2/upload/{id}/chunk/{n}"))
+            .bearer_auth(token)
+            .body(chunk)
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            bail!(
+                "upload chunk {n}: {}: {}",
+                response.status(),
+                response.text().await?
+            );
+        }
+    }
+    let response = bench
+        .client
+        .put(format!("{url}v2/upload/{id}/finalize"))
+        .bearer_auth(token)
+        .send()
+        .await?;
+    if response.status() != reqwest::StatusCode::OK {
+        bail!(
+            "upload finalize: {}: {}",
+            response.status(),
+            response.text().await?
+        );
+    }
+    Ok(())
+}
+
+/// A `/proc/self/status` field in KiB.
+fn status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+async fn rss(bench: &Arc<Bench>, args: &BenchArgs) -> anyhow::Result<()> {
+    // Resets the peak to the current RSS (Linux ≥ 4.0), so the peak is this figure's.
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let before = status_kib("VmRSS").unwrap_or(0);
+    let org = Arc::new(bench.org("rss").await?);
+    let count = args.idle_databases;
+    eprintln!("rss: creating and querying {count} databases…");
+    let names = (0..count).map(|i| format!("idle-{i:06}")).collect();
+    bench.create_many(&org, names, true).await?;
+    let peak = status_kib("VmHWM").context("no VmHWM in /proc/self/status")?;
+    println!(
+        "rss_peak: {:.1} MiB (whole process, client included; {:.1} MiB before{}; after creating and querying {count} databases); target <= 800 MiB at 100000 databases: {} at {count}",
+        mib(peak),
+        mib(before),
+        if reset { "" } else { ", peak not reset: it covers the whole run" },
+        verdict(mib(peak) <= 800.0)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = status_kib("VmRSS").context("no VmRSS in /proc/self/status")?;
+    println!(
+        "rss_idle: {:.1} MiB (whole process, 2 s idle after the above; {count} databases in it); target <= 150 MiB at 10000 idle databases: {} at {count}",
+        mib(idle),
+        verdict(mib(idle) <= 150.0)
+    );
+    Ok(())
+}
