@@ -17,6 +17,9 @@ pub enum ApiError {
     /// A feature of paid plans, asked for by an organization on the free plan.
     #[error("{0}")]
     PaidPlanRequired(String),
+    /// Too many attempts; the number is the seconds to wait (`Retry-After`).
+    #[error("{0}")]
+    TooManyRequests(String, u64),
     #[error("{1}")]
     NotFound(ErrorCode, String),
     #[error("{1}")]
@@ -48,6 +51,7 @@ impl ApiError {
         match self {
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::PaidPlanRequired(_) => StatusCode::FORBIDDEN,
+            ApiError::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound(..) => StatusCode::NOT_FOUND,
             ApiError::Invalid(..) => StatusCode::BAD_REQUEST,
             ApiError::Conflict(..) => StatusCode::CONFLICT,
@@ -64,6 +68,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::PaidPlanRequired(_) => ErrorCode::FeatureNotAvailableForStarterPlan,
+            ApiError::TooManyRequests(..) => ErrorCode::TooManyRequests,
             ApiError::NotFound(code, _)
             | ApiError::Invalid(code, _)
             | ApiError::Conflict(code, _) => *code,
@@ -94,7 +99,14 @@ impl IntoResponse for ApiError {
             error: message,
             code: self.code().as_str().to_string(),
         };
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let ApiError::TooManyRequests(_, seconds) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(*seconds),
+            );
+        }
+        response
     }
 }
 

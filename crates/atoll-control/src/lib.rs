@@ -13,6 +13,7 @@ pub mod data_plane;
 mod database_tokens;
 pub mod error;
 pub mod jobs;
+mod login_throttle;
 mod openapi;
 pub mod quotas;
 pub mod routes;
@@ -22,4 +23,4 @@ mod wire;
 
 pub use config::{ControlConfig, Location};
 pub use data_plane::DataPlane;
-pub use server::{bootstrap_user, serve, AppState, BootstrapOutcome};
+pub use server::{bootstrap_user, serve, AppState, BootstrapOutcome, LOGIN_FAILURES_ALLOWED};

@@ -17,6 +17,10 @@ use std::sync::Arc;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+/// Failed logins allowed per username in 15 minutes before it is locked out for the rest
+/// of the window.
+pub const LOGIN_FAILURES_ALLOWED: usize = 10;
+
 /// Login tokens live a week, as Turso's do.
 pub const LOGIN_TOKEN_LIFETIME_MS: i64 = 7 * 24 * 3600 * 1000;
 
@@ -25,6 +29,7 @@ pub struct AppState {
     pub store: Store,
     pub config: Arc<ControlConfig>,
     pub data_plane: Arc<DataPlane>,
+    pub(crate) login_throttle: Arc<crate::login_throttle::LoginThrottle>,
 }
 
 impl AppState {
@@ -33,6 +38,10 @@ impl AppState {
             store,
             config: Arc::new(config),
             data_plane: Arc::new(data_plane),
+            login_throttle: Arc::new(crate::login_throttle::LoginThrottle::new(
+                LOGIN_FAILURES_ALLOWED,
+                std::time::Duration::from_secs(15 * 60),
+            )),
         }
     }
 }

@@ -47,6 +47,16 @@ async fn login(
     LenientJson(body): LenientJson<LoginRequest>,
 ) -> ApiResult<Json<LoginResponse>> {
     let refused = || ApiError::Unauthenticated("invalid username or password".into());
+    // Password guessing is slowed per username, before any hash is checked.
+    if let Err(wait) = state.login_throttle.check(&body.username) {
+        return Err(ApiError::TooManyRequests(
+            format!(
+                "too many failed logins for {}: try again in {wait} s",
+                body.username
+            ),
+            wait,
+        ));
+    }
     let user = state.store.user_by_username(&body.username).await?;
     // Verify against a dummy hash when the user is unknown, so the answer takes as long
     // either way and does not reveal which usernames exist.
@@ -61,7 +71,11 @@ async fn login(
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let user = user.filter(|_| ok).ok_or_else(refused)?;
+    let Some(user) = user.filter(|_| ok) else {
+        state.login_throttle.failed(&body.username);
+        return Err(refused());
+    };
+    state.login_throttle.succeeded(&body.username);
     let token = mint_login_token(&state, &user.id).await?;
     Ok(Json(LoginResponse {
         token,

@@ -139,3 +139,34 @@ async fn validate_reports_expiry_or_minus_one() {
         .unwrap();
     assert!(exp > (atoll_meta::now_millis() / 1000) as i64 + 86_000);
 }
+
+#[tokio::test]
+async fn repeated_failed_logins_are_throttled() {
+    let app = app!();
+    let name = unique("guessed");
+    app.user(&name).await;
+    let attempt = |password: &'static str| {
+        app.client
+            .post(format!("{}/v1/auth/login", app.url))
+            .json(&json!({"username": name, "password": password}))
+            .send()
+    };
+    for _ in 0..atoll_control::LOGIN_FAILURES_ALLOWED {
+        assert_eq!(attempt("wrong-guess").await.unwrap().status(), 401);
+    }
+    // Locked out now, even with the right password, and told for how long.
+    let locked = attempt(PASSWORD).await.unwrap();
+    assert_eq!(locked.status(), 429);
+    let wait: u64 = locked.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=900).contains(&wait), "{wait}");
+    let body: serde_json::Value = locked.json().await.unwrap();
+    assert_eq!(body["code"], "too_many_requests");
+    // Other users are not affected.
+    let other = unique("innocent");
+    app.user(&other).await;
+    app.login(&other).await;
+}
