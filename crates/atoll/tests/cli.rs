@@ -329,6 +329,78 @@ async fn a_new_user_tours_the_cli() {
     let line = fails(&config, &["group", "destroy", "eu", "--yes"], &[]);
     assert!(line.contains("(group_not_found)"), "{line}");
 
+    // Locations, with the closest marked.
+    let locations = ok(&config, &["locations"]);
+    assert!(
+        locations.contains("local") && locations.contains("[closest]"),
+        "{locations}"
+    );
+    let parsed: serde_json::Value =
+        serde_json::from_str(&ok(&config, &["locations", "--json"])).unwrap();
+    assert_eq!(parsed["closest"], "local");
+
+    // API tokens: mint (the secret printed once), list, use, revoke.
+    let secret = ok(
+        &config,
+        &["auth", "api-tokens", "mint", "ci", "--org", "admin"],
+    );
+    let secret = secret.trim().to_string();
+    assert!(secret.starts_with("atoll_"), "{secret}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&config, &["auth", "api-tokens", "list", "--json"])).unwrap();
+    assert!(listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "ci" && t["organization"] == "admin"));
+    let table = ok(&config, &["auth", "api-tokens", "list"]);
+    assert!(
+        table.contains("ci") && !table.contains(&secret),
+        "secrets are never listed: {table}"
+    );
+    let who = atoll_env(
+        &config,
+        &["auth", "whoami"],
+        &[("ATOLL_API_TOKEN", &secret)],
+    );
+    assert!(who.status.success());
+    let line = fails(
+        &config,
+        &[
+            "auth",
+            "api-tokens",
+            "mint",
+            "g",
+            "--org",
+            "admin",
+            "--group",
+            "default",
+        ],
+        &[],
+    );
+    assert!(line.contains("needs scopes"), "{line}");
+    ok(
+        &config,
+        &[
+            "auth",
+            "api-tokens",
+            "mint",
+            "reader",
+            "--org",
+            "admin",
+            "--group",
+            "default",
+            "--read-only",
+        ],
+    );
+    ok(&config, &["auth", "api-tokens", "revoke", "ci"]);
+    let line = fails(
+        &config,
+        &["auth", "whoami"],
+        &[("ATOLL_API_TOKEN", &secret)],
+    );
+    assert!(line.contains("unauthorized"), "{line}");
+
     // Log out: the next command asks to log in again.
     ok(&config, &["auth", "logout"]);
     let line = fails(&config, &["auth", "whoami"], &[]);
@@ -367,6 +439,9 @@ fn every_client_command_has_help_with_an_example() {
         vec!["db", "show"],
         vec!["db", "destroy"],
         vec!["db", "tokens", "create"],
+        vec!["auth", "api-tokens", "mint"],
+        vec!["auth", "api-tokens", "list"],
+        vec!["auth", "api-tokens", "revoke"],
     ] {
         let mut with_help = args.clone();
         with_help.push("--help");

@@ -24,6 +24,12 @@ pub enum AuthCommand {
         after_help = "Example:\n  curl -H \"Authorization: Bearer $(atoll auth token)\" http://127.0.0.1:8080/v1/user"
     )]
     Token,
+    /// Mint, list and revoke platform API tokens.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  atoll auth api-tokens mint ci --org acme"
+    )]
+    ApiTokens(super::api_tokens::ApiTokensCommand),
 }
 
 #[derive(Args)]
@@ -51,6 +57,7 @@ pub async fn run(command: AuthCommand) -> Result<(), CliError> {
     let mut settings = Settings::load()?;
     match command {
         AuthCommand::Login(args) => login(&mut settings, args).await,
+        AuthCommand::ApiTokens(command) => super::api_tokens::run(command).await,
         AuthCommand::Logout => {
             let had = settings.token.take().is_some();
             settings.username = None;

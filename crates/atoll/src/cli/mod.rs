@@ -2,11 +2,13 @@
 //! on the `turso` CLI's command tree. Every command talks to the platform API over HTTP with
 //! the wire types of `atoll-types`; settings live in `config.rs`.
 
+mod api_tokens;
 mod auth;
 mod client;
 mod config;
 mod db;
 mod group;
+mod locations;
 mod org;
 mod output;
 
@@ -36,6 +38,14 @@ pub enum ClientCommand {
     /// Example: `atoll db create shop && atoll db tokens create shop`
     #[command(subcommand)]
     Db(db::DbCommand),
+    /// List the locations groups can be created in, the closest one marked.
+    ///
+    /// Example: `atoll locations`
+    Locations {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs one client command; on failure prints `Error: …` as one line on stderr and exits 1.
@@ -45,6 +55,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Org(command) => org::run(command).await,
         ClientCommand::Group(command) => group::run(command).await,
         ClientCommand::Db(command) => db::run(command).await,
+        ClientCommand::Locations { json } => locations::run(json).await,
     };
     if let Err(error) = result {
         eprintln!("{error}");
