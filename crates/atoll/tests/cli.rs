@@ -401,6 +401,75 @@ async fn a_new_user_tours_the_cli() {
     );
     assert!(line.contains("unauthorized"), "{line}");
 
+    // A team organization: members, roles, invites, accepting one, destroying it.
+    let admin_token = std::fs::read_to_string(server.data_dir.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let http = reqwest::Client::new();
+    for name in ["bob", "dave"] {
+        let created = http
+            .post(format!("{}/v1/admin/users", server.url))
+            .bearer_auth(&admin_token)
+            .json(&serde_json::json!({"username": name, "password": "a-long-password", "email": format!("{name}@example.com")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 200);
+    }
+    let created = ok(&config, &["org", "create", "Tour Team"]);
+    assert!(created.contains("tour-team"), "{created}");
+    ok(
+        &config,
+        &["org", "members", "add", "bob", "--role", "member"],
+    );
+    ok(&config, &["org", "members", "role", "bob", "admin"]);
+    let members: serde_json::Value =
+        serde_json::from_str(&ok(&config, &["org", "members", "list", "--json"])).unwrap();
+    assert!(
+        members
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["username"] == "bob" && m["role"] == "admin"),
+        "{members}"
+    );
+    ok(
+        &config,
+        &[
+            "org",
+            "invites",
+            "create",
+            "carol@example.com",
+            "--role",
+            "viewer",
+        ],
+    );
+    assert!(ok(&config, &["org", "invites", "list"]).contains("carol@example.com"));
+    ok(&config, &["org", "invites", "rm", "carol@example.com"]);
+    ok(&config, &["org", "invites", "create", "dave", "--username"]);
+    let dave_config = temp_dir("cli-dave");
+    ok(
+        &dave_config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--username",
+            "dave",
+            "--password",
+            "a-long-password",
+        ],
+    );
+    let joined = ok(&dave_config, &["org", "invites", "accept", "tour-team"]);
+    assert!(joined.contains("tour-team"), "{joined}");
+    ok(&config, &["org", "members", "rm", "dave"]);
+    let line = fails(&config, &["org", "members", "role", "bob", "emperor"], &[]);
+    assert!(line.contains("invalid_role"), "{line}");
+    ok(&config, &["org", "destroy", "tour-team", "--yes"]);
+    ok(&config, &["org", "switch", "admin"]);
+
     // Log out: the next command asks to log in again.
     ok(&config, &["auth", "logout"]);
     let line = fails(&config, &["auth", "whoami"], &[]);
@@ -440,6 +509,10 @@ fn every_client_command_has_help_with_an_example() {
         vec!["db", "destroy"],
         vec!["db", "tokens", "create"],
         vec!["auth", "api-tokens", "mint"],
+        vec!["org", "create"],
+        vec!["org", "destroy"],
+        vec!["org", "members", "add"],
+        vec!["org", "invites", "create"],
         vec!["auth", "api-tokens", "list"],
         vec!["auth", "api-tokens", "revoke"],
     ] {

@@ -176,6 +176,14 @@ impl Client {
         self.send(Method::POST, url, Some(body)).await
     }
 
+    pub async fn patch<T: DeserializeOwned, B: Serialize>(
+        &self,
+        url: Url,
+        body: &B,
+    ) -> Result<T, CliError> {
+        self.send(Method::PATCH, url, Some(body)).await
+    }
+
     pub async fn delete<T: DeserializeOwned>(&self, url: Url) -> Result<T, CliError> {
         self.send::<T, ()>(Method::DELETE, url, None).await
     }

@@ -1,9 +1,15 @@
-//! `atoll org list | switch`.
+//! `atoll org list | switch | create | destroy`, `atoll org members …`, `atoll org invites …`.
 
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
-use atoll_types::organizations::OrganizationList;
+use atoll_types::members::{
+    AddMemberRequest, CreateInviteRequest, InviteAccepted, InviteCreatedResponse, InviteList,
+    MemberAdded, MemberList, MemberResponse, UpdateMemberRequest,
+};
+use atoll_types::organizations::{
+    CreateOrganizationRequest, CreateOrganizationResponse, OrganizationList,
+};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -25,6 +31,85 @@ pub enum OrgCommand {
         /// Slug of the organization (see `atoll org list`).
         slug: String,
     },
+    /// Create a team organization (you become its owner) and switch to it.
+    #[command(after_help = "Example:\n  atoll org create \"Acme Inc\"")]
+    Create {
+        /// Display name; the slug is derived from it.
+        name: String,
+    },
+    /// Destroy a team organization with everything in it (owners only).
+    #[command(after_help = "Example:\n  atoll org destroy acme --yes")]
+    Destroy {
+        slug: String,
+        /// Do not ask for confirmation (required when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// The members of the current organization.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  atoll org members add bob --role admin"
+    )]
+    Members(MembersCommand),
+    /// Invites to the current organization, and accepting yours.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  atoll org invites create carol@example.com --role viewer"
+    )]
+    Invites(InvitesCommand),
+}
+
+#[derive(Subcommand)]
+pub enum MembersCommand {
+    /// List the members and their roles.
+    #[command(after_help = "Example:\n  atoll org members list --json")]
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add an existing user.
+    #[command(after_help = "Example:\n  atoll org members add bob --role member")]
+    Add {
+        username: String,
+        /// owner, admin, member (default) or viewer.
+        #[arg(long)]
+        role: Option<String>,
+    },
+    /// Remove a member (or yourself, to leave).
+    #[command(after_help = "Example:\n  atoll org members rm bob")]
+    Rm { username: String },
+    /// Change a member's role.
+    #[command(after_help = "Example:\n  atoll org members role bob admin")]
+    Role { username: String, role: String },
+}
+
+#[derive(Subcommand)]
+pub enum InvitesCommand {
+    /// List pending invites.
+    #[command(after_help = "Example:\n  atoll org invites list")]
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Invite someone by email (or by username with `--username`).
+    #[command(
+        after_help = "Examples:\n  atoll org invites create carol@example.com --role viewer\n  atoll org invites create dave --username"
+    )]
+    Create {
+        /// Email address, or a username with `--username`.
+        address: String,
+        #[arg(long)]
+        username: bool,
+        /// admin, member (default) or viewer.
+        #[arg(long)]
+        role: Option<String>,
+    },
+    /// Delete a pending invite.
+    #[command(after_help = "Example:\n  atoll org invites rm carol@example.com")]
+    Rm { address: String },
+    /// Accept an invite addressed to you, joining that organization.
+    #[command(after_help = "Example:\n  atoll org invites accept acme")]
+    Accept { org: String },
 }
 
 pub async fn run(command: OrgCommand) -> Result<(), CliError> {
@@ -59,6 +144,46 @@ pub async fn run(command: OrgCommand) -> Result<(), CliError> {
             output::table(&["NAME", "SLUG", "TYPE", "PLAN", "CURRENT"], &rows);
             Ok(())
         }
+        OrgCommand::Create { name } => {
+            let created: CreateOrganizationResponse = client
+                .post(
+                    client.url(&["v1", "organizations"]),
+                    &CreateOrganizationRequest {
+                        name,
+                        slug: None,
+                        stripe_id: None,
+                    },
+                )
+                .await?;
+            settings.organization = created.org.slug.clone();
+            settings.save()?;
+            println!(
+                "Created organization {} and switched to it.",
+                created.org.slug
+            );
+            Ok(())
+        }
+        OrgCommand::Destroy { slug, yes } => {
+            super::confirm(
+                &format!("destroy organization {slug} and everything in it"),
+                yes,
+            )?;
+            let _: serde_json::Value = client
+                .delete(client.url(&["v1", "organizations", &slug]))
+                .await?;
+            if settings.organization == slug {
+                settings.organization.clear();
+                settings.save()?;
+            }
+            println!("Destroyed organization {slug}.");
+            Ok(())
+        }
+        OrgCommand::Members(command) => {
+            members(&client, &current_slug(&settings, &list), command).await
+        }
+        OrgCommand::Invites(command) => {
+            invites(&client, &current_slug(&settings, &list), command).await
+        }
         OrgCommand::Switch { slug } => {
             let org = list
                 .organizations
@@ -79,4 +204,136 @@ pub async fn run(command: OrgCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// The slug of the current organization (the personal one when none is chosen).
+fn current_slug(settings: &Settings, list: &OrganizationList) -> String {
+    if !settings.organization.is_empty() {
+        return settings.organization.clone();
+    }
+    list.organizations
+        .iter()
+        .find(|o| o.kind == "personal")
+        .map(|o| o.slug.clone())
+        .unwrap_or_default()
+}
+
+async fn members(client: &Client, slug: &str, command: MembersCommand) -> Result<(), CliError> {
+    let base = ["v1", "organizations", slug, "members"];
+    match command {
+        MembersCommand::List { json } => {
+            let list: MemberList = client.get(client.url(&base)).await?;
+            if json {
+                output::json(&list.members);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = list
+                .members
+                .iter()
+                .map(|m| vec![m.username.clone(), m.role.to_string(), m.email.clone()])
+                .collect();
+            output::table(&["USERNAME", "ROLE", "EMAIL"], &rows);
+        }
+        MembersCommand::Add { username, role } => {
+            let added: MemberAdded = client
+                .post(
+                    client.url(&base),
+                    &AddMemberRequest {
+                        username: Some(username),
+                        member: None,
+                        role,
+                    },
+                )
+                .await?;
+            println!("Added {} to {slug} as {}.", added.member, added.role);
+        }
+        MembersCommand::Rm { username } => {
+            let _: serde_json::Value = client
+                .delete(client.url(&["v1", "organizations", slug, "members", &username]))
+                .await?;
+            println!("Removed {username} from {slug}.");
+        }
+        MembersCommand::Role { username, role } => {
+            let changed: MemberResponse = client
+                .patch(
+                    client.url(&["v1", "organizations", slug, "members", &username]),
+                    &UpdateMemberRequest { role },
+                )
+                .await?;
+            println!(
+                "{} is now {} of {slug}.",
+                changed.member.username, changed.member.role
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn invites(client: &Client, slug: &str, command: InvitesCommand) -> Result<(), CliError> {
+    match command {
+        InvitesCommand::List { json } => {
+            let list: InviteList = client
+                .get(client.url(&["v2", "organizations", slug, "invites"]))
+                .await?;
+            if json {
+                output::json(&list.invites);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = list
+                .invites
+                .iter()
+                .map(|i| {
+                    let to = if i.email.is_empty() {
+                        i.username.clone()
+                    } else {
+                        i.email.clone()
+                    };
+                    vec![to, i.role.to_string(), i.created_at.clone()]
+                })
+                .collect();
+            output::table(&["INVITED", "ROLE", "SINCE"], &rows);
+        }
+        InvitesCommand::Create {
+            address,
+            username,
+            role,
+        } => {
+            let body = if username {
+                CreateInviteRequest {
+                    email: None,
+                    username: Some(address.clone()),
+                    role,
+                }
+            } else {
+                CreateInviteRequest {
+                    email: Some(address.clone()),
+                    username: None,
+                    role,
+                }
+            };
+            let created: InviteCreatedResponse = client
+                .post(client.url(&["v2", "organizations", slug, "invites"]), &body)
+                .await?;
+            println!(
+                "Invited {address} to {} as {}.",
+                created.invited.organization, created.invited.role
+            );
+        }
+        InvitesCommand::Rm { address } => {
+            let _: serde_json::Value = client
+                .delete(client.url(&["v2", "organizations", slug, "invites", &address]))
+                .await?;
+            println!("Deleted the invite for {address}.");
+        }
+        InvitesCommand::Accept { org } => {
+            let accepted: InviteAccepted = client
+                .post(
+                    client.url(&["v1", "user", "invites", &org, "accept"]),
+                    &serde_json::json!({}),
+                )
+                .await?;
+            println!("Joined {} as {}.", accepted.organization, accepted.role);
+        }
+    }
+    Ok(())
 }
