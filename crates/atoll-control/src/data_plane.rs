@@ -194,6 +194,17 @@ impl DataPlane {
         }
     }
 
+    /// Deletes, on their nodes, databases the store has already forgotten. A failure is
+    /// logged, not returned: nobody can reach the database any more, and the node drops it
+    /// at its next start (see [`DataPlane::reconcile`]).
+    pub async fn drop_forgotten(&self, databases: &[Database]) {
+        for db in databases {
+            if let Err(e) = self.delete_database(&db.node, &db.id).await {
+                tracing::warn!(error = %e, database = %db.id, "could not delete a forgotten database on its node");
+            }
+        }
+    }
+
     pub async fn stats(&self, node_name: &str, id: &str) -> Result<wire::DatabaseStats, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {

@@ -714,10 +714,10 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
     }
 
     state.store.delete_database(&db.id).await?;
-    if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
-        // The record is gone, so nobody can reach it; the node drops it at its next start.
-        tracing::warn!(error = %e, database = %db.id, "could not delete the database on its node");
-    }
+    state
+        .data_plane
+        .drop_forgotten(std::slice::from_ref(db))
+        .await;
     audit::record(
         &state,
         &access,

@@ -256,11 +256,7 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
     // The store forgets the databases with their group; then their nodes drop the files.
     let databases = state.store.databases_in_group(&group.id).await?;
     let deleted = state.store.delete_group(&group.id).await?;
-    for db in databases {
-        if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
-            tracing::warn!(error = %e, database = %db.id, "could not delete a database of a deleted group on its node");
-        }
-    }
+    state.data_plane.drop_forgotten(&databases).await;
     audit::record(
         &state,
         &access,

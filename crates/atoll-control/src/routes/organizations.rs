@@ -230,11 +230,7 @@ async fn delete(
     let databases = state.store.databases_in_org(&org.id).await?;
     // Its audit log goes with it, so an `org-delete` entry would have nowhere to live.
     state.store.delete_org(&org.id).await?;
-    for db in databases {
-        if let Err(e) = state.data_plane.delete_database(&db.node, &db.id).await {
-            tracing::warn!(error = %e, database = %db.id, "could not delete a database of a deleted organization on its node");
-        }
-    }
+    state.data_plane.drop_forgotten(&databases).await;
 
     Ok(Json(DeleteOrganizationResponse {
         organization: org.slug.clone(),
