@@ -69,7 +69,16 @@ fn hint_for(status: StatusCode, code: &str) -> &'static str {
         (_, "quota_exceeded") => {
             "the organization's plan allows no more: destroy something or change plan"
         }
-        (_, "delete_protected") => "turn delete protection off first",
+        (_, "delete_protected") => {
+            "turn it off first: `atoll db config NAME --delete-protection off` (or `atoll group config`)"
+        }
+        (_, "feature_not_available_for_starter_plan") => {
+            "this is a feature of paid plans: ask the instance administrator to change the organization's plan"
+        }
+        (_, "token_not_found") => {
+            "run `atoll org tokens list` or `atoll auth api-tokens list` to see the tokens"
+        }
+        (_, "primary_location") => "a group keeps its primary location; add others beside it",
         (403, _) => "ask an admin of the organization for a role that allows this",
         _ => "",
     }
