@@ -695,6 +695,10 @@ async fn login_prompts_for_the_password_on_a_terminal() {
         assert!(n > 0, "no prompt: {:?}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buffer[..n]);
     }
+    // rpassword prints the prompt, then turns echo off: a line typed within that instant
+    // would be echoed, as in any terminal program. Pause like a person would before typing,
+    // so what is checked is the echo while reading, not that race.
+    std::thread::sleep(Duration::from_secs(1));
     let mut stdin = child.stdin.take().unwrap();
     stdin
         .write_all(format!("{}\n", server.password()).as_bytes())

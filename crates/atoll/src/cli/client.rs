@@ -255,6 +255,14 @@ mod tests {
             error.to_string(),
             "Error: token expired (unauthorized); hint: run `atoll auth login`"
         );
+        let error = CliError::from_server(
+            StatusCode::FORBIDDEN,
+            br#"{"error":"audit logs need a paid plan","code":"feature_not_available_for_starter_plan"}"#,
+        );
+        assert!(
+            error.to_string().ends_with("hint: this is a feature of paid plans: ask the instance administrator to change the organization's plan"),
+            "{error}"
+        );
         let error = CliError::from_server(StatusCode::BAD_GATEWAY, b"bad\ngateway");
         assert_eq!(error.to_string(), "Error: bad gateway (http_502)");
     }
