@@ -464,6 +464,14 @@ async fn databases_are_configured_inspected_and_restored() {
     let libsql = ok(&config, &["db", "show", "shop", "--url"]);
     assert!(instances.starts_with("INSTANCE"), "{instances}");
     assert!(instances.contains(libsql.trim()), "{instances}");
+    let instances = ok_json(
+        &config,
+        &["db", "show", "shop", "--instance-urls", "--json"],
+    );
+    assert_eq!(
+        format!("libsql://{}", instances[0]["hostname"].as_str().unwrap()),
+        libsql.trim()
+    );
 
     // Configuration: printed without flags; each flag changes what the data plane does.
     let shown = ok(&config, &["db", "config", "shop"]);
@@ -628,7 +636,26 @@ async fn databases_are_configured_inspected_and_restored() {
     assert!(line.contains("--yes"), "{line}");
     let line = fails(&config, &["db", "restore", "never-existed", "--yes"]);
     assert!(line.contains("atoll db list-deleted"), "{line}");
-    let out = ok(&config, &["db", "restore", "shop", "--yes"]);
+    // The name was taken again meanwhile: refused, with what to do.
+    ok(&config, &["db", "create", "shop"]);
+    let line = fails(&config, &["db", "restore", "shop", "--yes"]);
+    assert!(
+        line.contains("(database_already_exists)") && line.contains("name is taken"),
+        "{line}"
+    );
+    ok(&config, &["db", "destroy", "shop", "--yes"]);
+    let deleted = ok_json(&config, &["db", "list-deleted", "--json"]);
+    let first = deleted
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["Name"] == "shop")
+        .min_by_key(|d| d["deleted_at"].as_str().unwrap().to_string())
+        .unwrap()["DbId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = ok(&config, &["db", "restore", "shop", "--id", &first, "--yes"]);
     assert!(out.contains("Restored database shop"), "{out}");
     let token = token_for(&config, "shop");
     let (status, body) = pipeline(&url, &token, "SELECT count(*) FROM items").await;

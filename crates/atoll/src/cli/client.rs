@@ -59,6 +59,9 @@ fn hint_for(status: StatusCode, code: &str) -> &'static str {
         (_, "group_not_found") => {
             "run `atoll group list` to see the groups of the current organization"
         }
+        (_, "database_already_exists") => {
+            "the name is taken: choose another, or destroy or rename what holds it"
+        }
         (_, "organization_not_found") => "run `atoll org list`, then `atoll org switch <slug>`",
         (_, "invalid_location" | "location_not_found") => {
             "the location codes are listed at `GET /v1/locations`"

@@ -37,8 +37,8 @@ pub enum DbCommand {
     },
     /// Show a database, or just its URL.
     #[command(
-        group(ArgGroup::new("only").args(["url", "http_url", "instance_urls", "json"])),
-        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # libsql://shop-admin.localhost:8081\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/\n  atoll db show shop --instance-urls"
+        group(ArgGroup::new("only").args(["url", "http_url", "instance_urls"])),
+        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # libsql://shop-admin.localhost:8081\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/\n  atoll db show shop --instance-urls --json"
     )]
     Show {
         /// Name of the database.
@@ -49,11 +49,11 @@ pub enum DbCommand {
         /// Print only the HTTP URL (works without wildcard DNS).
         #[arg(long)]
         http_url: bool,
-        /// Print only the URL of each instance of the database.
+        /// Print only the URL of each instance of the database (with `--json`: the instances).
         #[arg(long)]
         instance_urls: bool,
         /// Print the database as JSON.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["url", "http_url"])]
         json: bool,
     },
     /// Destroy a database.
@@ -160,7 +160,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             json,
         } => {
             if instance_urls {
-                return super::db_admin::print_instance_urls(&client, &name).await;
+                return super::db_admin::print_instance_urls(&client, &name, json).await;
             }
             let answer: DatabaseResponse =
                 client.get(client.org_url(&["databases", &name])).await?;

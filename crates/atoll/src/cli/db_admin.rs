@@ -226,10 +226,14 @@ pub async fn run(client: &Client, command: DbAdminCommand) -> Result<(), CliErro
 }
 
 /// `atoll db show NAME --instance-urls`: one line per instance with its libSQL URL.
-pub async fn print_instance_urls(client: &Client, name: &str) -> Result<(), CliError> {
+pub async fn print_instance_urls(client: &Client, name: &str, json: bool) -> Result<(), CliError> {
     let list: InstanceList = client
         .get(client.org_url(&["databases", name, "instances"]))
         .await?;
+    if json {
+        output::json(&list.instances);
+        return Ok(());
+    }
     let rows: Vec<Vec<String>> = list
         .instances
         .iter()
