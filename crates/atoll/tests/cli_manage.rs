@@ -621,6 +621,10 @@ async fn databases_are_configured_inspected_and_restored() {
 
     // On a paid plan a destroyed database comes back with its data.
     set_plan(&server, "developer").await;
+    let original = ok_json(&config, &["db", "show", "shop", "--json"])["DbId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(&config, &["db", "destroy", "shop", "--yes"]);
     let deleted = ok_json(&config, &["db", "list-deleted", "--json"]);
     assert!(
@@ -644,18 +648,10 @@ async fn databases_are_configured_inspected_and_restored() {
         "{line}"
     );
     ok(&config, &["db", "destroy", "shop", "--yes"]);
-    let deleted = ok_json(&config, &["db", "list-deleted", "--json"]);
-    let first = deleted
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|d| d["Name"] == "shop")
-        .min_by_key(|d| d["deleted_at"].as_str().unwrap().to_string())
-        .unwrap()["DbId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let out = ok(&config, &["db", "restore", "shop", "--id", &first, "--yes"]);
+    let out = ok(
+        &config,
+        &["db", "restore", "shop", "--id", &original, "--yes"],
+    );
     assert!(out.contains("Restored database shop"), "{out}");
     let token = token_for(&config, "shop");
     let (status, body) = pipeline(&url, &token, "SELECT count(*) FROM items").await;

@@ -375,7 +375,7 @@ async fn restore(
             .databases
             .iter()
             .find(|db| db.db_id == *id && db.name == name),
-        None => most_recently_deleted(&list.databases, name),
+        None => most_recently_deleted(&list.databases, name)?,
     };
     let Some(deleted) = chosen else {
         let (message, hint) = if paid_plan(client).await? {
@@ -415,15 +415,26 @@ async fn restore(
     Ok(())
 }
 
+/// The latest deletion of `name`; an error when two share that (second-precision) time,
+/// since guessing which one the user means could bring back the wrong data.
 fn most_recently_deleted<'a>(
     deleted: &'a [RestorableDatabase],
     name: &str,
-) -> Option<&'a RestorableDatabase> {
+) -> Result<Option<&'a RestorableDatabase>, CliError> {
     // RFC 3339 times of one server share a format, so they order as strings.
-    deleted
-        .iter()
-        .filter(|db| db.name == name)
-        .max_by(|a, b| a.deleted_at.cmp(&b.deleted_at))
+    let mut named: Vec<&RestorableDatabase> = deleted.iter().filter(|db| db.name == name).collect();
+    named.sort_by(|a, b| b.deleted_at.cmp(&a.deleted_at));
+    match named.as_slice() {
+        [latest, next, ..] if latest.deleted_at == next.deleted_at => Err(CliError::local(
+            format!(
+                "several deleted databases named {name} were deleted at {}",
+                latest.deleted_at
+            ),
+            "pick one with `--id` (see `atoll db list-deleted`)",
+        )),
+        [latest, ..] => Ok(Some(latest)),
+        [] => Ok(None),
+    }
 }
 
 /// Whether the current organization is on a paid plan: only then are deleted databases
@@ -514,7 +525,16 @@ mod tests {
             deleted("b", "shop", "2026-11-02T10:00:00Z"),
             deleted("c", "blog", "2026-11-03T10:00:00Z"),
         ];
-        assert_eq!(most_recently_deleted(&list, "shop").unwrap().db_id, "b");
-        assert!(most_recently_deleted(&list, "nope").is_none());
+        assert_eq!(
+            most_recently_deleted(&list, "shop").unwrap().unwrap().db_id,
+            "b"
+        );
+        assert!(most_recently_deleted(&list, "nope").unwrap().is_none());
+        let tied = [
+            deleted("a", "shop", "2026-11-01T10:00:00Z"),
+            deleted("b", "shop", "2026-11-01T10:00:00Z"),
+        ];
+        let error = most_recently_deleted(&tied, "shop").unwrap_err();
+        assert!(error.to_string().contains("--id"), "{error}");
     }
 }
