@@ -4,16 +4,24 @@ use super::client::{CliError, Client};
 use super::config::Settings;
 use atoll_types::users::{LoginRequest, LoginResponse, UserResponse};
 use clap::{Args, Subcommand};
+use std::io::IsTerminal;
 
 #[derive(Subcommand)]
 pub enum AuthCommand {
     /// Log in with a username and password (or store an existing API token).
+    ///
+    /// In a terminal, a missing username or password is asked for (the password without echo).
     #[command(after_help = "Examples:
+  atoll auth login --api-url http://127.0.0.1:8080 --username admin   # asks for the password
   atoll auth login --username admin --password \"$(cat atoll-data/admin.password)\"
   ATOLL_PASSWORD=secret atoll auth login --api-url http://atoll.internal:8080 --username alice
   atoll auth login --token \"$(cat atoll-data/admin.token)\"")]
     Login(LoginArgs),
     /// Forget the stored token.
+    ///
+    /// Logging out is local, as with the turso CLI: the platform has no route to revoke a
+    /// login token, which expires on its own (API tokens are revoked with
+    /// `atoll auth api-tokens revoke`).
     #[command(after_help = "Example:\n  atoll auth logout")]
     Logout,
     /// Show the user the token belongs to.
@@ -97,18 +105,26 @@ async fn login(settings: &mut Settings, args: LoginArgs) -> Result<(), CliError>
         let user: UserResponse = client.get(client.url(&["v1", "user"])).await?;
         (token, user.user.username)
     } else {
-        let username = args.username.ok_or_else(|| {
-            CliError::local(
-                "no username given",
-                "pass `--username U` with `--password P` (or ATOLL_PASSWORD), or `--token T`",
-            )
-        })?;
-        let password = args.password.ok_or_else(|| {
-            CliError::local(
+        let interactive = std::io::stdin().is_terminal();
+        let username =
+            match args.username {
+                Some(username) => username,
+                None if interactive => prompt_username()?,
+                None => return Err(CliError::local(
+                    "no username given",
+                    "pass `--username U` with `--password P` (or ATOLL_PASSWORD), or `--token T`",
+                )),
+            };
+        let password = match args.password {
+            Some(password) => password,
+            // Typed at the terminal without echo, so it shows neither on screen nor in `ps`.
+            None if interactive => rpassword::prompt_password(format!("Password for {username}: "))
+                .map_err(|e| CliError::local(format!("cannot read the password: {e}"), ""))?,
+            None => return Err(CliError::local(
                 "no password given",
-                "pass `--password P` or set ATOLL_PASSWORD",
-            )
-        })?;
+                "pass `--password P` or set ATOLL_PASSWORD (or run it in a terminal to be asked)",
+            )),
+        };
         let client = Client::with(api_url.clone(), None, String::new())?;
         let answer: LoginResponse = client
             .post(
@@ -125,4 +141,23 @@ async fn login(settings: &mut Settings, args: LoginArgs) -> Result<(), CliError>
     settings.save()?;
     println!("Logged in as {username} at {api_url}.");
     Ok(())
+}
+
+fn prompt_username() -> Result<String, CliError> {
+    use std::io::{BufRead, Write};
+    eprint!("Username: ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| CliError::local(format!("cannot read the username: {e}"), ""))?;
+    let username = line.trim().to_string();
+    if username.is_empty() {
+        return Err(CliError::local(
+            "no username given",
+            "type the username, or pass `--username U`",
+        ));
+    }
+    Ok(username)
 }

@@ -59,6 +59,9 @@ fn hint_for(status: StatusCode, code: &str) -> &'static str {
         (_, "group_not_found") => {
             "run `atoll group list` to see the groups of the current organization"
         }
+        (_, "database_already_exists") => {
+            "the name is taken: choose another, or destroy or rename what holds it"
+        }
         (_, "organization_not_found") => "run `atoll org list`, then `atoll org switch <slug>`",
         (_, "invalid_location" | "location_not_found") => {
             "the location codes are listed at `GET /v1/locations`"
@@ -69,7 +72,16 @@ fn hint_for(status: StatusCode, code: &str) -> &'static str {
         (_, "quota_exceeded") => {
             "the organization's plan allows no more: destroy something or change plan"
         }
-        (_, "delete_protected") => "turn delete protection off first",
+        (_, "delete_protected") => {
+            "turn it off first: `atoll db config NAME --delete-protection off` (or `atoll group config`)"
+        }
+        (_, "feature_not_available_for_starter_plan") => {
+            "this is a feature of paid plans: ask the instance administrator to change the organization's plan"
+        }
+        (_, "token_not_found") => {
+            "run `atoll org tokens list` or `atoll auth api-tokens list` to see the tokens"
+        }
+        (_, "primary_location") => "a group keeps its primary location; add others beside it",
         (403, _) => "ask an admin of the organization for a role that allows this",
         _ => "",
     }
@@ -245,6 +257,14 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "Error: token expired (unauthorized); hint: run `atoll auth login`"
+        );
+        let error = CliError::from_server(
+            StatusCode::FORBIDDEN,
+            br#"{"error":"audit logs need a paid plan","code":"feature_not_available_for_starter_plan"}"#,
+        );
+        assert!(
+            error.to_string().ends_with("hint: this is a feature of paid plans: ask the instance administrator to change the organization's plan"),
+            "{error}"
         );
         let error = CliError::from_server(StatusCode::BAD_GATEWAY, b"bad\ngateway");
         assert_eq!(error.to_string(), "Error: bad gateway (http_502)");

@@ -37,8 +37,8 @@ pub enum DbCommand {
     },
     /// Show a database, or just its URL.
     #[command(
-        group(ArgGroup::new("only").args(["url", "http_url", "json"])),
-        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # libsql://shop-admin.localhost:8081\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/"
+        group(ArgGroup::new("only").args(["url", "http_url", "instance_urls"])),
+        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # libsql://shop-admin.localhost:8081\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/\n  atoll db show shop --instance-urls --json"
     )]
     Show {
         /// Name of the database.
@@ -49,8 +49,11 @@ pub enum DbCommand {
         /// Print only the HTTP URL (works without wildcard DNS).
         #[arg(long)]
         http_url: bool,
-        /// Print the database as JSON.
+        /// Print only the URL of each instance of the database (with `--json`: the instances).
         #[arg(long)]
+        instance_urls: bool,
+        /// Print the database as JSON.
+        #[arg(long, conflicts_with_all = ["url", "http_url"])]
         json: bool,
     },
     /// Destroy a database.
@@ -65,6 +68,9 @@ pub enum DbCommand {
     /// Database tokens (for libSQL clients).
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// `config`, `usage`, `inspect`, `restore`, `list-deleted` (in `db_admin.rs`).
+    #[command(flatten)]
+    Admin(super::db_admin::DbAdminCommand),
 }
 
 #[derive(Subcommand)]
@@ -82,6 +88,15 @@ pub enum TokensCommand {
         /// A token that can only read.
         #[arg(long, short = 'r')]
         read_only: bool,
+    },
+    /// Invalidate every token of a database by rotating its signing key.
+    #[command(after_help = "Example:\n  atoll db tokens invalidate shop --yes")]
+    Invalidate {
+        /// Name of the database.
+        name: String,
+        /// Do not ask for confirmation (required when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -141,8 +156,12 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             name,
             url,
             http_url,
+            instance_urls,
             json,
         } => {
+            if instance_urls {
+                return super::db_admin::print_instance_urls(&client, &name, json).await;
+            }
             let answer: DatabaseResponse =
                 client.get(client.org_url(&["databases", &name])).await?;
             let db = answer.database;
@@ -197,6 +216,10 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             println!("{}", token.jwt);
             Ok(())
         }
+        DbCommand::Tokens(TokensCommand::Invalidate { name, yes }) => {
+            super::db_admin::invalidate_tokens(&client, &name, yes).await
+        }
+        DbCommand::Admin(command) => super::db_admin::run(&client, command).await,
     }
 }
 

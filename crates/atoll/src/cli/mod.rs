@@ -7,6 +7,7 @@ mod auth;
 mod client;
 mod config;
 mod db;
+mod db_admin;
 mod group;
 mod locations;
 mod org;
@@ -89,5 +90,44 @@ fn confirm(what: &str, yes: bool) -> Result<(), CliError> {
         Ok(())
     } else {
         Err(CliError::local("aborted", ""))
+    }
+}
+
+/// Parses the `on|off` value of a setting flag (`--block-writes on`); the spellings
+/// people reach for (`true`, `yes`, `enable`) are accepted too.
+fn parse_on_off(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "enable" | "enabled" => Ok(true),
+        "off" | "false" | "no" | "disable" | "disabled" => Ok(false),
+        _ => Err(format!("expected `on` or `off`, got `{value}`")),
+    }
+}
+
+fn on_off(value: bool) -> &'static str {
+    if value {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// Prints `key: value` lines with the values aligned, as `db show` and `group show` do.
+fn print_fields(rows: &[(&str, String)]) {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    for (key, value) in rows {
+        println!("{:<width$}  {value}", format!("{key}:"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn on_off_flags_parse() {
+        assert_eq!(super::parse_on_off("on"), Ok(true));
+        assert_eq!(super::parse_on_off("OFF"), Ok(false));
+        assert_eq!(super::parse_on_off("enable"), Ok(true));
+        assert!(super::parse_on_off("maybe")
+            .unwrap_err()
+            .contains("`on` or `off`"));
     }
 }

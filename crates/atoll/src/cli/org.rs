@@ -10,6 +10,7 @@ use atoll_types::members::{
 use atoll_types::organizations::{
     CreateOrganizationRequest, CreateOrganizationResponse, OrganizationList,
 };
+use atoll_types::tokens::{ApiTokenList, ApiTokenRevoked};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -57,6 +58,27 @@ pub enum OrgCommand {
         after_help = "Example:\n  atoll org invites create carol@example.com --role viewer"
     )]
     Invites(InvitesCommand),
+    /// The platform API tokens restricted to the current organization (admins see all of
+    /// them, other members their own).
+    #[command(subcommand, after_help = "Example:\n  atoll org tokens list")]
+    Tokens(OrgTokensCommand),
+}
+
+#[derive(Subcommand)]
+pub enum OrgTokensCommand {
+    /// List the organization's tokens with who minted them (never their secrets).
+    #[command(after_help = "Examples:\n  atoll org tokens list\n  atoll org tokens list --json")]
+    List {
+        /// Print the JSON array of tokens.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an organization token by its id (the ID column of `atoll org tokens list`).
+    #[command(after_help = "Example:\n  atoll org tokens revoke tok_3f9a1c")]
+    Revoke {
+        /// Id of the token.
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -183,6 +205,9 @@ pub async fn run(command: OrgCommand) -> Result<(), CliError> {
         }
         OrgCommand::Invites(command) => {
             invites(&client, &current_slug(&settings, &list), command).await
+        }
+        OrgCommand::Tokens(command) => {
+            tokens(&client, &current_slug(&settings, &list), command).await
         }
         OrgCommand::Switch { slug } => {
             let org = list
@@ -333,6 +358,62 @@ async fn invites(client: &Client, slug: &str, command: InvitesCommand) -> Result
                 )
                 .await?;
             println!("Joined {} as {}.", accepted.organization, accepted.role);
+        }
+    }
+    Ok(())
+}
+
+async fn tokens(client: &Client, slug: &str, command: OrgTokensCommand) -> Result<(), CliError> {
+    match command {
+        OrgTokensCommand::List { json } => {
+            let list: ApiTokenList = client
+                .get(client.url(&["v1", "organizations", slug, "api-tokens"]))
+                .await?;
+            if json {
+                output::json(&list.tokens);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = list
+                .tokens
+                .iter()
+                .map(|t| {
+                    let scopes = t
+                        .scopes
+                        .as_ref()
+                        .map(|s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","))
+                        .unwrap_or_default();
+                    vec![
+                        t.id.clone(),
+                        t.name.clone(),
+                        t.owner
+                            .as_ref()
+                            .map(|o| o.username.clone())
+                            .unwrap_or_default(),
+                        t.group.clone().unwrap_or_else(|| "(all)".into()),
+                        scopes,
+                        t.expires_at.clone().unwrap_or_else(|| "never".into()),
+                        t.last_used_at.clone().unwrap_or_else(|| "never".into()),
+                    ]
+                })
+                .collect();
+            output::table(
+                &[
+                    "ID",
+                    "NAME",
+                    "OWNER",
+                    "GROUP",
+                    "SCOPES",
+                    "EXPIRES",
+                    "LAST USED",
+                ],
+                &rows,
+            );
+        }
+        OrgTokensCommand::Revoke { id } => {
+            let revoked: ApiTokenRevoked = client
+                .delete(client.url(&["v1", "organizations", slug, "api-tokens", &id]))
+                .await?;
+            println!("Revoked token {} of {slug}.", revoked.token);
         }
     }
     Ok(())

@@ -1,0 +1,776 @@
+//! The `atoll` client's management commands (organization tokens, group and database
+//! administration, the interactive login prompt) driven as a user would: the built binary
+//! against a running `atoll dev`, each change checked in the server's behaviour.
+
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_atoll");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "atoll-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A running `atoll dev`, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    data_dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+impl Server {
+    fn password(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin.password"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+async fn start_dev() -> Server {
+    let data_dir = temp_dir("cli-manage-data");
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .arg("dev")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--db-listen", "127.0.0.1:0"])
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start atoll dev");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
+            if response.status() == 200 {
+                break;
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("atoll dev exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "atoll dev did not become healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Server {
+        child,
+        url,
+        data_dir,
+    }
+}
+
+/// Runs the client with its settings in `config` and nothing from the caller's environment.
+fn atoll_env(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("ATOLL_CONFIG_DIR", config)
+        .env_remove("ATOLL_API_URL")
+        .env_remove("ATOLL_API_TOKEN")
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdin(Stdio::null());
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command.output().expect("run atoll")
+}
+
+/// Runs a command that must succeed; answers its stdout.
+fn ok(config: &Path, args: &[&str]) -> String {
+    let output = atoll_env(config, args, &[]);
+    assert!(
+        output.status.success(),
+        "atoll {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs a command that must succeed and print JSON; answers it parsed.
+fn ok_json(config: &Path, args: &[&str]) -> Value {
+    let out = ok(config, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("atoll {args:?}: {e}: {out}"))
+}
+
+/// Runs a command that must fail with exit code 1 and one `Error:` line; answers that line.
+fn fails(config: &Path, args: &[&str]) -> String {
+    let output = atoll_env(config, args, &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "atoll {args:?} should fail: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one error line expected, got {stderr:?}");
+    assert!(lines[0].starts_with("Error: "), "{stderr}");
+    lines[0].to_string()
+}
+
+fn login(server: &Server, config: &Path) {
+    let output = atoll_env(
+        config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--username",
+            "admin",
+        ],
+        &[("ATOLL_PASSWORD", &server.password())],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Runs `sql` over the data plane's HTTP API; answers the status and the body.
+async fn pipeline(http_url: &str, token: &str, sql: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{http_url}v2/pipeline"))
+        .bearer_auth(token)
+        .json(&json!({"requests": [
+            {"type": "execute", "stmt": {"sql": sql}},
+            {"type": "close"}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// Whether `sql` ran: HTTP 200 and an `ok` result.
+async fn runs(http_url: &str, token: &str, sql: &str) -> bool {
+    let (status, body) = pipeline(http_url, token, sql).await;
+    status == 200 && body["results"][0]["type"] == "ok"
+}
+
+/// Puts the admin's personal organization on `plan`, as an instance administrator can.
+async fn set_plan(server: &Server, plan: &str) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/admin/organizations/admin/plan", server.url))
+        .bearer_auth(server.admin_token())
+        .json(&json!({ "plan": plan }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+fn token_for(config: &Path, db: &str) -> String {
+    ok(config, &["db", "tokens", "create", db])
+        .trim()
+        .to_string()
+}
+
+fn http_url(config: &Path, db: &str) -> String {
+    ok(config, &["db", "show", db, "--http-url"])
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn organization_tokens_are_listed_and_revoked() {
+    let server = start_dev().await;
+    let config = temp_dir("cli-manage-org-tokens");
+    login(&server, &config);
+
+    let secret = ok(
+        &config,
+        &["auth", "api-tokens", "mint", "deploy", "--org", "admin"],
+    );
+    let secret = secret.trim();
+    let listed = ok_json(&config, &["org", "tokens", "list", "--json"]);
+    let deploy = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "deploy")
+        .unwrap_or_else(|| panic!("deploy listed: {listed}"))
+        .clone();
+    assert_eq!(deploy["owner"]["username"], "admin", "{deploy}");
+    let id = deploy["id"].as_str().unwrap();
+    let table = ok(&config, &["org", "tokens", "list"]);
+    assert!(table.starts_with("ID "), "{table}");
+    assert!(
+        table.contains(id) && table.contains("deploy") && !table.contains(secret),
+        "secrets are never listed: {table}"
+    );
+
+    let who = atoll_env(&config, &["auth", "whoami"], &[("ATOLL_API_TOKEN", secret)]);
+    assert!(who.status.success());
+    let out = ok(&config, &["org", "tokens", "revoke", id]);
+    assert!(out.contains(id), "{out}");
+    let who = atoll_env(&config, &["auth", "whoami"], &[("ATOLL_API_TOKEN", secret)]);
+    assert_eq!(who.status.code(), Some(1), "a revoked token is refused");
+    let listed = ok_json(&config, &["org", "tokens", "list", "--json"]);
+    assert!(!listed.as_array().unwrap().iter().any(|t| t["id"] == id));
+
+    let line = fails(&config, &["org", "tokens", "revoke", id]);
+    assert!(
+        line.contains("(token_not_found)") && line.contains("atoll org tokens list"),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn groups_are_managed_from_the_cli() {
+    let server = start_dev().await;
+    let config = temp_dir("cli-manage-groups");
+    login(&server, &config);
+    ok(&config, &["group", "create", "eu"]);
+    ok(&config, &["db", "create", "orders", "--group", "eu"]);
+
+    // Show: fields for people, JSON for scripts.
+    let shown = ok(&config, &["group", "show", "eu"]);
+    assert!(
+        shown.contains("Name:") && shown.contains("orders") && shown.contains("active"),
+        "{shown}"
+    );
+    let group = ok_json(&config, &["group", "show", "eu", "--json"]);
+    assert_eq!(group["name"], "eu");
+    assert_eq!(group["locations"], json!(["local"]));
+
+    // Configuration: delete protection stops `group destroy`.
+    let config_text = ok(&config, &["group", "config", "eu"]);
+    assert!(
+        config_text.contains("Delete protection:  off"),
+        "{config_text}"
+    );
+    let changed = ok_json(
+        &config,
+        &[
+            "group",
+            "config",
+            "eu",
+            "--delete-protection",
+            "on",
+            "--json",
+        ],
+    );
+    assert_eq!(changed["delete_protection"], true);
+    let line = fails(&config, &["group", "destroy", "eu", "--yes"]);
+    assert!(line.contains("(delete_protected)"), "{line}");
+    ok(
+        &config,
+        &["group", "config", "eu", "--delete-protection", "off"],
+    );
+    assert_eq!(
+        ok_json(&config, &["group", "config", "eu", "--json"])["delete_protection"],
+        false
+    );
+    // A bad flag value is a usage error: clap's exit code 2 and its message.
+    let output = atoll_env(
+        &config,
+        &["group", "config", "eu", "--delete-protection", "maybe"],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`on` or `off`"));
+
+    // Locations: added, removed; the primary stays.
+    let out = ok(
+        &config,
+        &[
+            "group",
+            "locations",
+            "add",
+            "eu",
+            "aws-us-east-1",
+            "aws-eu-west-1",
+        ],
+    );
+    assert!(out.contains("aws-eu-west-1"), "{out}");
+    let group = ok_json(&config, &["group", "show", "eu", "--json"]);
+    assert_eq!(
+        group["locations"],
+        json!(["local", "aws-us-east-1", "aws-eu-west-1"])
+    );
+    ok(
+        &config,
+        &["group", "locations", "rm", "eu", "aws-us-east-1"],
+    );
+    let group = ok_json(&config, &["group", "show", "eu", "--json"]);
+    assert_eq!(group["locations"], json!(["local", "aws-eu-west-1"]));
+    let line = fails(&config, &["group", "locations", "rm", "eu", "local"]);
+    assert!(line.contains("(primary_location)"), "{line}");
+    let line = fails(&config, &["group", "locations", "add", "eu", "mars-1"]);
+    assert!(line.contains("(invalid_location)"), "{line}");
+
+    // Rename: the old name is gone, the databases stay in the group.
+    let out = ok(&config, &["group", "rename", "eu", "europe"]);
+    assert!(out.contains("europe"), "{out}");
+    let line = fails(&config, &["group", "show", "eu"]);
+    assert!(
+        line.contains("(group_not_found)") && line.contains("atoll group list"),
+        "{line}"
+    );
+    let dbs = ok_json(&config, &["db", "list", "--json", "--group", "europe"]);
+    assert_eq!(dbs[0]["Name"], "orders", "{dbs}");
+
+    // Group tokens: one works on every database of the group until invalidated.
+    ok(&config, &["db", "create", "audit", "--group", "europe"]);
+    let group_token = ok(
+        &config,
+        &["group", "tokens", "create", "europe", "--expiration", "1h"],
+    );
+    let group_token = group_token.trim();
+    let orders_url = http_url(&config, "orders");
+    let audit_url = http_url(&config, "audit");
+    assert!(runs(&orders_url, group_token, "CREATE TABLE o (x)").await);
+    assert!(runs(&audit_url, group_token, "CREATE TABLE a (x)").await);
+    let reader = ok(
+        &config,
+        &["group", "tokens", "create", "europe", "--read-only"],
+    );
+    assert!(runs(&orders_url, reader.trim(), "SELECT * FROM o").await);
+    assert!(!runs(&orders_url, reader.trim(), "INSERT INTO o VALUES (1)").await);
+    let db_token = token_for(&config, "orders");
+    let line = fails(&config, &["group", "tokens", "invalidate", "europe"]);
+    assert!(line.contains("--yes"), "{line}");
+    ok(
+        &config,
+        &["group", "tokens", "invalidate", "europe", "--yes"],
+    );
+    let (status, body) = pipeline(&orders_url, group_token, "SELECT 1").await;
+    assert_eq!(status, 401, "an invalidated group token is refused: {body}");
+    assert!(!runs(&audit_url, group_token, "SELECT 1").await);
+    assert!(
+        runs(&orders_url, &db_token, "SELECT 1").await,
+        "database tokens outlive a group rotation"
+    );
+    let fresh = ok(&config, &["group", "tokens", "create", "europe"]);
+    assert!(runs(&orders_url, fresh.trim(), "SELECT 1").await);
+
+    // Unarchive: the lifecycle job archives idle free-plan groups after days; the test
+    // archives one directly in the store the way that job does.
+    {
+        let conn = rusqlite::Connection::open(server.data_dir.join("meta.db")).unwrap();
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE org_groups SET archived = 1 WHERE name = 'europe'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    assert_eq!(
+        ok_json(&config, &["group", "show", "europe", "--json"])["archived"],
+        true
+    );
+    assert!(ok(&config, &["group", "list"])
+        .lines()
+        .any(|l| l.starts_with("europe") && l.contains("archived")));
+    let out = ok(&config, &["group", "unarchive", "europe"]);
+    assert!(out.contains("active"), "{out}");
+    assert_eq!(
+        ok_json(&config, &["group", "show", "europe", "--json"])["archived"],
+        false
+    );
+
+    // Transfer to a team organization: gone here, there with its databases.
+    ok(&config, &["org", "create", "Team"]);
+    ok(&config, &["org", "switch", "admin"]);
+    let line = fails(&config, &["group", "transfer", "europe", "team"]);
+    assert!(line.contains("--yes"), "{line}");
+    let line = fails(
+        &config,
+        &["group", "transfer", "europe", "nowhere", "--yes"],
+    );
+    assert!(line.contains("(organization_not_found)"), "{line}");
+    let out = ok(&config, &["group", "transfer", "europe", "team", "--yes"]);
+    assert!(out.contains("atoll org switch team"), "{out}");
+    let groups = ok_json(&config, &["group", "list", "--json"]);
+    assert!(!groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["name"] == "europe"));
+    ok(&config, &["org", "switch", "team"]);
+    let dbs = ok_json(&config, &["db", "list", "--json", "--group", "europe"]);
+    let mut names: Vec<&str> = dbs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["Name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["audit", "orders"]);
+
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn databases_are_configured_inspected_and_restored() {
+    let server = start_dev().await;
+    let config = temp_dir("cli-manage-dbs");
+    login(&server, &config);
+    ok(&config, &["db", "create", "shop"]);
+    let url = http_url(&config, "shop");
+    let token = token_for(&config, "shop");
+    assert!(runs(&url, &token, "CREATE TABLE items (name TEXT)").await);
+    assert!(runs(&url, &token, "INSERT INTO items VALUES ('pen'), ('ink')").await);
+
+    // Instance URLs.
+    let instances = ok(&config, &["db", "show", "shop", "--instance-urls"]);
+    let libsql = ok(&config, &["db", "show", "shop", "--url"]);
+    assert!(instances.starts_with("INSTANCE"), "{instances}");
+    assert!(instances.contains(libsql.trim()), "{instances}");
+    let instances = ok_json(
+        &config,
+        &["db", "show", "shop", "--instance-urls", "--json"],
+    );
+    assert_eq!(
+        format!("libsql://{}", instances[0]["hostname"].as_str().unwrap()),
+        libsql.trim()
+    );
+
+    // Configuration: printed without flags; each flag changes what the data plane does.
+    let shown = ok(&config, &["db", "config", "shop"]);
+    assert!(
+        shown.contains("Block writes:") && shown.contains("Size limit:"),
+        "{shown}"
+    );
+    let before = ok_json(&config, &["db", "config", "shop", "--json"]);
+    assert_eq!(before["block_writes"], false);
+    let out = ok(&config, &["db", "config", "shop", "--block-writes", "on"]);
+    assert!(out.contains("Block writes:       on"), "{out}");
+    assert!(!runs(&url, &token, "INSERT INTO items VALUES ('cap')").await);
+    assert!(runs(&url, &token, "SELECT * FROM items").await);
+    ok(&config, &["db", "config", "shop", "--block-writes", "off"]);
+    assert!(runs(&url, &token, "INSERT INTO items VALUES ('cap')").await);
+    ok(&config, &["db", "config", "shop", "--block-reads", "on"]);
+    assert!(!runs(&url, &token, "SELECT * FROM items").await);
+    ok(&config, &["db", "config", "shop", "--block-reads", "off"]);
+    assert!(runs(&url, &token, "SELECT * FROM items").await);
+
+    ok(
+        &config,
+        &["db", "config", "shop", "--delete-protection", "on"],
+    );
+    let line = fails(&config, &["db", "destroy", "shop", "--yes"]);
+    assert!(
+        line.contains("(delete_protected)") && line.contains("--delete-protection off"),
+        "{line}"
+    );
+    ok(
+        &config,
+        &["db", "config", "shop", "--delete-protection", "off"],
+    );
+
+    let limited = ok_json(
+        &config,
+        &[
+            "db",
+            "config",
+            "shop",
+            "--size-limit",
+            "1mb",
+            "--allow-attach",
+            "on",
+            "--json",
+        ],
+    );
+    assert_eq!(limited["size_limit"], "1000000");
+    assert_eq!(limited["allow_attach"], true);
+    let shown = ok(&config, &["db", "config", "shop"]);
+    assert!(shown.contains("1.00 MB (1000000 bytes)"), "{shown}");
+    let cleared = ok_json(
+        &config,
+        &["db", "config", "shop", "--size-limit", "none", "--json"],
+    );
+    assert_eq!(cleared["size_limit"], "");
+    assert_eq!(cleared["allow_attach"], true, "other settings unchanged");
+    let line = fails(
+        &config,
+        &["db", "config", "shop", "--size-limit", "12parsecs"],
+    );
+    assert!(line.contains("(invalid_size)"), "{line}");
+
+    // Usage and inspect see the writes above.
+    let usage = ok_json(&config, &["db", "usage", "shop", "--json"]);
+    assert!(
+        usage["total"]["rows_written"].as_u64().unwrap() >= 3,
+        "{usage}"
+    );
+    assert!(
+        usage["total"]["storage_bytes"].as_u64().unwrap() > 0,
+        "{usage}"
+    );
+    let table = ok(&config, &["db", "usage", "shop"]);
+    assert!(
+        table.contains("Rows written:") && table.contains("this month"),
+        "{table}"
+    );
+    let long_ago = ok_json(
+        &config,
+        &[
+            "db",
+            "usage",
+            "shop",
+            "--from",
+            "2020-01-01",
+            "--to",
+            "2020-02-01",
+            "--json",
+        ],
+    );
+    assert_eq!(long_ago["total"]["rows_written"], 0, "{long_ago}");
+    let line = fails(&config, &["db", "usage", "shop", "--from", "yesterday"]);
+    assert!(line.contains("RFC 3339"), "{line}");
+
+    let inspected = ok(&config, &["db", "inspect", "shop"]);
+    assert!(inspected.contains("Total space used:"), "{inspected}");
+    let inspected = ok_json(&config, &["db", "inspect", "shop", "--queries", "--json"]);
+    assert_eq!(inspected["name"], "shop");
+    assert!(
+        inspected["rows_written"].as_u64().unwrap() >= 3,
+        "{inspected}"
+    );
+    let top = inspected["top_queries"].as_array().expect("top queries");
+    assert!(
+        top.iter()
+            .any(|q| q["query"].as_str().unwrap().contains("items")),
+        "{inspected}"
+    );
+    let with_queries = ok(&config, &["db", "inspect", "shop", "--queries"]);
+    assert!(with_queries.contains("ROWS READ"), "{with_queries}");
+
+    // Tokens: invalidated at once, new ones work.
+    let line = fails(&config, &["db", "tokens", "invalidate", "shop"]);
+    assert!(line.contains("--yes"), "{line}");
+    ok(&config, &["db", "tokens", "invalidate", "shop", "--yes"]);
+    let (status, body) = pipeline(&url, &token, "SELECT 1").await;
+    assert_eq!(status, 401, "an invalidated token is refused: {body}");
+    let token = token_for(&config, "shop");
+    assert!(runs(&url, &token, "SELECT 1").await);
+
+    // Unknown databases: one line, exit code 1, a hint.
+    for args in [
+        &["db", "config", "nope"][..],
+        &["db", "usage", "nope"],
+        &["db", "inspect", "nope"],
+        &["db", "show", "nope", "--instance-urls"],
+        &["db", "tokens", "invalidate", "nope", "--yes"],
+    ] {
+        let line = fails(&config, args);
+        assert!(
+            line.contains("(database_not_found)") && line.contains("atoll db list"),
+            "{args:?}: {line}"
+        );
+    }
+
+    // Restore: the free plan deletes at once, and says so. (`atoll dev`'s admin starts on
+    // the enterprise plan.)
+    set_plan(&server, "starter").await;
+    ok(&config, &["db", "create", "scratch"]);
+    ok(&config, &["db", "destroy", "scratch", "--yes"]);
+    let line = fails(&config, &["db", "restore", "scratch", "--yes"]);
+    assert!(line.contains("paid plans"), "{line}");
+    let listed = atoll_env(&config, &["db", "list-deleted"], &[]);
+    assert!(listed.status.success());
+    assert!(String::from_utf8_lossy(&listed.stderr).contains("free (starter) plan"));
+
+    // On a paid plan a destroyed database comes back with its data.
+    set_plan(&server, "developer").await;
+    let original = ok_json(&config, &["db", "show", "shop", "--json"])["DbId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(&config, &["db", "destroy", "shop", "--yes"]);
+    let deleted = ok_json(&config, &["db", "list-deleted", "--json"]);
+    assert!(
+        deleted
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["Name"] == "shop"),
+        "{deleted}"
+    );
+    assert!(ok(&config, &["db", "list-deleted"]).contains("shop"));
+    let line = fails(&config, &["db", "restore", "shop"]);
+    assert!(line.contains("--yes"), "{line}");
+    let line = fails(&config, &["db", "restore", "never-existed", "--yes"]);
+    assert!(line.contains("atoll db list-deleted"), "{line}");
+    // The name was taken again meanwhile: refused, with what to do.
+    ok(&config, &["db", "create", "shop"]);
+    let line = fails(&config, &["db", "restore", "shop", "--yes"]);
+    assert!(
+        line.contains("(database_already_exists)") && line.contains("name is taken"),
+        "{line}"
+    );
+    ok(&config, &["db", "destroy", "shop", "--yes"]);
+    let out = ok(
+        &config,
+        &["db", "restore", "shop", "--id", &original, "--yes"],
+    );
+    assert!(out.contains("Restored database shop"), "{out}");
+    let token = token_for(&config, "shop");
+    let (status, body) = pipeline(&url, &token, "SELECT count(*) FROM items").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"], "3",
+        "{body}"
+    );
+
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+/// `auth login` asks for the password on a terminal, without echoing it. The terminal is
+/// util-linux `script`'s pseudo-terminal; without `script` the test says so and passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn login_prompts_for_the_password_on_a_terminal() {
+    let server = start_dev().await;
+    let config = temp_dir("cli-manage-prompt");
+
+    // Not a terminal: the clear error of old.
+    let output = atoll_env(
+        &config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--username",
+            "admin",
+        ],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no password given") && stderr.contains("ATOLL_PASSWORD"),
+        "{stderr}"
+    );
+
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux `script` is not installed, so there is no terminal to test the prompt on");
+        return;
+    }
+    let command_line = format!("{BIN} auth login --api-url {} --username admin", server.url);
+    let mut child = Command::new("script")
+        .args(["-qec", &command_line, "/dev/null"])
+        .env("ATOLL_CONFIG_DIR", &config)
+        .env_remove("ATOLL_API_URL")
+        .env_remove("ATOLL_API_TOKEN")
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run script");
+    let mut stdout = child.stdout.take().unwrap();
+    // Type only once the prompt is shown: echo is off by then, so the password must not
+    // come back.
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("Password for admin:") {
+        let n = stdout.read(&mut buffer).unwrap();
+        assert!(n > 0, "no prompt: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    // rpassword prints the prompt, then turns echo off: a line typed within that instant
+    // would be echoed, as in any terminal program. Pause like a person would before typing,
+    // so what is checked is the echo while reading, not that race.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{}\n", server.password()).as_bytes())
+        .unwrap();
+    stdin.flush().unwrap();
+    stdout.read_to_end(&mut seen).unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let transcript = String::from_utf8_lossy(&seen);
+    assert!(transcript.contains("Logged in as admin"), "{transcript}");
+    assert!(
+        !transcript.contains(&server.password()),
+        "the password was echoed: {transcript}"
+    );
+    assert_eq!(ok(&config, &["auth", "whoami"]).trim(), "admin");
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+#[test]
+fn every_management_command_has_help_with_an_example() {
+    let config = temp_dir("cli-manage-help");
+    for args in [
+        vec!["org", "tokens", "list"],
+        vec!["org", "tokens", "revoke"],
+        vec!["group", "show"],
+        vec!["group", "rename"],
+        vec!["group", "transfer"],
+        vec!["group", "unarchive"],
+        vec!["group", "config"],
+        vec!["group", "locations", "add"],
+        vec!["group", "locations", "rm"],
+        vec!["group", "tokens", "create"],
+        vec!["group", "tokens", "invalidate"],
+        vec!["db", "config"],
+        vec!["db", "usage"],
+        vec!["db", "inspect"],
+        vec!["db", "restore"],
+        vec!["db", "list-deleted"],
+        vec!["db", "tokens", "invalidate"],
+    ] {
+        let mut with_help = args.clone();
+        with_help.push("--help");
+        let help = ok(&config, &with_help);
+        assert!(help.contains("Example"), "{args:?}: {help}");
+        assert!(
+            help.contains(&format!("atoll {}", args.join(" "))),
+            "{args:?}: {help}"
+        );
+    }
+    let help = ok(&config, &["db", "show", "--help"]);
+    assert!(help.contains("--instance-urls"), "{help}");
+}
