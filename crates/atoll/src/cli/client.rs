@@ -206,13 +206,30 @@ impl Client {
         url: Url,
         body: Option<&B>,
     ) -> Result<T, CliError> {
-        let mut request = self.http.request(method, url.clone());
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
+        let mut request = self.request(method, url.clone());
         if let Some(body) = body {
             request = request.json(body);
         }
+        self.send_prepared(url, request).await
+    }
+
+    /// A request carrying this client's credentials, for bodies the JSON helpers cannot
+    /// express (multipart uploads); send it with [`Client::send_prepared`].
+    pub fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, url);
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends a request made by [`Client::request`] and decodes its JSON answer, with the
+    /// same one-line errors as every other call.
+    pub async fn send_prepared<T: DeserializeOwned>(
+        &self,
+        url: Url,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, CliError> {
         let response = request.send().await.map_err(|e| {
             CliError::local(
                 format!("cannot reach {}: {}", self.base, root_cause(&e)),
@@ -236,7 +253,7 @@ impl Client {
     }
 }
 
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = error;
     while let Some(source) = cause.source() {
         cause = source;
