@@ -1,12 +1,11 @@
-//! `atoll db list | create | show | destroy | tokens create`.
+//! `atoll db list | create | show | destroy | tokens create`; `import`, `export` and `shell`
+//! live in their own modules.
 
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
-use atoll_types::databases::{
-    CreateDatabaseRequest, CreateDatabaseResponse, Database, DatabaseList, DatabaseResponse,
-    DatabaseToken,
-};
+use super::{export, import, shell};
+use atoll_types::databases::{Database, DatabaseList, DatabaseResponse, DatabaseToken};
 use clap::{ArgGroup, Subcommand};
 
 #[derive(Subcommand)]
@@ -21,9 +20,10 @@ pub enum DbCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Create an empty database.
+    /// Create a database: empty, or from a file, a dump or another database.
     #[command(
-        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb"
+        group(ArgGroup::new("source").args(["from_file", "from_dump", "from_db"])),
+        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb\n  atoll db create shop --from-file shop.db\n  atoll db create shop --from-dump dump.sql --wait\n  atoll db create shop-copy --from-db shop"
     )]
     Create {
         /// Name of the new database.
@@ -34,6 +34,59 @@ pub enum DbCommand {
         /// Maximum size: bytes, or with a unit (`256mb`, `1gb`, `512mib`).
         #[arg(long)]
         size_limit: Option<String>,
+        /// Upload this SQLite database file into it (as `atoll db import` does).
+        #[arg(long, value_name = "FILE")]
+        from_file: Option<std::path::PathBuf>,
+        /// Load this SQL dump (`sqlite3 db .dump > dump.sql`) into it.
+        #[arg(long, value_name = "FILE")]
+        from_dump: Option<std::path::PathBuf>,
+        /// Make it a copy of this database of the organization.
+        #[arg(long, value_name = "DATABASE")]
+        from_db: Option<String>,
+        /// Return only once the database answers queries (at most 60 s).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Create a database from an SQLite file, named after the file.
+    #[command(
+        after_help = "Examples:\n  atoll db import shop.db                # creates database `shop`\n  atoll db import ./data/orders.sqlite --group eu\n\nA file in rollback-journal mode, not checkpointed, or with another page size is\nuploaded as a prepared WAL copy; the file itself is not changed. If the upload fails,\nthe new database is deleted again."
+    )]
+    Import {
+        /// The SQLite database file.
+        file: std::path::PathBuf,
+        /// Group to create it in (default: the group named `default`).
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Download a database as an SQLite file.
+    #[command(
+        after_help = "Examples:\n  atoll db export shop                   # writes shop.db\n  atoll db export shop --output backup/shop-2026-01-01.db"
+    )]
+    Export {
+        /// Name of the database.
+        name: String,
+        /// File to write (default: `NAME.db` in the current directory).
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+        /// Replace the file when it exists.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Run SQL: an interactive shell, one statement, or a script piped in.
+    #[command(
+        after_help = "Examples:\n  atoll db shell shop\n  atoll db shell shop \"select count(*) from orders\"\n  atoll db shell shop --mode json \"select * from orders limit 5\"\n  atoll db shell shop .dump > dump.sql\n  atoll db shell shop < dump.sql\n\nDot-commands: .tables, .schema [TABLE], .dump, .mode table|csv|json|line|list, .help, .quit"
+    )]
+    Shell {
+        /// Name of the database.
+        name: String,
+        /// SQL (or one dot-command) to run instead of reading stdin.
+        sql: Option<String>,
+        /// How to print results.
+        #[arg(long, value_enum, default_value = "table")]
+        mode: shell::Mode,
+        /// Report each request sent (statements and bytes) on stderr.
+        #[arg(long, short = 'v')]
+        verbose: bool,
     },
     /// Show a database, or just its URL.
     #[command(
@@ -134,23 +187,64 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             name,
             group,
             size_limit,
+            from_file,
+            from_dump,
+            from_db,
+            wait,
         } => {
-            let created: CreateDatabaseResponse = client
-                .post(
-                    client.org_url(&["databases"]),
-                    &CreateDatabaseRequest {
-                        name,
-                        group,
-                        size_limit,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            println!(
-                "Created database {} at libsql://{}.",
-                created.database.name, created.database.hostname
-            );
-            Ok(())
+            let source = match (from_file, from_dump, from_db) {
+                (Some(file), _, _) => Some(import::Source::File(file)),
+                (_, Some(dump), _) => Some(import::Source::Dump(dump)),
+                (_, _, Some(db)) => Some(import::Source::Database(db)),
+                _ => None,
+            };
+            import::create(
+                &client,
+                import::CreateOptions {
+                    name,
+                    group,
+                    size_limit,
+                    source,
+                    wait,
+                },
+            )
+            .await
+        }
+        DbCommand::Import { file, group } => {
+            let name = import::name_from_file(&file)?;
+            import::create(
+                &client,
+                import::CreateOptions {
+                    name,
+                    group,
+                    size_limit: None,
+                    source: Some(import::Source::File(file)),
+                    wait: false,
+                },
+            )
+            .await
+        }
+        DbCommand::Export {
+            name,
+            output,
+            overwrite,
+        } => export::export(&client, &name, output, overwrite).await,
+        DbCommand::Shell {
+            name,
+            sql,
+            mode,
+            verbose,
+        } => {
+            shell::run(
+                &client,
+                shell::ShellOptions {
+                    name,
+                    sql,
+                    mode,
+                    verbose,
+                },
+            )
+            .await
         }
         DbCommand::Show {
             name,
