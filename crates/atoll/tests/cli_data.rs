@@ -1,0 +1,580 @@
+//! The CLI's data commands driven as a user would: `db import`, `db create --from-…`,
+//! `db export` and `db shell`, the built binary against a running `atoll dev`.
+
+use rusqlite::Connection;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_atoll");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "atoll-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `atoll dev` and a client logged in to it; all removed when dropped.
+struct Setup {
+    child: Child,
+    data_dir: PathBuf,
+    /// The client's settings directory.
+    config: PathBuf,
+    /// Scratch space for the files the tests import and export.
+    files: PathBuf,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for dir in [&self.data_dir, &self.config, &self.files] {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+async fn start(name: &str) -> Setup {
+    let data_dir = temp_dir(&format!("{name}-server"));
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .arg("dev")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--db-listen", "127.0.0.1:0"])
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start atoll dev");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
+            if response.status() == 200 {
+                break;
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("atoll dev exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "atoll dev did not become healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let setup = Setup {
+        child,
+        config: temp_dir(&format!("{name}-config")),
+        files: temp_dir(&format!("{name}-files")),
+        data_dir,
+    };
+    let token = std::fs::read_to_string(setup.data_dir.join("admin.token")).unwrap();
+    setup.ok(&["auth", "login", "--api-url", &url, "--token", token.trim()]);
+    setup
+}
+
+impl Setup {
+    /// Runs the client with `stdin` (a file, or nothing).
+    fn run(&self, args: &[&str], stdin: Option<&Path>) -> Output {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(&self.files)
+            .env("ATOLL_CONFIG_DIR", &self.config)
+            .env_remove("ATOLL_API_URL")
+            .env_remove("ATOLL_API_TOKEN")
+            // Retried chunks wait milliseconds, not seconds.
+            .env("ATOLL_UPLOAD_RETRY_DELAY_MS", "10");
+        match stdin {
+            Some(path) => command.stdin(std::fs::File::open(path).unwrap()),
+            None => command.stdin(Stdio::null()),
+        };
+        command.output().expect("run atoll")
+    }
+
+    /// A command that must succeed: its stdout and stderr.
+    fn ok_with(&self, args: &[&str], stdin: Option<&Path>) -> (String, String) {
+        let output = self.run(args, stdin);
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            output.status.success(),
+            "atoll {args:?} failed: {stderr}\nstdout: {stdout}"
+        );
+        (stdout, stderr)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_with(args, None).0
+    }
+
+    /// A command that must fail with exit code 1: the `Error:` line it ends with.
+    fn fails(&self, args: &[&str], stdin: Option<&Path>) -> String {
+        let output = self.run(args, stdin);
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "atoll {args:?} should fail: {stderr}"
+        );
+        let last = stderr.lines().last().unwrap_or_default().to_string();
+        assert!(last.starts_with("Error: "), "{stderr}");
+        last
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.files.join(name)
+    }
+
+    /// One value from a one-shot query, in list mode.
+    fn scalar(&self, db: &str, sql: &str) -> String {
+        self.ok(&["db", "shell", db, "--mode", "list", sql])
+            .trim()
+            .to_string()
+    }
+
+    fn database_names(&self) -> Vec<String> {
+        let list: Value = serde_json::from_str(&self.ok(&["db", "list", "--json"])).unwrap();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|db| db["Name"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// Percentages of the plain progress lines labelled `label`, and whether a final
+/// `done` line with a rate followed them.
+fn progress_lines(stderr: &str, label: &str) -> (Vec<u64>, bool) {
+    let prefix = format!("{label}: ");
+    let mut percents = Vec::new();
+    let mut done = false;
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        if let Some((percent, _)) = rest.split_once("% (") {
+            assert!(rest.ends_with("MB/s)"), "{line}");
+            percents.push(percent.parse().unwrap());
+        } else if rest.starts_with("done, ") && rest.ends_with("MB/s)") {
+            done = true;
+        }
+    }
+    (percents, done)
+}
+
+const ROWS: i64 = 200_000;
+
+/// A ~50 MB SQLite file in rollback-journal mode (SQLite's default), so the import has to
+/// prepare a WAL copy.
+fn generate_large_database(path: &Path) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode=DELETE;
+         CREATE TABLE items(id INTEGER PRIMARY KEY, label TEXT NOT NULL, payload BLOB NOT NULL);
+         CREATE INDEX items_label ON items(label);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS})
+         INSERT INTO items SELECT i, 'item-' || i, randomblob(190) FROM n;"
+    ))
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_file_is_imported_with_progress_and_exported_back() {
+    let setup = start("cli-import").await;
+    // Not in the working directory, where the export writes `inventory.db` by default.
+    std::fs::create_dir(setup.file("source")).unwrap();
+    let source = setup.file("source/inventory.db");
+    generate_large_database(&source);
+    let size = std::fs::metadata(&source).unwrap().len();
+    assert!(size > 45_000_000, "{size} bytes");
+    let original = std::fs::read(&source).unwrap();
+
+    // `db import` names the database after the file and uploads a WAL copy in chunks.
+    let (stdout, stderr) = setup.ok_with(&["db", "import", source.to_str().unwrap()], None);
+    assert!(
+        stdout.contains("Created database inventory from"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("not in WAL mode") && stderr.contains("prepared copy"),
+        "{stderr}"
+    );
+    let (percents, done) = progress_lines(&stderr, "Uploading inventory");
+    assert!(
+        percents.len() >= 3 && percents.windows(2).all(|w| w[0] < w[1]),
+        "progress lines expected every 10%: {stderr}"
+    );
+    assert!(done, "a final progress line with the rate: {stderr}");
+    assert_eq!(
+        std::fs::read(&source).unwrap(),
+        original,
+        "the user's file is not changed"
+    );
+
+    // Every row arrived.
+    assert_eq!(
+        setup.scalar("inventory", "select count(*) from items"),
+        ROWS.to_string()
+    );
+    let expected: String = {
+        let conn = Connection::open(&source).unwrap();
+        conn.query_row(
+            "select sum(length(payload)) || ':' || sum(id) || ':' || max(label) from items",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        setup.scalar(
+            "inventory",
+            "select sum(length(payload)) || ':' || sum(id) || ':' || max(label) from items"
+        ),
+        expected
+    );
+
+    // Export: the same rows, in a sound file, with progress.
+    let exported = setup.file("exported.db");
+    let (stdout, stderr) = setup.ok_with(
+        &[
+            "db",
+            "export",
+            "inventory",
+            "--output",
+            exported.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(stdout.contains("Exported database inventory"), "{stdout}");
+    let (percents, done) = progress_lines(&stderr, "Exporting inventory");
+    assert!(percents.len() >= 3 && done, "{stderr}");
+    {
+        let conn = Connection::open(&exported).unwrap();
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        conn.execute("ATTACH ?1 AS source", [source.to_str().unwrap()])
+            .unwrap();
+        let differing: i64 = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM (SELECT * FROM items EXCEPT SELECT * FROM source.items))
+                      + (SELECT count(*) FROM (SELECT * FROM source.items EXCEPT SELECT * FROM items))",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(differing, 0, "the export holds exactly the imported rows");
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM items", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, ROWS);
+    }
+    // An existing file is not replaced without --overwrite; the default name is NAME.db.
+    let line = setup.fails(
+        &[
+            "db",
+            "export",
+            "inventory",
+            "--output",
+            exported.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(line.contains("already exists"), "{line}");
+    setup.ok(&["db", "export", "inventory"]);
+    assert!(setup.file("inventory.db").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(&setup.files)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // `--from-file` with an explicit name works the same way.
+    let small = setup.file("small.db");
+    {
+        let conn = Connection::open(&small).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1), (2), (3);
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    }
+    let (stdout, stderr) = setup.ok_with(
+        &[
+            "db",
+            "create",
+            "from-file",
+            "--from-file",
+            small.to_str().unwrap(),
+            "--wait",
+        ],
+        None,
+    );
+    assert!(stdout.contains("Created database from-file"), "{stdout}");
+    assert!(
+        !stderr.contains("prepared copy"),
+        "a WAL, checkpointed file is uploaded as it is: {stderr}"
+    );
+    assert_eq!(setup.scalar("from-file", "select sum(x) from t"), "6");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_imports_leave_no_database() {
+    let setup = start("cli-cleanup").await;
+
+    // The server refuses the file (larger than the size limit) after the database was
+    // created: the database is deleted again, and the error says so.
+    let file = setup.file("toolarge.db");
+    {
+        let conn = Connection::open(&file).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(x);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+             INSERT INTO t SELECT randomblob(1000) FROM n;
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    }
+    let line = setup.fails(
+        &[
+            "db",
+            "create",
+            "toolarge",
+            "--from-file",
+            file.to_str().unwrap(),
+            "--size-limit",
+            "1mb",
+        ],
+        None,
+    );
+    assert!(
+        line.contains("size limit") && line.contains("database toolarge was deleted again"),
+        "{line}"
+    );
+    assert!(!setup.database_names().contains(&"toolarge".to_string()));
+    let line = setup.fails(&["db", "show", "toolarge"], None);
+    assert!(line.contains("database_not_found"), "{line}");
+
+    // Refused locally, before anything is created.
+    let dump = setup.file("dump.sql");
+    std::fs::write(
+        &dump,
+        "PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\nCOMMIT;\n",
+    )
+    .unwrap();
+    let line = setup.fails(&["db", "import", dump.to_str().unwrap()], None);
+    assert!(
+        line.contains("SQL dump") && line.contains("--from-dump"),
+        "{line}"
+    );
+    let line = setup.fails(&["db", "import", "missing.db"], None);
+    assert!(line.contains("could not find file"), "{line}");
+    let corrupt = setup.file("corrupt.db");
+    let mut bytes = std::fs::read(&file).unwrap();
+    for byte in bytes.iter_mut().skip(4096).take(8192) {
+        *byte = 0x5a;
+    }
+    std::fs::write(&corrupt, bytes).unwrap();
+    let line = setup.fails(&["db", "import", corrupt.to_str().unwrap()], None);
+    assert!(
+        line.contains("corrupt") || line.contains("malformed"),
+        "{line}"
+    );
+    assert!(
+        setup.database_names().is_empty(),
+        "{:?}",
+        setup.database_names()
+    );
+}
+
+/// A `sqlite3 .dump`-style script of `rows` orders, with a trigger keeping an audit table.
+fn generate_dump(rows: usize) -> String {
+    let mut sql = String::from(
+        "PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n\
+         CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT NOT NULL, note TEXT, total REAL);\n\
+         CREATE TABLE audit(order_id INTEGER, at TEXT);\n\
+         CREATE TRIGGER orders_audit AFTER INSERT ON orders BEGIN\n  INSERT INTO audit VALUES (new.id, 'created; logged');\nEND;\n",
+    );
+    for i in 1..=rows {
+        writeln!(
+            sql,
+            "INSERT INTO orders VALUES({i},'customer {i}; the ''quoted'' kind','a note -- not a comment, /* nor this */ padding padding padding padding',{}.5);",
+            i % 97
+        )
+        .unwrap();
+    }
+    sql.push_str("COMMIT;\n");
+    sql
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_runs_piped_dumps_in_batches_and_one_shot_queries() {
+    let setup = start("cli-shell").await;
+    setup.ok(&["db", "create", "shop"]);
+
+    // A piped dump of thousands of statements: batches, progress, one transaction.
+    let rows = 3000;
+    let dump = setup.file("dump.sql");
+    std::fs::write(&dump, generate_dump(rows)).unwrap();
+    assert!(std::fs::metadata(&dump).unwrap().len() > 256 << 10);
+    let (_, stderr) = setup.ok_with(&["db", "shell", "shop", "--verbose"], Some(&dump));
+    let requests: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("request ") && l.contains(": statements "))
+        .collect();
+    assert!(
+        requests.len() >= 6,
+        "{} statements in batches of at most 500: {stderr}",
+        rows + 6
+    );
+    assert!(
+        requests.iter().any(|l| l.contains("statements 1-500 ")),
+        "{stderr}"
+    );
+    let (_, done) = progress_lines(&stderr, "Running SQL");
+    assert!(done, "{stderr}");
+    assert_eq!(
+        setup.scalar("shop", "select count(*) from orders"),
+        rows.to_string()
+    );
+    assert_eq!(
+        setup.scalar(
+            "shop",
+            "select count(*) from audit where at = 'created; logged'"
+        ),
+        rows.to_string()
+    );
+
+    // One-shot queries in several modes.
+    let sql = "select id, customer from orders where id <= 2 order by id";
+    let csv = setup.ok(&["db", "shell", "shop", "--mode", "csv", sql]);
+    assert_eq!(
+        csv,
+        "id,customer\n1,customer 1; the 'quoted' kind\n2,customer 2; the 'quoted' kind\n"
+    );
+    let json: Value =
+        serde_json::from_str(&setup.ok(&["db", "shell", "shop", "--mode", "json", sql])).unwrap();
+    assert_eq!(json[1]["id"], 2);
+    assert_eq!(json[1]["customer"], "customer 2; the 'quoted' kind");
+    let table = setup.ok(&["db", "shell", "shop", sql]);
+    assert!(table.starts_with("id  customer"), "{table}");
+    assert_eq!(table.lines().count(), 3, "{table}");
+
+    // Dot-commands piped in, and a mode switch between statements.
+    let script = setup.file("script.sql");
+    std::fs::write(
+        &script,
+        ".tables\n.schema orders\n.mode line\nselect count(*) as n,\n  max(id) as top\nfrom orders;\n",
+    )
+    .unwrap();
+    let (out, _) = setup.ok_with(&["db", "shell", "shop"], Some(&script));
+    assert!(out.starts_with("audit\norders\n"), "{out}");
+    assert!(
+        out.contains("CREATE TABLE orders(")
+            && out.contains("CREATE TRIGGER orders_audit")
+            && !out.contains("CREATE TABLE audit"),
+        "{out}"
+    );
+    assert!(out.ends_with("  n = 3000\ntop = 3000\n"), "{out}");
+
+    // `.dump` as a one-shot command, loaded into a new database with --from-dump.
+    let exported_dump = setup.file("shop.sql");
+    let dumped = setup.ok(&["db", "shell", "shop", ".dump"]);
+    assert!(dumped.contains("CREATE TABLE orders("), "{dumped}");
+    std::fs::write(&exported_dump, &dumped).unwrap();
+    let (stdout, _) = setup.ok_with(
+        &[
+            "db",
+            "create",
+            "restored",
+            "--from-dump",
+            exported_dump.to_str().unwrap(),
+            "--wait",
+        ],
+        None,
+    );
+    assert!(stdout.contains("Created database restored"), "{stdout}");
+    assert_eq!(
+        setup.scalar("restored", "select count(*) from orders"),
+        rows.to_string()
+    );
+
+    // --from-db copies a database.
+    setup.ok(&["db", "create", "shop-copy", "--from-db", "shop", "--wait"]);
+    assert_eq!(
+        setup.scalar("shop-copy", "select sum(id) from orders"),
+        (rows * (rows + 1) / 2).to_string()
+    );
+
+    // A failing statement: its number and the server's message, a non-zero exit, and the
+    // transaction rolled back.
+    let failing = setup.file("failing.sql");
+    std::fs::write(
+        &failing,
+        "BEGIN;\nINSERT INTO orders(customer) VALUES ('late');\nINSERT INTO missing VALUES (1);\nCOMMIT;\n",
+    )
+    .unwrap();
+    let line = setup.fails(&["db", "shell", "shop"], Some(&failing));
+    assert!(
+        line.contains("statement 3 failed")
+            && line.contains("missing")
+            && line.contains("rolled back"),
+        "{line}"
+    );
+    assert_eq!(
+        setup.scalar("shop", "select count(*) from orders"),
+        rows.to_string()
+    );
+    let line = setup.fails(&["db", "shell", "shop", "select * from nowhere"], None);
+    assert!(
+        line.contains("statement 1 failed") && line.contains("nowhere"),
+        "{line}"
+    );
+}
+
+#[test]
+fn the_data_commands_have_help_with_an_example() {
+    let config = temp_dir("cli-data-help");
+    for args in [
+        vec!["db", "import"],
+        vec!["db", "export"],
+        vec!["db", "shell"],
+        vec!["db", "create"],
+    ] {
+        let output = Command::new(BIN)
+            .args(&args)
+            .arg("--help")
+            .env("ATOLL_CONFIG_DIR", &config)
+            .output()
+            .unwrap();
+        let help = String::from_utf8(output.stdout).unwrap();
+        assert!(help.contains("Example"), "{args:?}: {help}");
+        assert!(
+            help.contains(&format!("atoll {}", args.join(" "))),
+            "{args:?}: {help}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&config);
+}
