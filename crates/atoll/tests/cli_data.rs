@@ -173,9 +173,9 @@ fn progress_lines(stderr: &str, label: &str) -> (Vec<u64>, bool) {
             continue;
         };
         if let Some((percent, _)) = rest.split_once("% (") {
-            assert!(rest.ends_with("MB/s)"), "{line}");
+            assert!(rest.ends_with("B/s)"), "{line}");
             percents.push(percent.parse().unwrap());
-        } else if rest.starts_with("done, ") && rest.ends_with("MB/s)") {
+        } else if rest.starts_with("done, ") && rest.ends_with("B/s)") {
             done = true;
         }
     }

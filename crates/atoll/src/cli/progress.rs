@@ -173,9 +173,14 @@ fn rate(bytes: u64, seconds: f64) -> u64 {
     (bytes as f64 / seconds) as u64
 }
 
-/// Bytes as decimal megabytes with one decimal, the unit people compare file sizes in.
+/// Bytes in decimal megabytes with one decimal, the unit people compare file sizes in
+/// (kilobytes below one megabyte, so small files do not read as `0.0 MB`).
 pub fn megabytes(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1_000_000.0)
+    if bytes < 1_000_000 {
+        format!("{:.1} kB", bytes as f64 / 1_000.0)
+    } else {
+        format!("{:.1} MB", bytes as f64 / 1_000_000.0)
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +188,6 @@ mod tests {
     #[test]
     fn megabytes_read_like_file_sizes() {
         assert_eq!(super::megabytes(52_428_800), "52.4 MB");
-        assert_eq!(super::megabytes(0), "0.0 MB");
+        assert_eq!(super::megabytes(4096), "4.1 kB");
     }
 }

@@ -290,7 +290,7 @@ impl Shell<'_> {
             let statements: Vec<String> = split.statements.iter().map(|s| s.to_string()).collect();
             buffer.clear();
             for statement in statements {
-                match self.session.execute(&statement, Vec::new()).await {
+                match self.session.run_statement(&statement).await {
                     Ok(result) => {
                         if !result.cols.is_empty() {
                             print_result(&mut std::io::stdout().lock(), &result, self.mode);
@@ -524,20 +524,24 @@ fn render_result(result: &StmtResult, mode: Mode) -> String {
             }
         }
         Mode::Json => {
-            let rows: Vec<serde_json::Value> = result
-                .rows
-                .iter()
-                .map(|row| {
-                    let object: serde_json::Map<String, serde_json::Value> = names
-                        .iter()
-                        .cloned()
-                        .zip(row.values.iter().map(json_of))
-                        .collect();
-                    serde_json::Value::Object(object)
-                })
-                .collect();
-            out.push_str(&serde_json::to_string_pretty(&rows).expect("JSON serializes"));
-            out.push('\n');
+            // Written by hand: a JSON map would sort the columns by name.
+            let key = |name: &String| serde_json::to_string(name).expect("strings serialize");
+            out.push('[');
+            for (i, row) in result.rows.iter().enumerate() {
+                out.push_str(if i == 0 { "\n  {" } else { ",\n  {" });
+                for (j, (name, value)) in names.iter().zip(&row.values).enumerate() {
+                    if j > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&format!("{}: {}", key(name), json_of(value)));
+                }
+                out.push('}');
+            }
+            out.push_str(if result.rows.is_empty() {
+                "]\n"
+            } else {
+                "\n]\n"
+            });
         }
         Mode::Line => {
             let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
@@ -610,8 +614,9 @@ mod tests {
             render_result(&result(), Mode::Line),
             "  id = 1\nname = a, \"b\"\n\n  id = 22\nname = NULL\n"
         );
-        let json: serde_json::Value =
-            serde_json::from_str(&render_result(&result(), Mode::Json)).unwrap();
+        let text = render_result(&result(), Mode::Json);
+        assert!(text.contains(r#"{"id": 1, "name": "a, \"b\""}"#), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             json,
             serde_json::json!([{"id": 1, "name": "a, \"b\""}, {"id": 22, "name": null}])

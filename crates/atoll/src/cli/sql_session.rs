@@ -74,6 +74,39 @@ impl<'a> SqlSession<'a> {
         }
     }
 
+    /// Runs one statement typed at the prompt, keeping the server session only while a
+    /// transaction is open: the server closes a session idle for 10 s, and a user who pauses
+    /// between two statements outside a transaction must not see an error for it.
+    pub async fn run_statement(&mut self, sql: &str) -> Result<StmtResult, SessionError> {
+        let stmt = Stmt::new(sql, true);
+        let mut results = self
+            .pipeline(vec![
+                StreamRequest::Execute(ExecuteStreamReq { stmt }),
+                StreamRequest::GetAutocommit(GetAutocommitStreamReq {}),
+            ])
+            .await?;
+        let autocommit = matches!(
+            results.pop(),
+            Some(StreamResult::Ok {
+                response: StreamResponse::GetAutocommit(answer)
+            }) if answer.is_autocommit
+        );
+        if autocommit {
+            self.close().await;
+        }
+        match results.remove(0) {
+            StreamResult::Ok {
+                response: StreamResponse::Execute(answer),
+            } => Ok(answer.result),
+            StreamResult::Error { error } => Err(SessionError::Statement(StatementError {
+                index: 0,
+                message: error.message,
+                code: error.code,
+            })),
+            _ => Err(unexpected().into()),
+        }
+    }
+
     /// Runs statements in order in one request, each only if the one before succeeded; the
     /// first failure stops the rest. Answers every statement's result.
     pub async fn run_batch(&mut self, sqls: &[&str]) -> Result<Vec<StmtResult>, SessionError> {
