@@ -42,7 +42,7 @@ impl Progress {
                         ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
                     bar.set_style(
                         ProgressStyle::with_template(
-                            "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                            "{msg} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}",
                         )
                         .expect("valid template")
                         .progress_chars("=> "),
@@ -53,7 +53,7 @@ impl Progress {
                     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
                     bar.set_style(
                         ProgressStyle::with_template(
-                            "{spinner} {msg} {bytes} {binary_bytes_per_sec}",
+                            "{spinner} {msg} {decimal_bytes} {decimal_bytes_per_sec}",
                         )
                         .expect("valid template"),
                     );

@@ -209,9 +209,10 @@ impl Shell<'_> {
             Err(SessionError::Request(e)) => Err(e),
             Err(SessionError::Statement(e)) => {
                 let number = first + e.index;
-                let rolled_back = match self.session.is_autocommit().await {
-                    Ok(false) => "; the open transaction was rolled back",
-                    _ => "",
+                let rolled_back = if self.session.in_transaction() {
+                    "; the open transaction was rolled back"
+                } else {
+                    ""
                 };
                 self.session.close().await;
                 Err(CliError {

@@ -7,8 +7,7 @@ use super::client::CliError;
 use super::data_plane::{failure, DataPlane};
 use libsql_hrana::proto::{
     Batch, BatchStreamReq, CloseStreamReq, ExecuteStreamReq, GetAutocommitStreamReq,
-    PipelineReqBody, PipelineRespBody, Stmt, StmtResult, StreamRequest, StreamResponse,
-    StreamResult, Value,
+    PipelineRespBody, Stmt, StmtResult, StreamRequest, StreamResponse, StreamResult, Value,
 };
 use reqwest::Method;
 
@@ -37,6 +36,8 @@ impl From<CliError> for SessionError {
 pub struct SqlSession<'a> {
     plane: &'a DataPlane<'a>,
     baton: Option<String>,
+    /// Whether the server said, last time it was asked, that a transaction is open.
+    in_transaction: bool,
     /// Requests sent so far (what `--verbose` reports).
     pub requests_sent: usize,
 }
@@ -46,6 +47,7 @@ impl<'a> SqlSession<'a> {
         SqlSession {
             plane,
             baton: None,
+            in_transaction: false,
             requests_sent: 0,
         }
     }
@@ -112,7 +114,10 @@ impl<'a> SqlSession<'a> {
     pub async fn run_batch(&mut self, sqls: &[&str]) -> Result<Vec<StmtResult>, SessionError> {
         let batch: Batch = sqls.iter().map(|sql| Stmt::new(*sql, true)).collect();
         let mut results = self
-            .pipeline(vec![StreamRequest::Batch(BatchStreamReq { batch })])
+            .pipeline(vec![
+                StreamRequest::Batch(BatchStreamReq { batch }),
+                StreamRequest::GetAutocommit(GetAutocommitStreamReq {}),
+            ])
             .await?;
         let result = match results.remove(0) {
             StreamResult::Ok {
@@ -149,41 +154,55 @@ impl<'a> SqlSession<'a> {
             .collect())
     }
 
-    /// Whether the connection is outside any transaction.
-    pub async fn is_autocommit(&mut self) -> Result<bool, SessionError> {
-        let mut results = self
-            .pipeline(vec![StreamRequest::GetAutocommit(
-                GetAutocommitStreamReq {},
-            )])
-            .await?;
-        match results.remove(0) {
-            StreamResult::Ok {
-                response: StreamResponse::GetAutocommit(answer),
-            } => Ok(answer.is_autocommit),
-            _ => Err(unexpected().into()),
-        }
+    /// Whether a transaction was open after the last batch or prompt statement.
+    pub fn in_transaction(&self) -> bool {
+        self.in_transaction
     }
 
     /// Ends the session; the server rolls back a transaction still open.
     pub async fn close(&mut self) {
         if self.baton.is_some() {
             let _ = self
-                .pipeline(vec![StreamRequest::Close(CloseStreamReq {})])
+                .send_pipeline(&[StreamRequest::Close(CloseStreamReq {})])
                 .await;
         }
         self.baton = None;
+        self.in_transaction = false;
     }
 
+    /// Sends requests on the session. The server closes a session idle for 10 s; when that
+    /// happened outside a transaction nothing is lost, so the requests go again on a new
+    /// session (the server refuses an expired baton before running anything).
     async fn pipeline(
         &mut self,
         requests: Vec<StreamRequest>,
     ) -> Result<Vec<StreamResult>, CliError> {
+        let had_session = self.baton.is_some();
+        let was_in_transaction = self.in_transaction;
+        match self.send_pipeline(&requests).await {
+            Err(error) if error.code == "STREAM_EXPIRED" && had_session && !was_in_transaction => {
+                self.send_pipeline(&requests).await
+            }
+            answer => answer,
+        }
+    }
+
+    async fn send_pipeline(
+        &mut self,
+        requests: &[StreamRequest],
+    ) -> Result<Vec<StreamResult>, CliError> {
+        /// `PipelineReqBody`, borrowing the requests so they can be sent again.
+        #[derive(serde::Serialize)]
+        struct PipelineRequest<'r> {
+            baton: Option<&'r str>,
+            requests: &'r [StreamRequest],
+        }
         let count = requests.len();
-        let body = PipelineReqBody {
-            baton: self.baton.clone(),
+        let body = serde_json::to_vec(&PipelineRequest {
+            baton: self.baton.as_deref(),
             requests,
-        };
-        let body = serde_json::to_vec(&body).expect("Hrana requests serialize");
+        })
+        .expect("Hrana requests serialize");
         let request = self
             .plane
             .request(Method::POST, "v3/pipeline")
@@ -198,8 +217,10 @@ impl<'a> SqlSession<'a> {
             .await
             .map_err(|e| self.plane.unreachable("read the SQL results", &e))?;
         if !status.is_success() {
-            // The server has dropped the stream: the next request starts a new one.
+            // The server has dropped the stream (and any transaction with it): the next
+            // request starts a new one.
             self.baton = None;
+            self.in_transaction = false;
             let mut error = failure("run SQL", status, &bytes);
             if error.code == "STREAM_EXPIRED" {
                 error.hint = "the session was idle too long and the server closed it, rolling back any open transaction; run the statements again".into();
@@ -216,6 +237,14 @@ impl<'a> SqlSession<'a> {
             return Err(unexpected());
         }
         self.baton = answer.baton;
+        for result in &answer.results {
+            if let StreamResult::Ok {
+                response: StreamResponse::GetAutocommit(state),
+            } = result
+            {
+                self.in_transaction = !state.is_autocommit;
+            }
+        }
         Ok(answer.results)
     }
 }
