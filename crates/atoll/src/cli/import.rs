@@ -108,11 +108,15 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
     let name = created.database.name;
 
     if let Some(prepared) = &upload {
-        let uploaded = async {
+        let uploading = async {
             let plane = DataPlane::open(client, &name).await?;
             upload_file(&plane, prepared, &RetryPolicy::from_env()).await
-        }
-        .await;
+        };
+        // Ctrl-C is a failure like any other: the half-created database goes too.
+        let uploaded = tokio::select! {
+            result = uploading => result,
+            _ = tokio::signal::ctrl_c() => Err(CliError::local("interrupted (Ctrl-C)", "")),
+        };
         if let Err(error) = uploaded {
             return Err(delete_after_failure(client, &name, error).await);
         }
