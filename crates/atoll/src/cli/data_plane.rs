@@ -40,6 +40,9 @@ impl<'a> DataPlane<'a> {
         })?;
         let http = reqwest::Client::builder()
             .user_agent(concat!("atoll-cli/", env!("CARGO_PKG_VERSION")))
+            // A data plane that does not even accept the connection is reported, not waited
+            // on forever; transfers themselves have no time limit (they may be gigabytes).
+            .connect_timeout(Duration::from_secs(15))
             .build()
             .map_err(|e| CliError::local(format!("cannot build the HTTP client: {e}"), ""))?;
         Ok(DataPlane {
