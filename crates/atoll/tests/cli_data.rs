@@ -123,6 +123,31 @@ impl Setup {
         (stdout, stderr)
     }
 
+    /// A command that must succeed, with `input` written to its stdin through a pipe (whose
+    /// size, unlike a file's, the command cannot know in advance): its stderr.
+    fn ok_piped(&self, args: &[&str], input: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .args(args)
+            .current_dir(&self.files)
+            .env("ATOLL_CONFIG_DIR", &self.config)
+            .env_remove("ATOLL_API_URL")
+            .env_remove("ATOLL_API_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run atoll");
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+        let output = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(output.status.success(), "atoll {args:?} failed: {stderr}");
+        stderr
+    }
+
     fn ok(&self, args: &[&str]) -> String {
         self.ok_with(args, None).0
     }
@@ -464,6 +489,15 @@ async fn the_shell_runs_piped_dumps_in_batches_and_one_shot_queries() {
             "shop",
             "select count(*) from audit where at = 'created; logged'"
         ),
+        rows.to_string()
+    );
+
+    // The same through a pipe: progress once the input proves large, the same rows.
+    setup.ok(&["db", "create", "piped"]);
+    let stderr = setup.ok_piped(&["db", "shell", "piped"], &std::fs::read(&dump).unwrap());
+    assert!(progress_lines(&stderr, "Running SQL").1, "{stderr}");
+    assert_eq!(
+        setup.scalar("piped", "select count(*) from orders"),
         rows.to_string()
     );
 

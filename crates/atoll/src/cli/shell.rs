@@ -63,7 +63,10 @@ pub async fn run(client: &Client, options: ShellOptions) -> Result<(), CliError>
         quit: false,
     };
     let result = match options.sql {
-        Some(sql) => shell.run_script(sql.as_bytes(), None).await,
+        Some(sql) => {
+            let total = Some(sql.len() as u64);
+            shell.run_script(sql.as_bytes(), total).await
+        }
         None if std::io::stdin().is_terminal() => shell.interactive().await,
         None => {
             let total = stdin_size();
@@ -103,7 +106,7 @@ impl Shell<'_> {
         mut input: impl BufRead,
         total: Option<u64>,
     ) -> Result<(), CliError> {
-        let progress = match total {
+        let mut progress = match total {
             Some(total) if total >= PROGRESS_FROM_BYTES => {
                 Some(Progress::new("Running SQL", Some(total)))
             }
@@ -122,6 +125,11 @@ impl Shell<'_> {
                     break;
                 }
                 read += n as u64;
+                if progress.is_none() && total.is_none() && read >= PROGRESS_FROM_BYTES {
+                    // A pipe: its size is unknown until it ends, so progress shows once the
+                    // input has proved large.
+                    progress = Some(Progress::new("Running SQL", None));
+                }
                 if let Some(progress) = &progress {
                     progress.set_position(read);
                 }
