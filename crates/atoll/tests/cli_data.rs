@@ -588,6 +588,131 @@ async fn the_shell_runs_piped_dumps_in_batches_and_one_shot_queries() {
     );
 }
 
+/// `db shell` on a terminal (util-linux `script`'s pseudo-terminal; without `script` the
+/// test says so and passes): multi-line statements, a transaction across statements,
+/// dot-commands, errors that do not end the session, and the history file.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_interactive_shell_keeps_a_session_and_history() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let setup = start("cli-interactive").await;
+    setup.ok(&["db", "create", "shop"]);
+    setup.ok(&[
+        "db",
+        "shell",
+        "shop",
+        "create table orders(id integer primary key, customer text)",
+    ]);
+    setup.ok(&[
+        "db",
+        "shell",
+        "shop",
+        "insert into orders(customer) values ('a'), ('b')",
+    ]);
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux `script` is not installed, so there is no terminal to test the shell on");
+        return;
+    }
+    let command_line = format!("{BIN} db shell shop");
+    let mut child = Command::new("script")
+        .args(["-qec", &command_line, "/dev/null"])
+        .env("ATOLL_CONFIG_DIR", &setup.config)
+        .env("TERM", "xterm")
+        .env_remove("ATOLL_API_URL")
+        .env_remove("ATOLL_API_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run script");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let seen = Arc::clone(&seen);
+        let mut stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 1024];
+            loop {
+                match stdout.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.lock().unwrap().extend_from_slice(&buffer[..n]),
+                }
+            }
+        })
+    };
+    // The line editor drops what is typed before it reads (as terminals do), so each line
+    // goes only once the editor is waiting for it: every read starts by turning on
+    // bracketed paste, ESC [ ? 2004 h, which marks the prompts.
+    let prompts = || {
+        let seen = seen.lock().unwrap();
+        String::from_utf8_lossy(&seen)
+            .matches("\x1b[?2004h")
+            .count()
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = [
+        "begin;",
+        "insert into orders(customer)",
+        "  values ('typed; at the prompt');",
+        "select count(*) as n from orders;",
+        "rollback;",
+        ".mode csv",
+        "select count(*) as n from orders;",
+        "select * from nowhere;",
+        ".tables",
+        ".quit",
+    ];
+    for (i, line) in lines.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while prompts() <= i {
+            assert!(
+                Instant::now() < deadline,
+                "no prompt for line {i}: {:?}",
+                String::from_utf8_lossy(&seen.lock().unwrap())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    drop(stdin);
+    reader.join().unwrap();
+    let raw = String::from_utf8_lossy(&seen.lock().unwrap()).to_string();
+    // The transcript without carriage returns and terminal escapes.
+    let mut transcript = String::new();
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => {}
+            '\x1b' => {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    while let Some(c) = chars.next() {
+                        if c.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+            }
+            c => transcript.push(c),
+        }
+    }
+    // Inside the transaction the typed row counts; after the rollback it is gone.
+    assert!(transcript.contains("n\n3\n"), "{transcript}");
+    assert!(transcript.contains("n\n2\n"), "{transcript}");
+    assert!(
+        transcript.contains("no such table: nowhere"),
+        "{transcript}"
+    );
+    assert!(transcript.contains("\norders\n"), "{transcript}");
+    assert_eq!(setup.scalar("shop", "select count(*) from orders"), "2");
+    let history = std::fs::read_to_string(setup.config.join("shell_history")).unwrap();
+    assert!(
+        history.contains("select * from nowhere;") && history.contains(".mode csv"),
+        "{history}"
+    );
+}
+
 #[test]
 fn the_data_commands_have_help_with_an_example() {
     let config = temp_dir("cli-data-help");
