@@ -336,6 +336,48 @@ async fn a_large_file_is_imported_with_progress_and_exported_back() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
+    // Ctrl-C in the middle of the upload: the half-created database is deleted too.
+    let interrupted = setup.file("source/interrupted.db");
+    std::fs::copy(&source, &interrupted).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["db", "import", interrupted.to_str().unwrap()])
+        .current_dir(&setup.files)
+        .env("ATOLL_CONFIG_DIR", &setup.config)
+        .env_remove("ATOLL_API_URL")
+        .env_remove("ATOLL_API_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = Vec::new();
+    {
+        use std::io::BufRead;
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut signalled = false;
+        for line in stderr.lines() {
+            let line = line.unwrap();
+            // The first progress line: the database exists and chunks are on their way.
+            if !signalled && line.starts_with("Uploading interrupted: ") {
+                let status = Command::new("kill")
+                    .args(["-INT", &child.id().to_string()])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+                signalled = true;
+            }
+            stderr_lines.push(line);
+        }
+    }
+    let status = child.wait().unwrap();
+    let last = stderr_lines.last().cloned().unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr_lines:?}");
+    assert!(
+        last.contains("interrupted") && last.contains("database interrupted was deleted again"),
+        "{stderr_lines:?}"
+    );
+    assert!(!setup.database_names().contains(&"interrupted".to_string()));
+
     // `--from-file` with an explicit name works the same way.
     let small = setup.file("small.db");
     {
