@@ -729,7 +729,7 @@ async fn the_interactive_shell_keeps_a_session_and_history() {
             '\x1b' => {
                 if chars.peek() == Some(&'[') {
                     chars.next();
-                    while let Some(c) = chars.next() {
+                    for c in chars.by_ref() {
                         if c.is_ascii_alphabetic() {
                             break;
                         }

@@ -536,20 +536,25 @@ pub async fn upload_file(
     }
     let label = format!("Uploading {}", plane.name);
     let progress = Progress::new(&label, Some(file.size));
-    let chunks = file.size.div_ceil(chunk_size);
+    let chunks = ChunkSender {
+        plane,
+        path: &file.path,
+        upload_id: &upload_id,
+        progress: &progress,
+        retry,
+    };
     let mut confirmed = 0u64;
-    for n in 0..chunks {
-        let offset = n * chunk_size;
-        let len = chunk_size.min(file.size - offset);
-        if let Err(e) = upload_chunk(
-            plane, &file.path, &upload_id, n, offset, len, confirmed, &progress, retry,
-        )
-        .await
-        {
+    for n in 0..file.size.div_ceil(chunk_size) {
+        let chunk = Chunk {
+            n,
+            offset: n * chunk_size,
+            len: chunk_size.min(file.size - n * chunk_size),
+        };
+        if let Err(e) = chunks.send(&chunk, confirmed).await {
             progress.abandon();
             return Err(e);
         }
-        confirmed += len;
+        confirmed += chunk.len;
         progress.set_position(confirmed);
     }
     // Not retried: once the server has installed the file a second finalize would fail,
@@ -580,73 +585,90 @@ pub async fn upload_file(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn upload_chunk(
-    plane: &DataPlane<'_>,
-    path: &Path,
-    upload_id: &str,
+/// What every chunk request of one upload shares.
+struct ChunkSender<'a> {
+    plane: &'a DataPlane<'a>,
+    path: &'a Path,
+    upload_id: &'a str,
+    progress: &'a Progress,
+    retry: &'a RetryPolicy,
+}
+
+/// Chunk `n`: bytes `offset..offset + len` of the file.
+struct Chunk {
     n: u64,
     offset: u64,
     len: u64,
-    confirmed: u64,
-    progress: &Progress,
-    retry: &RetryPolicy,
-) -> Result<(), CliError> {
-    let what = format!("upload chunk {n}");
-    let mut attempt = 0u32;
-    loop {
-        // Read from the file again on every attempt, streamed: a chunk is never held whole.
-        let mut file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| CliError::local(format!("cannot read {}: {e}", path.display()), ""))?;
-        file.seek(std::io::SeekFrom::Start(offset))
-            .await
-            .map_err(|e| CliError::local(format!("cannot read {}: {e}", path.display()), ""))?;
-        let sent = Arc::new(AtomicU64::new(0));
-        let body = {
-            let progress = progress.clone();
-            let sent = Arc::clone(&sent);
-            tokio_util::io::ReaderStream::new(file.take(len)).inspect(move |piece| {
-                if let Ok(bytes) = piece {
-                    let in_chunk =
-                        sent.fetch_add(bytes.len() as u64, Ordering::Relaxed) + bytes.len() as u64;
-                    progress.set_position(confirmed + in_chunk);
+}
+
+impl ChunkSender<'_> {
+    /// Sends one chunk, again after a passing failure; `confirmed` bytes before it have
+    /// arrived.
+    async fn send(&self, chunk: &Chunk, confirmed: u64) -> Result<(), CliError> {
+        let ChunkSender {
+            plane,
+            path,
+            upload_id,
+            progress,
+            retry,
+        } = *self;
+        let Chunk { n, offset, len } = *chunk;
+        let what = format!("upload chunk {n}");
+        let mut attempt = 0u32;
+        loop {
+            // Read from the file again on every attempt, streamed: a chunk is never held whole.
+            let mut file = tokio::fs::File::open(path)
+                .await
+                .map_err(|e| CliError::local(format!("cannot read {}: {e}", path.display()), ""))?;
+            file.seek(std::io::SeekFrom::Start(offset))
+                .await
+                .map_err(|e| CliError::local(format!("cannot read {}: {e}", path.display()), ""))?;
+            let sent = Arc::new(AtomicU64::new(0));
+            let body = {
+                let progress = progress.clone();
+                let sent = Arc::clone(&sent);
+                tokio_util::io::ReaderStream::new(file.take(len)).inspect(move |piece| {
+                    if let Ok(bytes) = piece {
+                        let in_chunk = sent.fetch_add(bytes.len() as u64, Ordering::Relaxed)
+                            + bytes.len() as u64;
+                        progress.set_position(confirmed + in_chunk);
+                    }
+                })
+            };
+            let request = plane
+                .request(Method::PUT, &format!("v2/upload/{upload_id}/chunk/{n}"))
+                .await?
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .header(reqwest::header::CONTENT_LENGTH, len)
+                .body(reqwest::Body::wrap_stream(body));
+            let outcome = match request.send().await {
+                Ok(response) if response.status().is_success() => return Ok(()),
+                Ok(response) if is_transient(response.status()) => {
+                    let status = response.status();
+                    let error = failure_of(&what, response).await;
+                    tracing::debug!(%status, "chunk {n} failed: {error}");
+                    error
                 }
-            })
-        };
-        let request = plane
-            .request(Method::PUT, &format!("v2/upload/{upload_id}/chunk/{n}"))
-            .await?
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .header(reqwest::header::CONTENT_LENGTH, len)
-            .body(reqwest::Body::wrap_stream(body));
-        let outcome = match request.send().await {
-            Ok(response) if response.status().is_success() => return Ok(()),
-            Ok(response) if is_transient(response.status()) => {
-                let status = response.status();
-                let error = failure_of(&what, response).await;
-                tracing::debug!(%status, "chunk {n} failed: {error}");
-                error
+                Ok(response) => return Err(failure_of(&what, response).await),
+                Err(e) => plane.unreachable(&what, &e),
+            };
+            if attempt >= retry.retries {
+                let mut error = outcome;
+                error.message = format!("{} (after {} attempts)", error.message, attempt + 1);
+                return Err(error);
             }
-            Ok(response) => return Err(failure_of(&what, response).await),
-            Err(e) => plane.unreachable(&what, &e),
-        };
-        if attempt >= retry.retries {
-            let mut error = outcome;
-            error.message = format!("{} (after {} attempts)", error.message, attempt + 1);
-            return Err(error);
+            let delay = retry.delay(attempt);
+            attempt += 1;
+            eprintln!(
+                "{what} failed ({}); retrying in {:.1} s (attempt {} of {})",
+                outcome.message,
+                delay.as_secs_f64(),
+                attempt + 1,
+                retry.retries + 1
+            );
+            progress.set_position(confirmed);
+            tokio::time::sleep(delay).await;
         }
-        let delay = retry.delay(attempt);
-        attempt += 1;
-        eprintln!(
-            "{what} failed ({}); retrying in {:.1} s (attempt {} of {})",
-            outcome.message,
-            delay.as_secs_f64(),
-            attempt + 1,
-            retry.retries + 1
-        );
-        progress.set_position(confirmed);
-        tokio::time::sleep(delay).await;
     }
 }
 
