@@ -63,3 +63,21 @@ fn main() -> anyhow::Result<()> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn token_ids_starting_with_a_hyphen_are_values_not_flags() {
+        // Token ids are base64url, so one in 32 starts with `-`.
+        let parsed = Cli::try_parse_from(["atoll", "org", "tokens", "revoke", "-bJFm0x"]);
+        assert!(parsed.is_ok(), "{:?}", parsed.err().map(|e| e.to_string()));
+    }
+}

@@ -76,7 +76,9 @@ pub enum OrgTokensCommand {
     /// Revoke an organization token by its id (the ID column of `atoll org tokens list`).
     #[command(after_help = "Example:\n  atoll org tokens revoke tok_3f9a1c")]
     Revoke {
-        /// Id of the token.
+        /// Id of the token. Ids are base64url and may start with `-`, so a leading hyphen
+        /// is part of the value, not a flag.
+        #[arg(allow_hyphen_values = true)]
         id: String,
     },
 }
