@@ -18,6 +18,7 @@
 mod cursor;
 mod exec;
 mod http;
+mod open_limit;
 mod sql_store;
 mod statement;
 mod stream;
@@ -25,6 +26,7 @@ mod v1;
 mod values;
 mod ws;
 
+pub use open_limit::{LimitReached, OpenLimit, Permit};
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};
 
 use crate::error::DataError;
@@ -162,6 +164,8 @@ fn data_error_code(error: &DataError) -> &'static str {
         DataError::NoDatabase(_) | DataError::UnknownDatabase(_) => "NAMESPACE_DOESNT_EXIST",
         DataError::Unavailable(_) => "DATABASE_UNAVAILABLE",
         DataError::TooLarge(_) => "RESPONSE_TOO_LARGE",
+        DataError::Timeout(_) => "TIMEOUT",
+        DataError::TooManyRequests(..) => "TOO_MANY_REQUESTS",
         DataError::BadRequest(_) | DataError::Conflict(_) => "BAD_REQUEST",
         DataError::Internal(_) => "INTERNAL_ERROR",
     }
