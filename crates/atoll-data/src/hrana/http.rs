@@ -9,7 +9,7 @@
 use super::cursor::{check_cursor, run_cursor, JsonCursorEntry, CURSOR_BUFFER};
 use super::exec::{Caller, ClientConnection, Outcome, Run};
 use super::stream::HttpStream;
-use super::{blocking, Encoding, HranaError, Version};
+use super::{blocking, Encoding, HranaBody, HranaError, Version};
 use crate::auth::DbRequest;
 use crate::error::DataError;
 use crate::node::Node;
@@ -31,7 +31,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub(super) async fn pipeline_v2(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         pipeline(state, request, body, Version::Hrana2, Encoding::Json).await,
@@ -42,7 +42,7 @@ pub(super) async fn pipeline_v2(
 pub(super) async fn pipeline_v3(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         pipeline(state, request, body, Version::Hrana3, Encoding::Json).await,
@@ -53,7 +53,7 @@ pub(super) async fn pipeline_v3(
 pub(super) async fn pipeline_v3_protobuf(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         pipeline(state, request, body, Version::Hrana3, Encoding::Protobuf).await,
@@ -64,7 +64,7 @@ pub(super) async fn pipeline_v3_protobuf(
 pub(super) async fn cursor_v3(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         cursor(state, request, body, Encoding::Json).await,
@@ -75,7 +75,7 @@ pub(super) async fn cursor_v3(
 pub(super) async fn cursor_v3_protobuf(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         cursor(state, request, body, Encoding::Protobuf).await,

@@ -60,6 +60,29 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
 }
 
+/// A Hrana request body, at most [`MAX_REQUEST_BYTES`]. Refusals use the data plane's
+/// JSON error shape (413 `{"error": …}`), not axum's plain-text rejections.
+pub(crate) struct HranaBody(pub(crate) axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for HranaBody {
+    type Rejection = DataError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, DataError> {
+        axum::body::Bytes::from_request(req, state)
+            .await
+            .map(HranaBody)
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    DataError::TooLarge(format!(
+                        "the request body is larger than {MAX_REQUEST_BYTES} bytes"
+                    ))
+                } else {
+                    DataError::BadRequest(format!("cannot read the request body: {rejection}"))
+                }
+            })
+    }
+}
+
 /// Clients probe these paths to learn which versions a server speaks.
 async fn greeting() -> &'static str {
     "Hello, this is HTTP API v2 (Hrana over HTTP)"

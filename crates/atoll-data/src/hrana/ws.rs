@@ -512,10 +512,10 @@ impl Session {
             )));
         }
         // Failed streams keep their ids until closed: bound what one socket can hold.
-        if self.streams.len() >= self.state.limits.max_streams_per_database {
+        let most = ids_per_socket(self.state.limits.max_streams_per_database);
+        if self.streams.len() >= most {
             return Err(HranaError::Protocol(format!(
-                "Too many streams on this connection (limit {})",
-                self.state.limits.max_streams_per_database
+                "Too many streams on this connection (limit {most})"
             )));
         }
         let permit = match self.state.open_streams.acquire(&self.db.id()) {
@@ -564,10 +564,10 @@ impl Session {
             )));
         }
         // Failed cursors keep their ids until closed: bound what one socket can hold.
-        if self.cursors.len() >= self.state.limits.max_cursors_per_database {
+        let most = ids_per_socket(self.state.limits.max_cursors_per_database);
+        if self.cursors.len() >= most {
             return Err(HranaError::Protocol(format!(
-                "Too many cursors on this connection (limit {})",
-                self.state.limits.max_cursors_per_database
+                "Too many cursors on this connection (limit {most})"
             )));
         }
         // Until it opens, the cursor id is taken by a failed cursor.
@@ -767,6 +767,12 @@ async fn stop_stream(stream: WsStream) -> Option<ClientConnection> {
 async fn stop_cursor(cursor: OpenCursor) -> Option<ClientConnection> {
     drop(cursor.entries);
     cursor.producer.await.ok()
+}
+
+/// Stream or cursor ids one socket may hold, open or failed (failed ones hold no
+/// resources but memory): the per-database cap of open ones, and room for failures.
+fn ids_per_socket(open_per_database: usize) -> usize {
+    open_per_database.max(1024)
 }
 
 fn stream_not_found(stream_id: i32) -> HranaError {
