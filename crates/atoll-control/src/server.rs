@@ -7,7 +7,7 @@ use crate::config::ControlConfig;
 use crate::data_plane::DataPlane;
 
 use crate::error::{ApiError, ApiResult};
-use atoll_data::rate_limit::{client_of, RateLimits};
+use atoll_data::rate_limit::{address_of, client_of, RateLimits};
 use atoll_meta::{NewGroup, NewToken, NewUser, Store, TokenKind, TokenRestriction};
 use atoll_types::ErrorCode;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -64,7 +64,8 @@ pub(crate) struct BodyReadTimeout(pub std::time::Duration);
 /// Admits a request: refuses it with 429 and `Retry-After` when its client (token, else
 /// address) is over its rate limit, and tells the body extractors how long they may wait.
 async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    if let Err(seconds) = state.rate_limits.check(client_of(&request)) {
+    let address = address_of(&request);
+    if let Err(seconds) = state.rate_limits.check(client_of(&request), address) {
         return ApiError::TooManyRequests(
             "too many requests: retry after the number of seconds in Retry-After".to_string(),
             seconds,
@@ -74,7 +75,11 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
     request
         .extensions_mut()
         .insert(BodyReadTimeout(state.config.body_read_timeout));
-    next.run(request).await
+    let response = next.run(request).await;
+    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+        state.rate_limits.credential_refused(address);
+    }
+    response
 }
 
 pub fn router(state: AppState) -> Router {

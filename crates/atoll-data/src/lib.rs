@@ -129,8 +129,18 @@ async fn enforce_rate_limit(
     request: Request,
     next: Next,
 ) -> Response {
-    match state.rate_limits.check(rate_limit::client_of(&request)) {
-        Ok(()) => next.run(request).await,
+    let address = rate_limit::address_of(&request);
+    match state
+        .rate_limits
+        .check(rate_limit::client_of(&request), address)
+    {
+        Ok(()) => {
+            let response = next.run(request).await;
+            if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+                state.rate_limits.credential_refused(address);
+            }
+            response
+        }
         Err(seconds) => error::DataError::TooManyRequests(
             "Too many requests: slow down and retry after the number of seconds in Retry-After"
                 .to_string(),

@@ -194,6 +194,24 @@ impl RateLimiter {
         }
     }
 
+    /// Whether `client` could make a request now, without taking one.
+    pub fn peek(&self, client: Client) -> Result<(), u64> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(bucket) = buckets.get(&client) else {
+            return Ok(());
+        };
+        let rate = limit.tokens_per_second();
+        let tokens = refilled(bucket, Instant::now(), rate, f64::from(limit.requests));
+        if tokens >= 1.0 {
+            Ok(())
+        } else {
+            Err((((1.0 - tokens) / rate).ceil() as u64).max(1))
+        }
+    }
+
     /// Forgets idle clients (those whose bucket is full again); the sweep for a timer.
     pub fn forget_idle(&self) {
         let Some(limit) = self.limit else {
@@ -218,10 +236,16 @@ fn refilled(bucket: &Bucket, now: Instant, rate: f64, capacity: f64) -> f64 {
     (bucket.tokens + elapsed * rate).min(capacity)
 }
 
-/// The two limits of a listener: per credential, and per address for requests without one.
+/// The limits of a listener: per credential, and per address for requests without one.
+///
+/// Made-up credentials would each get a fresh bucket and so escape the address's limit;
+/// therefore every refused credential (401) also counts against its address, and once an
+/// address has used up its limit that way, its requests with credentials are refused too
+/// until its bucket refills.
 pub struct RateLimits {
     pub per_credential: RateLimiter,
     pub per_address: RateLimiter,
+    refused_per_address: RateLimiter,
 }
 
 impl RateLimits {
@@ -229,6 +253,7 @@ impl RateLimits {
         RateLimits {
             per_credential: RateLimiter::new(per_credential),
             per_address: RateLimiter::new(per_address),
+            refused_per_address: RateLimiter::new(per_address),
         }
     }
 
@@ -237,17 +262,32 @@ impl RateLimits {
     }
 
     /// Charges one request to its client; `Err(seconds to wait)` when over the limit.
-    pub fn check(&self, client: Client) -> Result<(), u64> {
+    /// `address` is where it came from.
+    pub fn check(&self, client: Client, address: Option<IpAddr>) -> Result<(), u64> {
         if client.has_credential() {
+            if let Some(address) = address {
+                self.refused_per_address
+                    .peek(Client::of(None, Some(address)))?;
+            }
             self.per_credential.check(client)
         } else {
             self.per_address.check(client)
         }
     }
 
+    /// Records that a request from `address` carried a credential that was refused.
+    pub fn credential_refused(&self, address: Option<IpAddr>) {
+        if let Some(address) = address {
+            let _ = self
+                .refused_per_address
+                .check(Client::of(None, Some(address)));
+        }
+    }
+
     pub fn forget_idle(&self) {
         self.per_credential.forget_idle();
         self.per_address.forget_idle();
+        self.refused_per_address.forget_idle();
     }
 
     /// Forgets idle clients every minute, for as long as `self` lives.
@@ -274,11 +314,15 @@ pub fn client_of<B>(request: &axum::http::Request<B>) -> Client {
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .map(|value| value.as_bytes());
-    let peer = request
+    Client::of(authorization, address_of(request))
+}
+
+/// The peer address recorded by the listener (`ConnectInfo`).
+pub fn address_of<B>(request: &axum::http::Request<B>) -> Option<IpAddr> {
+    request
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|info| info.0.ip());
-    Client::of(authorization, peer)
+        .map(|info| info.0.ip())
 }
 
 #[cfg(test)]
@@ -359,12 +403,31 @@ mod tests {
             Some(RateLimit::per_minute(1)),
             Some(RateLimit::per_minute(2)),
         );
-        assert_eq!(limits.check(a), Ok(()));
-        assert!(limits.check(a).is_err());
-        assert_eq!(limits.check(b), Ok(()));
-        assert_eq!(limits.check(ip(1)), Ok(()));
-        assert_eq!(limits.check(ip(1)), Ok(()));
-        assert!(limits.check(ip(1)).is_err());
+        let home = Some(IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(limits.check(a, home), Ok(()));
+        assert!(limits.check(a, home).is_err());
+        assert_eq!(limits.check(b, home), Ok(()));
+        assert_eq!(limits.check(ip(1), home), Ok(()));
+        assert_eq!(limits.check(ip(1), home), Ok(()));
+        assert!(limits.check(ip(1), home).is_err());
+    }
+
+    #[test]
+    fn refused_credentials_count_against_their_address() {
+        let limits = RateLimits::new(
+            Some(RateLimit::per_minute(100)),
+            Some(RateLimit::per_minute(2)),
+        );
+        let attacker = Some(IpAddr::from([10, 0, 0, 9]));
+        let elsewhere = Some(IpAddr::from([10, 0, 0, 10]));
+        for n in 0..2 {
+            let made_up = Client::of(Some(format!("Bearer guess-{n}").as_bytes()), attacker);
+            assert_eq!(limits.check(made_up, attacker), Ok(()));
+            limits.credential_refused(attacker);
+        }
+        let next = Client::of(Some(b"Bearer guess-2"), attacker);
+        assert!(limits.check(next, attacker).is_err());
+        assert_eq!(limits.check(next, elsewhere), Ok(()));
     }
 
     #[test]

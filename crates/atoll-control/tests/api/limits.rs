@@ -195,3 +195,37 @@ async fn dumps_have_their_own_body_limit() {
         .await;
     assert_eq!((reply.status, reply.code()), (413, "payload_too_large"));
 }
+
+#[tokio::test]
+async fn made_up_tokens_count_against_their_address() {
+    let Some(app) = start(ControlConfig {
+        rate_per_address: Some(RateLimit::per_minute(3)),
+        ..ControlConfig::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let user_url = format!("{}/v1/user", app.url);
+    // Each guess would have a bucket of its own; refusals are charged to the address.
+    for n in 0..3 {
+        let (status, _, body) = get(&app.client, &user_url, Some(&format!("guess-{n}"))).await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let (status, retry_after, body) = get(&app.client, &user_url, Some("guess-3")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("too_many_requests"))
+    );
+    assert!(retry_after.is_some());
+    // Other addresses are not affected.
+    let elsewhere = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    assert_eq!(
+        get(&elsewhere, &user_url, Some(&app.admin_token)).await.0,
+        200
+    );
+    assert_eq!(get(&elsewhere, &user_url, Some("guess-4")).await.0, 401);
+}
