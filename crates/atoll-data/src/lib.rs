@@ -54,6 +54,8 @@ pub struct DataLimits {
     pub max_cursors_per_node: usize,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
+    /// A Hrana request body must arrive in full within this long (408).
+    pub body_read_timeout: Duration,
     /// An upload that sends no byte for this long is abandoned (408).
     pub upload_idle_timeout: Duration,
     /// A WebSocket whose client sends nothing for this long is closed.
@@ -70,6 +72,7 @@ impl Default for DataLimits {
             max_cursors_per_database: 128,
             max_cursors_per_node: 1024,
             header_read_timeout: listener::DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: Duration::from_secs(60),
             upload_idle_timeout: Duration::from_secs(60),
             websocket_idle_timeout: Duration::from_secs(600),
         }
@@ -123,12 +126,20 @@ impl DataPlaneState {
     }
 }
 
-/// Refuses a request over its client's rate limit with 429 and `Retry-After`.
+/// How long a Hrana request body may take to arrive, for its extractor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyReadTimeout(pub(crate) Duration);
+
+/// Refuses a request over its client's rate limit with 429 and `Retry-After`, and tells
+/// the body extractor how long it may wait.
 async fn enforce_rate_limit(
     axum::extract::State(state): axum::extract::State<Arc<DataPlaneState>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
+    request
+        .extensions_mut()
+        .insert(BodyReadTimeout(state.limits.body_read_timeout));
     let address = rate_limit::address_of(&request);
     match state
         .rate_limits

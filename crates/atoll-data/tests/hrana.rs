@@ -2018,3 +2018,35 @@ async fn clients_that_stall_in_their_headers_are_disconnected() {
         .unwrap();
     assert_eq!(response.status(), 200);
 }
+
+#[tokio::test]
+async fn hrana_bodies_that_stall_get_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = start_node_with(DataLimits {
+        body_read_timeout: std::time::Duration::from_secs(1),
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create_db("trickle");
+    let mut client = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let head = format!(
+        "POST /v2/pipeline HTTP/1.1\r\nHost: localhost\r\nx-namespace: {}\r\nAuthorization: Bearer {}\r\nContent-Length: 100\r\n\r\n{{\"requests\": ",
+        db.config.label,
+        db.token()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    // Then silence (a generous bound, not a timing check).
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        client.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the stalled request was never answered");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("did not arrive within 1 seconds"),
+        "{answer}"
+    );
+}

@@ -169,6 +169,9 @@ pub struct DbLimitArgs {
     /// Open Hrana cursors on this node, all databases together.
     #[arg(long, env = "ATOLL_MAX_CURSORS", default_value_t = DataLimits::default().max_cursors_per_node)]
     max_cursors: usize,
+    /// Seconds a Hrana request body may take to arrive (408 after).
+    #[arg(long, env = "ATOLL_DB_BODY_TIMEOUT", default_value_t = DataLimits::default().body_read_timeout.as_secs())]
+    db_body_timeout: u64,
     /// Seconds an upload may go without sending a byte before it is abandoned (408).
     #[arg(long, env = "ATOLL_UPLOAD_IDLE_TIMEOUT", default_value_t = DataLimits::default().upload_idle_timeout.as_secs())]
     upload_idle_timeout: u64,
@@ -199,6 +202,7 @@ impl DbLimitArgs {
             max_cursors_per_database: self.max_cursors_per_db,
             max_cursors_per_node: self.max_cursors,
             header_read_timeout: seconds(self.connections.header_timeout),
+            body_read_timeout: seconds(self.db_body_timeout),
             upload_idle_timeout: seconds(self.upload_idle_timeout),
             websocket_idle_timeout: seconds(self.ws_idle_timeout),
         })

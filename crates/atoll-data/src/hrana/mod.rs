@@ -60,7 +60,8 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
 }
 
-/// A Hrana request body, at most [`MAX_REQUEST_BYTES`]. Refusals use the data plane's
+/// A Hrana request body, at most [`MAX_REQUEST_BYTES`], arriving within the body timeout
+/// (`DataLimits::body_read_timeout`). Refusals use the data plane's
 /// JSON error shape (413 `{"error": …}`), not axum's plain-text rejections.
 pub(crate) struct HranaBody(pub(crate) axum::body::Bytes);
 
@@ -68,18 +69,28 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for HranaBody {
     type Rejection = DataError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, DataError> {
-        axum::body::Bytes::from_request(req, state)
+        let timeout = req
+            .extensions()
+            .get::<crate::BodyReadTimeout>()
+            .map_or(std::time::Duration::from_secs(60), |t| t.0);
+        // A client trickling its body must not hold the request forever.
+        let read = tokio::time::timeout(timeout, axum::body::Bytes::from_request(req, state))
             .await
-            .map(HranaBody)
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    DataError::TooLarge(format!(
-                        "the request body is larger than {MAX_REQUEST_BYTES} bytes"
-                    ))
-                } else {
-                    DataError::BadRequest(format!("cannot read the request body: {rejection}"))
-                }
-            })
+            .map_err(|_| {
+                DataError::Timeout(format!(
+                    "the request body did not arrive within {} seconds",
+                    timeout.as_secs()
+                ))
+            })?;
+        read.map(HranaBody).map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                DataError::TooLarge(format!(
+                    "the request body is larger than {MAX_REQUEST_BYTES} bytes"
+                ))
+            } else {
+                DataError::BadRequest(format!("cannot read the request body: {rejection}"))
+            }
+        })
     }
 }
 
