@@ -6,6 +6,7 @@
 //! matched case-insensitively (as Go's decoder does), and an empty body reads as `{}`.
 
 use crate::error::ApiError;
+use crate::server::BodyReadTimeout;
 use atoll_types::ErrorCode;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -17,7 +18,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for LenientJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let timeout = req
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .map_or(DEFAULT_BODY_READ_TIMEOUT, |t| t.0);
+        // A client trickling its body byte by byte must not hold the request forever.
+        let read = tokio::time::timeout(timeout, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| body_timed_out(timeout))?;
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge("request body too large".to_string())
             } else {
@@ -26,6 +35,16 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for LenientJson<T> {
         })?;
         parse_lenient(&bytes).map(LenientJson)
     }
+}
+
+/// When no [`BodyReadTimeout`] was set (a router built without the admission layer).
+const DEFAULT_BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub(crate) fn body_timed_out(timeout: std::time::Duration) -> ApiError {
+    ApiError::RequestTimeout(format!(
+        "the request body did not arrive within {} seconds",
+        timeout.as_secs()
+    ))
 }
 
 pub fn parse_lenient<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {

@@ -1,5 +1,7 @@
 //! Settings of the control plane that the operator chooses.
 
+use atoll_data::rate_limit::RateLimit;
+
 /// One entry of the location catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
@@ -78,7 +80,29 @@ pub struct ControlConfig {
     pub plans: std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas>,
     /// Monthly price of each plan, USD (e.g. `"29"`).
     pub plan_prices: std::collections::BTreeMap<String, String>,
+    /// Requests per credential (the hash of the `Authorization` header); `None`: no limit.
+    pub rate_per_credential: Option<RateLimit>,
+    /// Requests per client address, for requests without a credential.
+    pub rate_per_address: Option<RateLimit>,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: std::time::Duration,
+    /// How long a JSON body may take to arrive in full; also how long a dump upload may
+    /// go without sending anything.
+    pub body_read_timeout: std::time::Duration,
 }
+
+/// Default request rate per API token: a ceiling above what one server can serve (and
+/// what `atoll bench` drives), so only a lowered limit ever answers 429.
+pub const DEFAULT_RATE_PER_CREDENTIAL: RateLimit = RateLimit {
+    requests: 50_000,
+    period: std::time::Duration::from_secs(1),
+};
+
+/// Default request rate per address without a credential (logins, probes, bad requests).
+pub const DEFAULT_RATE_PER_ADDRESS: RateLimit = RateLimit {
+    requests: 1_000,
+    period: std::time::Duration::from_secs(60),
+};
 
 /// The prices of a fresh install's plans, USD per month.
 pub fn default_plan_prices() -> std::collections::BTreeMap<String, String> {
@@ -204,6 +228,10 @@ impl Default for ControlConfig {
             jobs_interval: std::time::Duration::from_secs(60),
             plans: default_plans(),
             plan_prices: default_plan_prices(),
+            rate_per_credential: Some(DEFAULT_RATE_PER_CREDENTIAL),
+            rate_per_address: Some(DEFAULT_RATE_PER_ADDRESS),
+            header_read_timeout: atoll_data::listener::DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: std::time::Duration::from_secs(60),
         }
     }
 }

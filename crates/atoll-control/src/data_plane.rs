@@ -389,6 +389,8 @@ fn data_error(error: DataError) -> ApiError {
         | DataError::Forbidden(m)
         | DataError::Unavailable(m)
         | DataError::TooLarge(m)
+        | DataError::Timeout(m)
+        | DataError::TooManyRequests(m, _)
         | DataError::Internal(m) => ApiError::Upstream(m),
     }
 }

@@ -28,6 +28,9 @@ pub enum ApiError {
     Conflict(ErrorCode, String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The request body did not arrive in time.
+    #[error("{0}")]
+    RequestTimeout(String),
     /// The plan's quota is reached (402: the way out is a bigger plan).
     #[error("{0}")]
     QuotaExceeded(String),
@@ -56,6 +59,7 @@ impl ApiError {
             ApiError::Invalid(..) => StatusCode::BAD_REQUEST,
             ApiError::Conflict(..) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::QuotaExceeded(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
@@ -73,6 +77,7 @@ impl ApiError {
             | ApiError::Invalid(code, _)
             | ApiError::Conflict(code, _) => *code,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
             ApiError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
             ApiError::Upstream(_) => ErrorCode::DataPlane,

@@ -7,10 +7,13 @@ use crate::config::ControlConfig;
 use crate::data_plane::DataPlane;
 
 use crate::error::{ApiError, ApiResult};
+use atoll_data::rate_limit::{address_of, client_of, RateLimits};
 use atoll_meta::{NewGroup, NewToken, NewUser, Store, TokenKind, TokenRestriction};
 use atoll_types::ErrorCode;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::HeaderName;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use std::future::Future;
 use std::sync::Arc;
@@ -30,11 +33,16 @@ pub struct AppState {
     pub config: Arc<ControlConfig>,
     pub data_plane: Arc<DataPlane>,
     pub(crate) login_throttle: Arc<crate::login_throttle::LoginThrottle>,
+    pub(crate) rate_limits: Arc<RateLimits>,
 }
 
 impl AppState {
     pub fn new(store: Store, config: ControlConfig, data_plane: DataPlane) -> AppState {
         AppState {
+            rate_limits: Arc::new(RateLimits::new(
+                config.rate_per_credential,
+                config.rate_per_address,
+            )),
             store,
             config: Arc::new(config),
             data_plane: Arc::new(data_plane),
@@ -47,6 +55,32 @@ impl AppState {
 }
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// How long the request body may take (see `ControlConfig::body_read_timeout`), for the
+/// extractors that read bodies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyReadTimeout(pub std::time::Duration);
+
+/// Admits a request: refuses it with 429 and `Retry-After` when its client (token, else
+/// address) is over its rate limit, and tells the body extractors how long they may wait.
+async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let address = address_of(&request);
+    if let Err(seconds) = state.rate_limits.check(client_of(&request), address) {
+        return ApiError::TooManyRequests(
+            "too many requests: retry after the number of seconds in Retry-After".to_string(),
+            seconds,
+        )
+        .into_response();
+    }
+    request
+        .extensions_mut()
+        .insert(BodyReadTimeout(state.config.body_read_timeout));
+    let response = next.run(request).await;
+    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+        state.rate_limits.credential_refused(address);
+    }
+    response
+}
 
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
@@ -64,6 +98,7 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         // One span per request, named by its route template (never the raw URL, which
         // holds names), with the request id; headers (and so tokens) are not recorded.
         .layer(
@@ -96,9 +131,11 @@ pub async fn serve(
     let collector =
         crate::usage::spawn_collector(state.clone(), state.config.usage_collect_interval);
     let jobs = crate::jobs::spawn(state.clone(), state.config.jobs_interval);
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    state.rate_limits.spawn_sweeper();
+    let header_read_timeout = state.config.header_read_timeout;
+    let served =
+        atoll_data::listener::serve_router(listener, router(state), header_read_timeout, shutdown)
+            .await;
     collector.abort();
     jobs.abort();
     served

@@ -174,7 +174,11 @@ pub async fn serve(
     state: Arc<AdminState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::listener::serve_router(
+        listener,
+        router(state),
+        crate::listener::DEFAULT_HEADER_READ_TIMEOUT,
+        shutdown,
+    )
+    .await
 }

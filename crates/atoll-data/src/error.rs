@@ -27,6 +27,13 @@ pub enum DataError {
     Conflict(String),
     #[error("{0}")]
     TooLarge(String),
+    /// The client was too slow sending its request (an upload that stalled).
+    #[error("{0}")]
+    Timeout(String),
+    /// Over a rate limit or an open-streams cap; the number is the seconds to wait
+    /// (`Retry-After`).
+    #[error("{0}")]
+    TooManyRequests(String, u64),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -40,6 +47,8 @@ impl DataError {
             DataError::Forbidden(_) => StatusCode::FORBIDDEN,
             DataError::Unavailable(_) | DataError::Conflict(_) => StatusCode::CONFLICT,
             DataError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            DataError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            DataError::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
             DataError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -50,11 +59,18 @@ impl IntoResponse for DataError {
         if let DataError::Internal(cause) = &self {
             tracing::error!(%cause, "data plane request failed");
         }
-        (
+        let mut response = (
             self.status(),
             Json(serde_json::json!({ "error": self.to_string() })),
         )
-            .into_response()
+            .into_response();
+        if let DataError::TooManyRequests(_, seconds) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(*seconds),
+            );
+        }
+        response
     }
 }
 

@@ -22,14 +22,62 @@ pub mod error;
 pub mod export;
 pub mod hrana;
 pub mod jwt;
+pub mod listener;
 pub mod meter;
 pub mod namespace;
 pub mod node;
+pub mod rate_limit;
 pub mod upload;
 
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use rate_limit::{RateLimit, RateLimits};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The database hosts' abuse limits (see `docs/OPERATIONS.md`). The defaults are far above
+/// what real workloads and `atoll bench` do: they stop runaway or hostile clients only.
+#[derive(Debug, Clone)]
+pub struct DataLimits {
+    /// Requests per database token (any `Authorization` header).
+    pub rate_per_credential: Option<RateLimit>,
+    /// Requests per client address without a credential (WebSocket upgrades, probes).
+    pub rate_per_address: Option<RateLimit>,
+    /// Open Hrana streams (HTTP batons and WebSocket streams) per database, and per node.
+    pub max_streams_per_database: usize,
+    pub max_streams_per_node: usize,
+    /// Open Hrana cursors per database, and per node.
+    pub max_cursors_per_database: usize,
+    pub max_cursors_per_node: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// A Hrana request body must arrive in full within this long (408).
+    pub body_read_timeout: Duration,
+    /// An upload that sends no byte for this long is abandoned (408).
+    pub upload_idle_timeout: Duration,
+    /// A WebSocket whose client sends nothing for this long is closed.
+    pub websocket_idle_timeout: Duration,
+}
+
+impl Default for DataLimits {
+    fn default() -> Self {
+        DataLimits {
+            rate_per_credential: Some(RateLimit::per_second(100_000)),
+            rate_per_address: Some(RateLimit::per_minute(6_000)),
+            max_streams_per_database: 256,
+            max_streams_per_node: 4096,
+            max_cursors_per_database: 128,
+            max_cursors_per_node: 1024,
+            header_read_timeout: listener::DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: Duration::from_secs(60),
+            upload_idle_timeout: Duration::from_secs(60),
+            websocket_idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
 
 /// Shared state of a node's database-host listener.
 pub struct DataPlaneState {
@@ -38,16 +86,78 @@ pub struct DataPlaneState {
     pub db_domain: String,
     pub streams: hrana::StreamRegistry,
     pub uploads: upload::Uploads,
+    pub limits: DataLimits,
+    pub rate_limits: Arc<RateLimits>,
+    pub open_streams: Arc<hrana::OpenLimit>,
+    pub open_cursors: Arc<hrana::OpenLimit>,
 }
 
 impl DataPlaneState {
     pub fn new(node: Arc<node::Node>, db_domain: &str) -> Arc<DataPlaneState> {
+        DataPlaneState::with_limits(node, db_domain, DataLimits::default())
+    }
+
+    pub fn with_limits(
+        node: Arc<node::Node>,
+        db_domain: &str,
+        limits: DataLimits,
+    ) -> Arc<DataPlaneState> {
         Arc::new(DataPlaneState {
             node,
             db_domain: db_domain.to_string(),
             streams: hrana::StreamRegistry::new(),
             uploads: upload::Uploads::new(),
+            rate_limits: Arc::new(RateLimits::new(
+                limits.rate_per_credential,
+                limits.rate_per_address,
+            )),
+            open_streams: hrana::OpenLimit::new(
+                "streams",
+                limits.max_streams_per_database,
+                limits.max_streams_per_node,
+            ),
+            open_cursors: hrana::OpenLimit::new(
+                "cursors",
+                limits.max_cursors_per_database,
+                limits.max_cursors_per_node,
+            ),
+            limits,
         })
+    }
+}
+
+/// How long a Hrana request body may take to arrive, for its extractor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyReadTimeout(pub(crate) Duration);
+
+/// Refuses a request over its client's rate limit with 429 and `Retry-After`, and tells
+/// the body extractor how long it may wait.
+async fn enforce_rate_limit(
+    axum::extract::State(state): axum::extract::State<Arc<DataPlaneState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    request
+        .extensions_mut()
+        .insert(BodyReadTimeout(state.limits.body_read_timeout));
+    let address = rate_limit::address_of(&request);
+    match state
+        .rate_limits
+        .check(rate_limit::client_of(&request), address)
+    {
+        Ok(()) => {
+            let response = next.run(request).await;
+            if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+                state.rate_limits.credential_refused(address);
+            }
+            response
+        }
+        Err(seconds) => error::DataError::TooManyRequests(
+            "Too many requests: slow down and retry after the number of seconds in Retry-After"
+                .to_string(),
+            seconds,
+        )
+        .into_response(),
     }
 }
 
@@ -62,6 +172,10 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         .merge(hrana::routes())
         .merge(upload::routes())
         .merge(export::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            enforce_rate_limit,
+        ))
         .with_state(state)
 }
 
@@ -71,15 +185,12 @@ pub async fn serve(
     state: Arc<DataPlaneState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use tower::Layer;
-    let app = tower::util::MapRequestLayer::new(namespace::strip_db_prefix).layer(router(state));
-    axum::serve(
-        listener,
-        // Connection info carries the client's address, for databases with an IP allow list.
-        axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
-            std::net::SocketAddr,
-        >(app),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    state.rate_limits.spawn_sweeper();
+    let header_read_timeout = state.limits.header_read_timeout;
+    let app = Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(namespace::strip_db_prefix)
+            .service(router(state)),
+    );
+    listener::serve_router(listener, app, header_read_timeout, shutdown).await
 }

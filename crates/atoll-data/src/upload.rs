@@ -436,9 +436,11 @@ async fn upload_file(
         Ok(std::fs::File::create_new(&path)?)
     })
     .await?;
-    let received = match receive(body, file, limit, ()).await {
+    let idle = state.limits.upload_idle_timeout;
+    let received = match receive(body, file, limit, idle, ()).await {
         Ok(_) => Ok(()),
         Err(Receive::TooLarge) => Err(DataError::TooLarge(too_large)),
+        Err(Receive::Stalled) => Err(stalled(idle)),
         Err(Receive::Interrupted(e)) => Err(DataError::BadRequest(format!(
             "the upload was interrupted before the whole file arrived: {e}"
         ))),
@@ -606,10 +608,12 @@ async fn upload_chunk(
         Ok(file)
     })
     .await?;
-    let write = match receive(body, file, len, write).await {
+    let idle = state.limits.upload_idle_timeout;
+    let write = match receive(body, file, len, idle, write).await {
         Ok((got, write)) if got == len => write,
         Ok((got, _)) => return Err(wrong_size(got.to_string()).into()),
         Err(Receive::TooLarge) => return Err(wrong_size("more".into()).into()),
+        Err(Receive::Stalled) => return Err(stalled(idle).into()),
         Err(Receive::Interrupted(e)) => {
             return Err(DataError::BadRequest(format!(
                 "chunk {n} was interrupted before all of it arrived: {e}"
@@ -761,19 +765,31 @@ fn remove_stale_uploads(dir: &FsPath, keep: &[&FsPath]) -> Result<(), DataError>
 enum Receive {
     /// More than the limit arrived.
     TooLarge,
+    /// Nothing arrived for the idle timeout.
+    Stalled,
     /// The client stopped sending (or sent something hyper could not read).
     Interrupted(String),
     Io(std::io::Error),
 }
 
+/// 408 for an upload that stopped sending: a stalled client must not hold the upload (and
+/// its temporary file) forever, while a slow one that keeps sending is never cut off.
+fn stalled(idle: std::time::Duration) -> DataError {
+    DataError::Timeout(format!(
+        "the upload sent nothing for {} seconds and was abandoned; retry it",
+        idle.as_secs()
+    ))
+}
+
 /// Writes a request body into `file` from its current position, on a blocking thread,
-/// refusing more than `limit` bytes. `guard` lives as long as that thread uses the file —
+/// refusing more than `limit` bytes and giving up when nothing arrives for `idle`. `guard` lives as long as that thread uses the file —
 /// even past this future, if the request is cancelled — and comes back with the byte count
 /// when the whole body was written.
 async fn receive<G: Send + 'static>(
     body: Body,
     mut file: std::fs::File,
     limit: u64,
+    idle: std::time::Duration,
     guard: G,
 ) -> Result<(u64, G), Receive> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(32);
@@ -789,7 +805,14 @@ async fn receive<G: Send + 'static>(
     let mut stream = body.into_data_stream();
     let mut received = 0u64;
     let mut outcome = Ok(());
-    while let Some(frame) = stream.next().await {
+    loop {
+        let Ok(frame) = tokio::time::timeout(idle, stream.next()).await else {
+            outcome = Err(Receive::Stalled);
+            break;
+        };
+        let Some(frame) = frame else {
+            break;
+        };
         match frame {
             Ok(bytes) => {
                 received += bytes.len() as u64;

@@ -2,7 +2,8 @@
 
 use atoll_data::jwt::{self, Claims, Namespaces, Permissions};
 use atoll_data::node::Node;
-use atoll_data::DataPlaneState;
+use atoll_data::rate_limit::RateLimit;
+use atoll_data::{DataLimits, DataPlaneState};
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, Seed, TokenKey};
 use ed25519_dalek::SigningKey;
 use futures_util::{SinkExt, StreamExt};
@@ -38,11 +39,15 @@ struct TestDb {
 }
 
 async fn start_node() -> TestNode {
+    start_node_with(DataLimits::default()).await
+}
+
+async fn start_node_with(limits: DataLimits) -> TestNode {
     let dir = std::env::temp_dir().join(format!("atoll-hrana-{}", uuid::Uuid::new_v4()));
     let node = Arc::new(Node::open(&dir).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let state = DataPlaneState::new(Arc::clone(&node), "localhost");
+    let state = DataPlaneState::with_limits(Arc::clone(&node), "localhost", limits);
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(atoll_data::serve(listener, state, async move {
         let _ = stopped.await;
@@ -1660,4 +1665,388 @@ async fn websocket_hrana2_session_and_refusals() {
     )
     .await;
     assert_eq!(receive(&mut socket).await, json!({"closed": 1008}));
+}
+
+// Abuse limits.
+
+/// The JSON error of a refused request, with its `Retry-After`.
+async fn too_many(response: reqwest::Response) -> (String, u64) {
+    assert_eq!(response.status(), 429);
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+    let body: Value = response.json().await.unwrap();
+    (body["error"].as_str().unwrap().to_string(), retry_after)
+}
+
+/// Opens a stream (a pipeline without `close`) and answers its baton.
+async fn open_http_stream(db: &TestDb) -> String {
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await;
+    body["baton"].as_str().unwrap().to_string()
+}
+
+async fn close_http_stream(db: &TestDb, baton: &str) {
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"baton": baton, "requests": [{"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(body["baton"], Value::Null);
+}
+
+#[tokio::test]
+async fn open_streams_are_capped_per_database_and_per_node() {
+    let node = start_node_with(DataLimits {
+        max_streams_per_database: 2,
+        max_streams_per_node: 3,
+        ..DataLimits::default()
+    })
+    .await;
+    let a = node.create_db("capped-a");
+    let b = node.create_db("capped-b");
+    let first = open_http_stream(&a).await;
+    let _second = open_http_stream(&a).await;
+    let refused = a
+        .post(
+            "/v3/pipeline",
+            json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await;
+    let (message, _) = too_many(refused).await;
+    assert!(
+        message.contains("too many open streams on this database (limit 2)"),
+        "{message}"
+    );
+    // Statements on a stream already open are not affected.
+    let body = a
+        .pipeline(
+            "v3",
+            json!({"baton": first, "requests": [{"type": "execute", "stmt": sql("SELECT 2")}]}),
+        )
+        .await;
+    let first = body["baton"].as_str().unwrap().to_string();
+
+    // The node's cap counts every database.
+    let _third = open_http_stream(&b).await;
+    let (message, _) = too_many(
+        b.post(
+            "/v2/pipeline",
+            json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+        )
+        .await,
+    )
+    .await;
+    assert!(message.contains("on this server (limit 3)"), "{message}");
+    // A WebSocket stream is refused the same way, as a Hrana error.
+    let mut socket = connect(&b, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": b.token()})).await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    let response = request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_error", "{response}");
+    assert_eq!(response["error"]["code"], "STREAM_NOT_OPEN");
+
+    // Closing a stream gives its place back; one-shot requests (with `close`) leave none.
+    close_http_stream(&a, &first).await;
+    assert_eq!(a.query(sql("SELECT 3")).await["rows"][0][0]["value"], "3");
+    let response = request(
+        &mut socket,
+        2,
+        json!({"type": "open_stream", "stream_id": 2}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_ok", "{response}");
+    let response = request(
+        &mut socket,
+        3,
+        json!({"type": "close_stream", "stream_id": 2}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_ok", "{response}");
+    // The socket's streams are given back when it ends.
+    let response = request(
+        &mut socket,
+        4,
+        json!({"type": "open_stream", "stream_id": 4}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_ok", "{response}");
+    drop(socket);
+    let mut reopened = None;
+    for _ in 0..100 {
+        let response = a
+            .post(
+                "/v3/pipeline",
+                json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+            )
+            .await;
+        if response.status() == 200 {
+            reopened = Some(response);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        reopened.is_some(),
+        "the closed socket's stream was never freed"
+    );
+}
+
+#[tokio::test]
+async fn open_cursors_are_capped() {
+    let node = start_node_with(DataLimits {
+        max_cursors_per_database: 1,
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create_db("cursors");
+    let mut socket = connect(&db, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    let batch = json!({"steps": [{"stmt": {"sql": "SELECT 1", "want_rows": true}}]});
+    for (id, stream) in [(1, 1), (2, 2)] {
+        let response = request(
+            &mut socket,
+            id,
+            json!({"type": "open_stream", "stream_id": stream}),
+        )
+        .await;
+        assert_eq!(response["type"], "response_ok", "{response}");
+    }
+    let response = request(
+        &mut socket,
+        3,
+        json!({"type": "open_cursor", "stream_id": 1, "cursor_id": 1, "batch": batch}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_ok", "{response}");
+    let response = request(
+        &mut socket,
+        4,
+        json!({"type": "open_cursor", "stream_id": 2, "cursor_id": 2, "batch": batch}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_error", "{response}");
+    assert_eq!(response["error"]["code"], "CURSOR_NOT_OPEN");
+    assert!(
+        response["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many open cursors on this database (limit 1)"),
+        "{response}"
+    );
+    // Over HTTP too, while the WebSocket cursor is open.
+    let (message, _) = too_many(
+        db.post(
+            "/v3/cursor",
+            json!({"batch": {"steps": [{"stmt": {"sql": "SELECT 1"}}]}}),
+        )
+        .await,
+    )
+    .await;
+    assert!(message.contains("too many open cursors"), "{message}");
+    // Closing the cursor frees its place.
+    let response = request(
+        &mut socket,
+        5,
+        json!({"type": "close_cursor", "cursor_id": 1}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_ok", "{response}");
+    let response = db
+        .post(
+            "/v3/cursor",
+            json!({"batch": {"steps": [{"stmt": {"sql": "SELECT 1"}}]}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("step_end"), "{text}");
+}
+
+#[tokio::test]
+async fn rate_limits_apply_per_token_and_per_address() {
+    let node = start_node_with(DataLimits {
+        rate_per_credential: Some(RateLimit::per_minute(3)),
+        rate_per_address: Some(RateLimit::per_minute(2)),
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create_db("limited");
+    let token = db.token();
+    for n in 0..3 {
+        let result = db
+            .post_with(
+                "/v2/pipeline",
+                &token,
+                json!({"requests": [{"type": "execute", "stmt": sql(&format!("SELECT {n}"))}, {"type": "close"}]}),
+            )
+            .await;
+        assert_eq!(result.status(), 200);
+    }
+    let (message, retry_after) = too_many(
+        db.post_with(
+            "/v2/pipeline",
+            &token,
+            json!({"requests": [{"type": "close"}]}),
+        )
+        .await,
+    )
+    .await;
+    assert!(message.contains("Too many requests"), "{message}");
+    assert!(
+        retry_after <= 20,
+        "one request comes back every 20 s: {retry_after}"
+    );
+    // Another token has its own bucket.
+    let other = db.read_only_token();
+    assert_eq!(
+        db.post_with(
+            "/v2/pipeline",
+            &other,
+            json!({"requests": [{"type": "close"}]})
+        )
+        .await
+        .status(),
+        200
+    );
+    // Requests without a token are counted by address, apart from tokens.
+    let health = || node.http.get(format!("http://{}/health", node.addr)).send();
+    assert_eq!(health().await.unwrap().status(), 200);
+    assert_eq!(health().await.unwrap().status(), 200);
+    let (message, _) = too_many(health().await.unwrap()).await;
+    assert!(message.contains("Too many requests"), "{message}");
+    // Another address (127.0.0.2 is loopback too) has its own.
+    let elsewhere = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let response = elsewhere
+        .get(format!("http://{}/health", node.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn oversized_hrana_bodies_get_a_json_413() {
+    let node = start_node().await;
+    let db = node.create_db("big-body");
+    let huge = "x".repeat(17 * 1024 * 1024);
+    for path in ["/v2/pipeline", "/v3/cursor", "/v1/execute"] {
+        let response = db
+            .post(
+                path,
+                json!({"requests": [], "batch": {"steps": []}, "stmt": {"sql": huge}}),
+            )
+            .await;
+        assert_eq!(response.status(), 413, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("larger than 16777216 bytes"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn silent_websockets_are_closed() {
+    let node = start_node_with(DataLimits {
+        websocket_idle_timeout: std::time::Duration::from_secs(1),
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create_db("silent");
+    let mut socket = connect(&db, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    // Then nothing: the server closes the socket (generous bound, not a timing check).
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(60), receive(&mut socket))
+        .await
+        .expect("the idle socket was never closed");
+    assert_eq!(closed, json!({"closed": 1001}));
+}
+
+#[tokio::test]
+async fn clients_that_stall_in_their_headers_are_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = start_node_with(DataLimits {
+        header_read_timeout: std::time::Duration::from_secs(1),
+        ..DataLimits::default()
+    })
+    .await;
+    let mut stalled = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    stalled
+        .write_all(b"POST /v2/pipeline HTTP/1.1\r\nHost: localhost\r\nx-namesp")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        stalled.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the stalled connection was never closed");
+    // Closed (end of stream or reset), with no answer to a request never finished.
+    if ended.is_ok() {
+        let answer = String::from_utf8_lossy(&rest);
+        assert!(!answer.contains("200 OK"), "{answer}");
+    }
+    // Clients that finish their headers are served as usual.
+    let response = node
+        .http
+        .get(format!("http://{}/health", node.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn hrana_bodies_that_stall_get_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = start_node_with(DataLimits {
+        body_read_timeout: std::time::Duration::from_secs(1),
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create_db("trickle");
+    let mut client = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let head = format!(
+        "POST /v2/pipeline HTTP/1.1\r\nHost: localhost\r\nx-namespace: {}\r\nAuthorization: Bearer {}\r\nContent-Length: 100\r\n\r\n{{\"requests\": ",
+        db.config.label,
+        db.token()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    // Then silence (a generous bound, not a timing check).
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        client.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the stalled request was never answered");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("did not arrive within 1 seconds"),
+        "{answer}"
+    );
 }

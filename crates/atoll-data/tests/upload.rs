@@ -3,7 +3,7 @@
 
 use atoll_data::jwt::{self, Claims};
 use atoll_data::node::Node;
-use atoll_data::DataPlaneState;
+use atoll_data::{DataLimits, DataPlaneState};
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, Seed, TokenKey};
 use ed25519_dalek::SigningKey;
 use reqwest::StatusCode;
@@ -35,13 +35,17 @@ const KID: &str = "test-key";
 
 impl TestNode {
     async fn launch() -> TestNode {
+        TestNode::launch_with(DataLimits::default()).await
+    }
+
+    async fn launch_with(limits: DataLimits) -> TestNode {
         let dir = std::env::temp_dir().join(format!(
             "atoll-upload-test-{}",
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let node = Arc::new(Node::open(&dir).unwrap());
-        let state = DataPlaneState::new(Arc::clone(&node), "localhost");
+        let state = DataPlaneState::with_limits(Arc::clone(&node), "localhost", limits);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
@@ -1092,4 +1096,34 @@ fn a_dump_that_rolled_back_is_refused() {
         .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
         .unwrap();
     assert_eq!(tables, 0, "nothing of a refused dump stays");
+}
+
+#[tokio::test]
+async fn stalled_uploads_are_abandoned_with_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = TestNode::launch_with(DataLimits {
+        upload_idle_timeout: Duration::from_secs(1),
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create("stalled", Seed::Upload);
+    let address = node.base.trim_start_matches("http://");
+    let mut client = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST /v1/upload HTTP/1.1\r\nHost: localhost\r\nx-namespace: {}\r\nAuthorization: Bearer {}\r\nContent-Length: 8192\r\n\r\n",
+        db.label, db.rw
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(&[0u8; 100]).await.unwrap();
+    // Then silence: the server gives up on the upload (a generous bound, not a timing check).
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(60), client.read_to_end(&mut answer))
+        .await
+        .expect("the stalled upload was never answered");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("sent nothing for 1 seconds"), "{answer}");
+    // The database is untouched and can still receive its upload.
+    assert_eq!(node.state_of(&db), DatabaseState::AwaitingUpload);
+    assert!(node.leftovers(&db).is_empty(), "{:?}", node.leftovers(&db));
 }

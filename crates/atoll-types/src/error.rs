@@ -64,6 +64,8 @@ pub enum ErrorCode {
     /// A feature this server does not offer (for example multi-factor authentication).
     NotAvailable,
     PayloadTooLarge,
+    /// The client took too long to send its request body.
+    RequestTimeout,
     /// Too many attempts: wait for `Retry-After` seconds.
     TooManyRequests,
     /// The organization's plan allows no more of this.
@@ -111,6 +113,7 @@ impl ErrorCode {
             Self::NotAvailable => "not_available",
             Self::DataPlane => "data_plane_error",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::RequestTimeout => "request_timeout",
             Self::TooManyRequests => "too_many_requests",
             Self::QuotaExceeded => "quota_exceeded",
             Self::InvalidCredentials => "invalid_credentials",

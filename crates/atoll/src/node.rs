@@ -1,6 +1,6 @@
 //! `atoll node`: one data node, for production set-ups where `atoll serve` manages many.
 
-use crate::server::{hostname_suffix, open_node, shutdown_signal, HostArgs};
+use crate::server::{hostname_suffix, open_node, shutdown_signal, DbLimitArgs, HostArgs};
 use anyhow::{bail, Context};
 use atoll_types::node::NodeInfo;
 use clap::Args;
@@ -35,6 +35,8 @@ pub struct NodeArgs {
     public_url: Option<String>,
     #[command(flatten)]
     hosts: HostArgs,
+    #[command(flatten)]
+    limits: DbLimitArgs,
     /// Log filter.
     #[arg(long, env = "ATOLL_LOG", default_value = "info")]
     log: String,
@@ -53,6 +55,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     }
     atoll_types::names::validate_resource_name("location", &args.location)
         .map_err(anyhow::Error::msg)?;
+    let limits = args.limits.limits()?;
     let node = open_node(&args.data_dir).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -78,7 +81,8 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         admin = %admin_listener.local_addr()?,
         "data node listening"
     );
-    let data_state = atoll_data::DataPlaneState::new(Arc::clone(&node), &args.hosts.db_domain);
+    let data_state =
+        atoll_data::DataPlaneState::with_limits(Arc::clone(&node), &args.hosts.db_domain, limits);
     let admin_state = atoll_data::admin::AdminState::new(node, info, &secret);
     let admin = tokio::spawn(atoll_data::admin::serve(
         admin_listener,

@@ -3,6 +3,8 @@
 
 use anyhow::{bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane, Location};
+use atoll_data::rate_limit::RateLimitSetting;
+use atoll_data::DataLimits;
 use atoll_meta::Store;
 use clap::Args;
 use std::io::Write;
@@ -32,6 +34,10 @@ pub struct DevArgs {
     hosts: HostArgs,
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    api_limits: ApiLimitArgs,
+    #[command(flatten)]
+    db_limits: DbLimitArgs,
 }
 
 #[derive(Args, Clone)]
@@ -76,6 +82,10 @@ pub struct ServeArgs {
     hosts: HostArgs,
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    api_limits: ApiLimitArgs,
+    #[command(flatten)]
+    db_limits: DbLimitArgs,
 }
 
 #[derive(Args, Clone)]
@@ -100,6 +110,108 @@ pub struct CommonArgs {
     /// Log filter (`info`, `atoll_control=debug`, …).
     #[arg(long, env = "ATOLL_LOG", default_value = "info")]
     log: String,
+}
+
+/// Abuse limits of the platform API (see docs/OPERATIONS.md, "Limits").
+#[derive(Args, Clone)]
+pub struct ApiLimitArgs {
+    /// Requests per API token (`<n>/s`, `<n>/min`, `<n>/h`, or `off`); over it: 429 with
+    /// Retry-After.
+    #[arg(long, env = "ATOLL_API_RATE_LIMIT", default_value_t = RateLimitSetting(Some(atoll_control::config::DEFAULT_RATE_PER_CREDENTIAL)))]
+    api_rate_limit: RateLimitSetting,
+    /// Requests per client IP address for requests without a token (logins, probes).
+    #[arg(long, env = "ATOLL_API_RATE_LIMIT_PER_IP", default_value_t = RateLimitSetting(Some(atoll_control::config::DEFAULT_RATE_PER_ADDRESS)))]
+    api_rate_limit_per_ip: RateLimitSetting,
+    /// Seconds a JSON request body may take to arrive (408 after), and a dump upload may
+    /// go without sending.
+    #[arg(long, env = "ATOLL_BODY_TIMEOUT", default_value_t = 60)]
+    body_timeout: u64,
+}
+
+impl ApiLimitArgs {
+    fn apply(&self, config: &mut ControlConfig, connections: &ConnectionArgs) {
+        config.rate_per_credential = self.api_rate_limit.0;
+        config.rate_per_address = self.api_rate_limit_per_ip.0;
+        config.body_read_timeout = seconds(self.body_timeout);
+        config.header_read_timeout = seconds(connections.header_timeout);
+    }
+}
+
+/// Settings of every listener.
+#[derive(Args, Clone)]
+pub struct ConnectionArgs {
+    /// Seconds a client may take to send a request's headers before the connection is
+    /// closed (slow or stalled clients).
+    #[arg(long, env = "ATOLL_HEADER_TIMEOUT", default_value_t = 30)]
+    pub(crate) header_timeout: u64,
+}
+
+/// Abuse limits of the database hosts (see docs/OPERATIONS.md, "Limits").
+#[derive(Args, Clone)]
+pub struct DbLimitArgs {
+    /// Requests per database token (`<n>/s`, `<n>/min`, `<n>/h`, or `off`); over it: 429
+    /// with Retry-After.
+    #[arg(long, env = "ATOLL_DB_RATE_LIMIT", default_value_t = RateLimitSetting(DataLimits::default().rate_per_credential))]
+    db_rate_limit: RateLimitSetting,
+    /// Requests per client IP address for requests without a token (WebSocket upgrades,
+    /// probes).
+    #[arg(long, env = "ATOLL_DB_RATE_LIMIT_PER_IP", default_value_t = RateLimitSetting(DataLimits::default().rate_per_address))]
+    db_rate_limit_per_ip: RateLimitSetting,
+    /// Open Hrana streams (HTTP batons and WebSocket streams) per database.
+    #[arg(long, env = "ATOLL_MAX_STREAMS_PER_DB", default_value_t = DataLimits::default().max_streams_per_database)]
+    max_streams_per_db: usize,
+    /// Open Hrana streams on this node, all databases together.
+    #[arg(long, env = "ATOLL_MAX_STREAMS", default_value_t = DataLimits::default().max_streams_per_node)]
+    max_streams: usize,
+    /// Open Hrana cursors per database.
+    #[arg(long, env = "ATOLL_MAX_CURSORS_PER_DB", default_value_t = DataLimits::default().max_cursors_per_database)]
+    max_cursors_per_db: usize,
+    /// Open Hrana cursors on this node, all databases together.
+    #[arg(long, env = "ATOLL_MAX_CURSORS", default_value_t = DataLimits::default().max_cursors_per_node)]
+    max_cursors: usize,
+    /// Seconds a Hrana request body may take to arrive (408 after).
+    #[arg(long, env = "ATOLL_DB_BODY_TIMEOUT", default_value_t = DataLimits::default().body_read_timeout.as_secs())]
+    db_body_timeout: u64,
+    /// Seconds an upload may go without sending a byte before it is abandoned (408).
+    #[arg(long, env = "ATOLL_UPLOAD_IDLE_TIMEOUT", default_value_t = DataLimits::default().upload_idle_timeout.as_secs())]
+    upload_idle_timeout: u64,
+    /// Seconds a Hrana WebSocket may stay silent before the server closes it.
+    #[arg(long, env = "ATOLL_WS_IDLE_TIMEOUT", default_value_t = DataLimits::default().websocket_idle_timeout.as_secs())]
+    ws_idle_timeout: u64,
+    #[command(flatten)]
+    pub(crate) connections: ConnectionArgs,
+}
+
+impl DbLimitArgs {
+    pub(crate) fn limits(&self) -> anyhow::Result<DataLimits> {
+        for (flag, value) in [
+            ("--max-streams-per-db", self.max_streams_per_db),
+            ("--max-streams", self.max_streams),
+            ("--max-cursors-per-db", self.max_cursors_per_db),
+            ("--max-cursors", self.max_cursors),
+        ] {
+            if value == 0 {
+                bail!("{flag} must be at least 1");
+            }
+        }
+        Ok(DataLimits {
+            rate_per_credential: self.db_rate_limit.0,
+            rate_per_address: self.db_rate_limit_per_ip.0,
+            max_streams_per_database: self.max_streams_per_db,
+            max_streams_per_node: self.max_streams,
+            max_cursors_per_database: self.max_cursors_per_db,
+            max_cursors_per_node: self.max_cursors,
+            header_read_timeout: seconds(self.connections.header_timeout),
+            body_read_timeout: seconds(self.db_body_timeout),
+            upload_idle_timeout: seconds(self.upload_idle_timeout),
+            websocket_idle_timeout: seconds(self.ws_idle_timeout),
+        })
+    }
+}
+
+/// A timeout flag: whole seconds, at least one.
+fn seconds(value: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(value.max(1))
 }
 
 impl CommonArgs {
@@ -167,6 +279,7 @@ async fn start_in_process_node(
     data_dir: &Path,
     db_listen: SocketAddr,
     db_domain: &str,
+    limits: DataLimits,
 ) -> anyhow::Result<InProcessNode> {
     let node = open_node(data_dir).await?;
     let listener = tokio::net::TcpListener::bind(db_listen)
@@ -175,7 +288,7 @@ async fn start_in_process_node(
     let address = listener.local_addr()?;
     let db_url = format!("http://{address}");
     let hostname_suffix = hostname_suffix(db_domain, address);
-    let state = atoll_data::DataPlaneState::new(Arc::clone(&node), db_domain);
+    let state = atoll_data::DataPlaneState::with_limits(Arc::clone(&node), db_domain, limits);
     let task = tokio::spawn(atoll_data::serve(listener, state, shutdown_signal()));
     Ok(InProcessNode {
         data_plane: DataPlane::in_process(node, &db_url, &hostname_suffix),
@@ -189,6 +302,9 @@ async fn start_in_process_node(
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     args.common.init_logging();
     let mut config = args.common.config()?;
+    args.api_limits
+        .apply(&mut config, &args.db_limits.connections);
+    let db_limits = args.db_limits.limits()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     let store = Store::open_sqlite(&args.data_dir.join("meta.db"))
@@ -198,7 +314,13 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let api_url = format!("http://{}", listener.local_addr()?);
-    let node = start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
+    let node = start_in_process_node(
+        &args.data_dir,
+        args.db_listen,
+        &args.hosts.db_domain,
+        db_limits,
+    )
+    .await?;
     config.public_url = api_url.clone();
     let state = AppState::new(store, config, node.data_plane);
     state
@@ -270,6 +392,9 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.common.init_logging();
     let mut config = args.common.config()?;
+    args.api_limits
+        .apply(&mut config, &args.db_limits.connections);
+    let db_limits = args.db_limits.limits()?;
     let store = Store::open(&args.database_url)
         .await
         .context("cannot open the metadata store")?;
@@ -285,8 +410,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .collect();
     let mut own_node = None;
     let data_plane = if nodes.is_empty() {
-        let node =
-            start_in_process_node(&args.data_dir, args.db_listen, &args.hosts.db_domain).await?;
+        let node = start_in_process_node(
+            &args.data_dir,
+            args.db_listen,
+            &args.hosts.db_domain,
+            db_limits,
+        )
+        .await?;
         let data_plane = node.data_plane;
         own_node = Some(node.task);
         data_plane

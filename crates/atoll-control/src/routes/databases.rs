@@ -9,7 +9,7 @@ use crate::body::{parse_lenient, LenientJson};
 use crate::data_plane::node_config;
 use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::server::{AppState, BodyReadTimeout};
 use crate::wire;
 use atoll_meta::{Database, DatabaseChanges, DatabaseFilter, DatabaseState, StoreError};
 use atoll_types::audit::AuditCode;
@@ -23,7 +23,7 @@ use atoll_types::node::{CreateDatabase, Seed};
 use atoll_types::{Empty, ErrorCode, Role};
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::{HeaderMap, Method};
-use axum::Json;
+use axum::{Extension, Json};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Deserialize;
@@ -62,6 +62,9 @@ pub fn routes() -> Vec<Route> {
                 "Upload an SQL dump (multipart `file`) to seed a database from",
                 upload_dump,
             )
+            // Dumps are far larger than JSON bodies: the handler holds them to
+            // `max_dump_bytes` itself.
+            .without_json_body_limit()
             .response::<DumpUploaded>(),
             Route::new(
                 Method::GET,
@@ -619,27 +622,37 @@ async fn seed_for(
 async fn upload_dump(
     State(state): State<AppState>,
     access: Access,
+    Extension(BodyReadTimeout(idle)): Extension<BodyReadTimeout>,
     mut multipart: Multipart,
 ) -> ApiResult<Json<DumpUploaded>> {
     let org = access.org();
     let mut sql = None;
-    while let Some(field) = multipart
+    while let Some(mut field) = multipart
         .next_field()
         .await
         .map_err(|e| ApiError::invalid(format!("invalid multipart body: {e}")))?
     {
         if field.name() == Some("file") {
-            let bytes = field
-                .bytes()
-                .await
-                .map_err(|e| ApiError::invalid(format!("cannot read the dump: {e}")))?;
-            if bytes.len() > state.config.max_dump_bytes {
-                return Err(ApiError::PayloadTooLarge(format!(
-                    "the dump is larger than {} bytes",
-                    state.config.max_dump_bytes
-                )));
+            let mut bytes = Vec::new();
+            // Read piece by piece: a dump over the limit is refused as soon as it is, and a
+            // client that stops sending is let go after the body timeout.
+            loop {
+                let chunk = tokio::time::timeout(idle, field.chunk())
+                    .await
+                    .map_err(|_| crate::body::body_timed_out(idle))?
+                    .map_err(|e| ApiError::invalid(format!("cannot read the dump: {e}")))?;
+                let Some(chunk) = chunk else {
+                    break;
+                };
+                if bytes.len() + chunk.len() > state.config.max_dump_bytes {
+                    return Err(ApiError::PayloadTooLarge(format!(
+                        "the dump is larger than {} bytes",
+                        state.config.max_dump_bytes
+                    )));
+                }
+                bytes.extend_from_slice(&chunk);
             }
-            let text = String::from_utf8(bytes.to_vec())
+            let text = String::from_utf8(bytes)
                 .map_err(|_| ApiError::invalid("the dump is not UTF-8 text"))?;
             sql = Some(text);
         }

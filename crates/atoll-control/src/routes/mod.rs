@@ -109,6 +109,15 @@ impl Route {
         self
     }
 
+    /// Lifts the JSON body limit (`max_body_bytes`) for a handler that holds its body to
+    /// a limit of its own while reading it.
+    pub fn without_json_body_limit(mut self) -> Route {
+        self.handler = self
+            .handler
+            .layer(axum::extract::DefaultBodyLimit::disable());
+        self
+    }
+
     pub fn query(mut self, names: &'static [&'static str]) -> Route {
         self.spec.query = names;
         self

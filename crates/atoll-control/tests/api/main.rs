@@ -7,4 +7,5 @@ mod harness;
 mod authorization_matrix;
 mod database_hosts;
 mod lifecycle;
+mod limits;
 mod routes;

@@ -9,8 +9,9 @@
 use super::cursor::{check_cursor, run_cursor, JsonCursorEntry, CURSOR_BUFFER};
 use super::exec::{Caller, ClientConnection, Outcome, Run};
 use super::stream::HttpStream;
-use super::{blocking, Encoding, HranaError, Version};
+use super::{blocking, Encoding, HranaBody, HranaError, Version};
 use crate::auth::DbRequest;
+use crate::error::DataError;
 use crate::node::Node;
 use crate::DataPlaneState;
 use axum::body::{Body, Bytes};
@@ -30,7 +31,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub(super) async fn pipeline_v2(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         pipeline(state, request, body, Version::Hrana2, Encoding::Json).await,
@@ -41,7 +42,7 @@ pub(super) async fn pipeline_v2(
 pub(super) async fn pipeline_v3(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         pipeline(state, request, body, Version::Hrana3, Encoding::Json).await,
@@ -52,7 +53,7 @@ pub(super) async fn pipeline_v3(
 pub(super) async fn pipeline_v3_protobuf(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         pipeline(state, request, body, Version::Hrana3, Encoding::Protobuf).await,
@@ -63,7 +64,7 @@ pub(super) async fn pipeline_v3_protobuf(
 pub(super) async fn cursor_v3(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         cursor(state, request, body, Encoding::Json).await,
@@ -74,7 +75,7 @@ pub(super) async fn cursor_v3(
 pub(super) async fn cursor_v3_protobuf(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     respond(
         cursor(state, request, body, Encoding::Protobuf).await,
@@ -164,17 +165,27 @@ async fn open_stream(
     let stream = match baton {
         Some(baton) => state.streams.acquire(baton, &db_id)?,
         None => {
+            let permit = state
+                .open_streams
+                .acquire(&db_id)
+                .map_err(|refused| too_many_open(refused, super::IDLE_TIMEOUT))?;
             let node = Arc::clone(&caller.node);
             let db = Arc::clone(&caller.db);
             let conn = blocking(move || ClientConnection::checkout(&node, &db)).await??;
             start_sweeper(state);
-            state.streams.create(&db_id, conn)
+            state.streams.create(&db_id, conn, permit)
         }
     };
     Ok(Lease {
         state: Arc::clone(state),
         stream: Some(stream),
     })
+}
+
+/// A refused stream or cursor: 429 (what sqld answers when it throttles), with the time
+/// after which idle streams will have expired.
+fn too_many_open(refused: super::LimitReached, wait: Duration) -> HranaError {
+    DataError::TooManyRequests(refused.0, wait.as_secs().max(1)).into()
 }
 
 /// Expires idle streams in the background, for as long as the node serves.
@@ -396,6 +407,11 @@ async fn cursor(
         access: request.access,
         version: Version::Hrana3,
     };
+    // Held while the batch runs: a slow reader keeps a blocking thread busy.
+    let cursor_permit = state
+        .open_cursors
+        .acquire(&caller.db.id())
+        .map_err(|refused| too_many_open(refused, Duration::from_secs(1)))?;
     let mut lease = open_stream(&state, &caller, body.baton.as_deref()).await?;
     let batch = body.batch;
     // Checked before the response starts, so refusals still get their HTTP status.
@@ -426,7 +442,8 @@ async fn cursor(
     };
     let (entries_tx, mut entries_rx) = tokio::sync::mpsc::channel::<Bytes>(CURSOR_BUFFER);
     tokio::task::spawn_blocking(move || {
-        produce_cursor(&caller, lease, &batch, encoding, entries_tx)
+        produce_cursor(&caller, lease, &batch, encoding, entries_tx);
+        drop(cursor_permit);
     });
     let entries = futures_util::stream::poll_fn(move |cx| entries_rx.poll_recv(cx));
     let body = futures_util::stream::once(async move { head })

@@ -18,6 +18,7 @@
 mod cursor;
 mod exec;
 mod http;
+mod open_limit;
 mod sql_store;
 mod statement;
 mod stream;
@@ -25,6 +26,7 @@ mod v1;
 mod values;
 mod ws;
 
+pub use open_limit::{LimitReached, OpenLimit, Permit};
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};
 
 use crate::error::DataError;
@@ -56,6 +58,40 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
         .route("/v3-protobuf/cursor", post(http::cursor_v3_protobuf))
         .route("/", get(ws::upgrade))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+}
+
+/// A Hrana request body, at most [`MAX_REQUEST_BYTES`], arriving within the body timeout
+/// (`DataLimits::body_read_timeout`). Refusals use the data plane's
+/// JSON error shape (413 `{"error": …}`), not axum's plain-text rejections.
+pub(crate) struct HranaBody(pub(crate) axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for HranaBody {
+    type Rejection = DataError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, DataError> {
+        let timeout = req
+            .extensions()
+            .get::<crate::BodyReadTimeout>()
+            .map_or(std::time::Duration::from_secs(60), |t| t.0);
+        // A client trickling its body must not hold the request forever.
+        let read = tokio::time::timeout(timeout, axum::body::Bytes::from_request(req, state))
+            .await
+            .map_err(|_| {
+                DataError::Timeout(format!(
+                    "the request body did not arrive within {} seconds",
+                    timeout.as_secs()
+                ))
+            })?;
+        read.map(HranaBody).map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                DataError::TooLarge(format!(
+                    "the request body is larger than {MAX_REQUEST_BYTES} bytes"
+                ))
+            } else {
+                DataError::BadRequest(format!("cannot read the request body: {rejection}"))
+            }
+        })
+    }
 }
 
 /// Clients probe these paths to learn which versions a server speaks.
@@ -162,6 +198,8 @@ fn data_error_code(error: &DataError) -> &'static str {
         DataError::NoDatabase(_) | DataError::UnknownDatabase(_) => "NAMESPACE_DOESNT_EXIST",
         DataError::Unavailable(_) => "DATABASE_UNAVAILABLE",
         DataError::TooLarge(_) => "RESPONSE_TOO_LARGE",
+        DataError::Timeout(_) => "TIMEOUT",
+        DataError::TooManyRequests(..) => "TOO_MANY_REQUESTS",
         DataError::BadRequest(_) | DataError::Conflict(_) => "BAD_REQUEST",
         DataError::Internal(_) => "INTERNAL_ERROR",
     }

@@ -10,6 +10,7 @@
 //! [`EXPIRED_MEMORY`] so late batons get a clear `STREAM_EXPIRED` rather than "invalid".
 
 use super::exec::ClientConnection;
+use super::open_limit::Permit;
 use super::sql_store::{SqlStore, MAX_HTTP_STORED_SQL};
 use super::HranaError;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
@@ -44,6 +45,8 @@ pub(crate) struct HttpStream {
     /// `None` once a `close` request ran.
     pub(crate) conn: Option<ClientConnection>,
     pub(crate) sqls: SqlStore,
+    /// Its place among the open streams, freed with the stream (closed, expired, failed).
+    _permit: Permit,
 }
 
 impl HttpStream {
@@ -91,7 +94,12 @@ impl StreamRegistry {
     }
 
     /// Registers a new stream around `conn`, taken by the caller's request.
-    pub(crate) fn create(&self, db_id: &str, conn: ClientConnection) -> Box<HttpStream> {
+    pub(crate) fn create(
+        &self,
+        db_id: &str,
+        conn: ClientConnection,
+        permit: Permit,
+    ) -> Box<HttpStream> {
         let mut streams = self.lock();
         let id = loop {
             let id = rand::random();
@@ -107,6 +115,7 @@ impl StreamRegistry {
             db_id: db_id.to_string(),
             conn: Some(conn),
             sqls: SqlStore::new(MAX_HTTP_STORED_SQL),
+            _permit: permit,
         })
     }
 
@@ -177,6 +186,8 @@ impl StreamRegistry {
                         forget_at: now + EXPIRED_MEMORY,
                     },
                 );
+                // The stream (and with it its place among the open streams) ends here;
+                // only its connection lives on, on its way back to the pool.
                 if let Slot::Idle { mut stream, .. } = expired {
                     if let Some(conn) = stream.conn.take() {
                         released.push((std::mem::take(&mut stream.db_id), conn));
@@ -237,6 +248,12 @@ mod tests {
         ClientConnection::new(rusqlite::Connection::open_in_memory().unwrap())
     }
 
+    fn permit() -> Permit {
+        super::super::OpenLimit::new("streams", 100, 100)
+            .acquire("db1")
+            .unwrap()
+    }
+
     fn registry(idle: Duration) -> StreamRegistry {
         StreamRegistry::with_idle_timeout(idle)
     }
@@ -252,7 +269,7 @@ mod tests {
     #[test]
     fn batons_work_once_and_only_on_their_database() {
         let streams = registry(IDLE_TIMEOUT);
-        let stream = streams.create("db1", connection());
+        let stream = streams.create("db1", connection(), permit());
         let first = streams.release(stream).unwrap();
         let stream = streams.acquire(&first, "db1").unwrap();
         // The stream is busy: its current baton is refused too.
@@ -285,7 +302,7 @@ mod tests {
         );
         // Batons of another process (another key) mean nothing here.
         let other = registry(IDLE_TIMEOUT);
-        let foreign = other.release(other.create("db1", connection()));
+        let foreign = other.release(other.create("db1", connection(), permit()));
         assert_eq!(
             protocol_message(streams.acquire(&foreign.unwrap(), "db1")),
             "Received an invalid baton"
@@ -296,7 +313,7 @@ mod tests {
     #[test]
     fn closed_streams_are_forgotten() {
         let streams = registry(IDLE_TIMEOUT);
-        let mut stream = streams.create("db1", connection());
+        let mut stream = streams.create("db1", connection(), permit());
         stream.conn = None;
         assert_eq!(streams.release(stream), None);
         assert_eq!(streams.open_count(), 0);
@@ -306,9 +323,9 @@ mod tests {
     fn idle_streams_expire_and_are_remembered_for_a_while() {
         let streams = registry(Duration::from_millis(50));
         let baton = streams
-            .release(streams.create("db1", connection()))
+            .release(streams.create("db1", connection(), permit()))
             .unwrap();
-        let busy = streams.create("db1", connection());
+        let busy = streams.create("db1", connection(), permit());
         assert!(streams.sweep(Instant::now()).is_empty());
         let later = Instant::now() + Duration::from_millis(60);
         let released = streams.sweep(later);
@@ -325,5 +342,29 @@ mod tests {
         );
         streams.remove(busy.id());
         assert_eq!(streams.open_count(), 0);
+    }
+
+    #[test]
+    fn expired_and_closed_streams_give_their_place_back() {
+        let limit = super::super::OpenLimit::new("streams", 2, 2);
+        let streams = registry(Duration::from_millis(50));
+        let idle =
+            streams.release(streams.create("db1", connection(), limit.acquire("db1").unwrap()));
+        let mut closing = streams.create("db1", connection(), limit.acquire("db1").unwrap());
+        assert!(limit.acquire("db1").is_err(), "two streams are open");
+        closing.conn = None;
+        assert_eq!(streams.release(closing), None);
+        assert_eq!(limit.open_on("db1"), 1);
+        let released = streams.sweep(Instant::now() + Duration::from_millis(60));
+        assert_eq!(released.len(), 1);
+        assert_eq!(
+            limit.open_on("db1"),
+            0,
+            "the expired stream is no longer counted"
+        );
+        assert!(matches!(
+            streams.acquire(&idle.unwrap(), "db1"),
+            Err(HranaError::StreamExpired)
+        ));
     }
 }

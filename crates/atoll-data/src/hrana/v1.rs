@@ -3,10 +3,9 @@
 //! to the pool afterwards. A failed `execute` is an HTTP error carrying the Hrana error.
 
 use super::exec::{Caller, ClientConnection, Outcome, Run};
-use super::{blocking, Encoding, HranaError, SqlStore, Version};
+use super::{blocking, Encoding, HranaBody, HranaError, SqlStore, Version};
 use crate::auth::DbRequest;
 use crate::DataPlaneState;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -38,7 +37,7 @@ struct BatchResponse {
 pub(super) async fn execute(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     let outcome = async {
         request.db.ensure_queryable()?;
@@ -62,7 +61,7 @@ pub(super) async fn execute(
 pub(super) async fn batch(
     State(state): State<Arc<DataPlaneState>>,
     request: DbRequest,
-    body: Bytes,
+    HranaBody(body): HranaBody,
 ) -> Response {
     let outcome = async {
         request.db.ensure_queryable()?;

@@ -11,6 +11,7 @@
 
 use super::cursor::{check_cursor, run_cursor, JsonCursorEntry, CURSOR_BUFFER};
 use super::exec::{hrana_error, Caller, ClientConnection, Outcome, Run};
+use super::open_limit::Permit;
 use super::sql_store::MAX_WS_STORED_SQL;
 use super::{blocking, HranaError, SqlStore, Version};
 use crate::auth::{authenticate, unix_now, DbAccess};
@@ -218,6 +219,8 @@ struct OpenCursor {
     id: i32,
     entries: mpsc::Receiver<proto::CursorEntry>,
     producer: JoinHandle<ClientConnection>,
+    /// Its place among the open cursors, until it is closed.
+    _permit: Permit,
 }
 
 struct Session {
@@ -227,6 +230,8 @@ struct Session {
     /// Set by a successful `hello`.
     access: Option<DbAccess>,
     streams: HashMap<i32, WsStream>,
+    /// The places among the node's open streams held by this session's open streams.
+    stream_permits: HashMap<i32, Permit>,
     sqls: SqlStore,
     /// Open cursors and their streams; `None` for a cursor that failed to open.
     cursors: HashMap<i32, Option<i32>>,
@@ -240,13 +245,29 @@ impl Session {
             version,
             access: None,
             streams: HashMap::new(),
+            stream_permits: HashMap::new(),
             sqls: SqlStore::new(MAX_WS_STORED_SQL),
             cursors: HashMap::new(),
         }
     }
 
     async fn serve(mut self, mut socket: WebSocket) {
-        while let Some(Ok(message)) = socket.recv().await {
+        let idle_timeout = self.state.limits.websocket_idle_timeout;
+        loop {
+            // A silent client would otherwise hold its streams (connections, maybe a
+            // write transaction) for as long as the TCP connection lives.
+            let message = match tokio::time::timeout(idle_timeout, socket.recv()).await {
+                Ok(Some(Ok(message))) => message,
+                Ok(_) => break,
+                Err(_) => {
+                    let frame = CloseFrame {
+                        code: close_code::AWAY,
+                        reason: "Idle timeout: no message from the client".into(),
+                    };
+                    let _ = socket.send(Message::Close(Some(frame))).await;
+                    break;
+                }
+            };
             let reply = match message {
                 Message::Text(text) => self.handle(text.as_str()).await,
                 Message::Binary(_) => Reply::Close {
@@ -363,6 +384,7 @@ impl Session {
                     .streams
                     .remove(&stream_id)
                     .ok_or_else(|| stream_not_found(stream_id))?;
+                self.stream_permits.remove(&stream_id);
                 if let WsStream::Cursor(cursor) = &stream {
                     self.cursors.remove(&cursor.id);
                 }
@@ -489,6 +511,23 @@ impl Session {
                 "Stream {stream_id} already exists"
             )));
         }
+        // Failed streams keep their ids until closed: bound what one socket can hold.
+        let most = ids_per_socket(self.state.limits.max_streams_per_database);
+        if self.streams.len() >= most {
+            return Err(HranaError::Protocol(format!(
+                "Too many streams on this connection (limit {most})"
+            )));
+        }
+        let permit = match self.state.open_streams.acquire(&self.db.id()) {
+            Ok(permit) => permit,
+            Err(refused) => {
+                self.streams.insert(stream_id, WsStream::Failed);
+                return Ok(Err(hrana_error(
+                    "STREAM_NOT_OPEN",
+                    format!("Stream {stream_id} has failed to open: {}", refused.0),
+                )));
+            }
+        };
         let node = Arc::clone(&self.state.node);
         let db = Arc::clone(&self.db);
         let opened = blocking(move || {
@@ -499,6 +538,7 @@ impl Session {
         match opened {
             Ok(conn) => {
                 self.streams.insert(stream_id, WsStream::Ready(conn));
+                self.stream_permits.insert(stream_id, permit);
                 Ok(Ok(WsResponse::OpenStream {}))
             }
             Err(error) => {
@@ -523,8 +563,24 @@ impl Session {
                 "Cursor {cursor_id} already exists"
             )));
         }
+        // Failed cursors keep their ids until closed: bound what one socket can hold.
+        let most = ids_per_socket(self.state.limits.max_cursors_per_database);
+        if self.cursors.len() >= most {
+            return Err(HranaError::Protocol(format!(
+                "Too many cursors on this connection (limit {most})"
+            )));
+        }
         // Until it opens, the cursor id is taken by a failed cursor.
         self.cursors.insert(cursor_id, None);
+        let permit = match self.state.open_cursors.acquire(&self.db.id()) {
+            Ok(permit) => permit,
+            Err(refused) => {
+                return Ok(Err(hrana_error(
+                    "CURSOR_NOT_OPEN",
+                    format!("Cursor {cursor_id} has failed to open: {}", refused.0),
+                )))
+            }
+        };
         let batch = self.inline_texts(batch)?;
         let caller = self.caller();
         let conn = match self.take_connection(stream_id)? {
@@ -555,6 +611,7 @@ impl Session {
                 id: cursor_id,
                 entries,
                 producer,
+                _permit: permit,
             }),
         );
         self.cursors.insert(cursor_id, Some(stream_id));
@@ -710,6 +767,12 @@ async fn stop_stream(stream: WsStream) -> Option<ClientConnection> {
 async fn stop_cursor(cursor: OpenCursor) -> Option<ClientConnection> {
     drop(cursor.entries);
     cursor.producer.await.ok()
+}
+
+/// Stream or cursor ids one socket may hold, open or failed (failed ones hold no
+/// resources but memory): the per-database cap of open ones, and room for failures.
+fn ids_per_socket(open_per_database: usize) -> usize {
+    open_per_database.max(1024)
 }
 
 fn stream_not_found(stream_id: i32) -> HranaError {

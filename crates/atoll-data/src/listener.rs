@@ -1,0 +1,74 @@
+//! Serving a router on a TCP listener with slow-client protection; used by the control
+//! plane, the database hosts and the node admin API.
+//!
+//! `axum::serve` has no header read timeout, so a client that opens connections and
+//! sends half a request line keeps each one forever. Here every connection is served by
+//! hyper's HTTP/1 server with `header_read_timeout`: a client gets that long to deliver
+//! a request's headers (the first request's, and each later one on a kept-alive
+//! connection), else the connection is closed. The client's address is recorded as
+//! `ConnectInfo<SocketAddr>` for rate limits and IP allow lists.
+
+use axum::extract::{ConnectInfo, Request};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::future::Future;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// How long a client may take to send a request's headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `app` until `shutdown` resolves, then lets open requests finish.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    header_read_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (socket, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+            // Reaps finished connections so the set does not grow with the server's age.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let _ = socket.set_nodelay(true);
+        let app = app.clone();
+        let service =
+            hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                app.clone().oneshot(request.map(axum::body::Body::new))
+            });
+        let mut stop = stop_rx.clone();
+        connections.spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .serve_connection(TokioIo::new(socket), service)
+                .with_upgrades();
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = stop.wait_for(|stopping| *stopping) => {}
+            }
+            // Finishes the request in flight, then closes.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
