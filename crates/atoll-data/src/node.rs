@@ -38,6 +38,24 @@ impl Node {
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
+            // A create or delete a crash interrupted (see `create_database` and
+            // `delete_database`): never a database to serve, whatever files it still
+            // holds, so finish the delete (an interrupted create's store row is still
+            // `creating`, and the control plane removes it at start).
+            let interrupted = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".creating-") || n.starts_with(".deleting-"));
+            if interrupted {
+                tracing::warn!(dir = %dir.display(), "removing what an interrupted create or delete left");
+                std::fs::remove_dir_all(&dir)?;
+                continue;
+            }
+            // No upload is in progress while the node opens: a temporary file is one a
+            // crash cut off.
+            if dir.is_dir() {
+                crate::upload::remove_stale_uploads(&dir, &[])?;
+            }
             let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
                 continue;
             };
@@ -189,7 +207,14 @@ impl Node {
                 }
             }
         }
-        write_config(&db.config_path(), &config)?;
+        if let Err(e) = write_config(&db.config_path(), &config) {
+            // Deleted while this configure ran (its directory went to the trash): the
+            // database is gone, not the node broken.
+            if !db.dir().exists() {
+                return Err(DataError::UnknownDatabase(config.id));
+            }
+            return Err(e);
+        }
         db.set_config(config.clone());
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
         if serves(&old)
