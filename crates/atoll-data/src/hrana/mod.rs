@@ -18,6 +18,7 @@
 mod cursor;
 mod exec;
 mod http;
+mod inspect;
 mod sql_store;
 mod statement;
 mod stream;
@@ -25,6 +26,7 @@ mod v1;
 mod values;
 mod ws;
 
+pub use inspect::{inspect_request, RequestKind};
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};
 
 use crate::error::DataError;
@@ -80,8 +82,9 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// The wire encoding of a Hrana-over-HTTP body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Encoding {
+pub enum Encoding {
     Json,
     Protobuf,
 }
