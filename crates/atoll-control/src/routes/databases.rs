@@ -269,7 +269,13 @@ async fn list(
     }
     let mut databases = Vec::new();
     for db in state.store.list_databases(&org.id, filter).await? {
-        databases.push(with_upload_state(&state, db).await?);
+        match with_upload_state(&state, db).await {
+            Ok(db) => databases.push(db),
+            // Deleted since the page was read (the upload-state update found no row): no
+            // longer part of the answer, and no reason to fail the whole list.
+            Err(ApiError::NotFound(..)) => {}
+            Err(e) => return Err(e),
+        }
     }
 
     let mut next = None;
