@@ -21,6 +21,10 @@ struct Registry {
 pub struct Node {
     data_dir: PathBuf,
     registry: RwLock<Registry>,
+    /// Configuration changes, one at a time: each writes `config.json` through the same
+    /// temporary file, and the file and the configuration in memory must end up the same
+    /// (two concurrent deletes of one database once raced to a 502).
+    configuring: Mutex<()>,
     pub pool: ConnectionPool,
     pub meters: crate::meter::Meters,
 }
@@ -33,6 +37,7 @@ impl Node {
         let node = Node {
             data_dir: data_dir.to_path_buf(),
             registry: RwLock::new(Registry::default()),
+            configuring: Mutex::new(()),
             pool: ConnectionPool::new(DEFAULT_MAX_IDLE_CONNECTIONS),
             meters: crate::meter::Meters::new(),
         };
@@ -186,6 +191,7 @@ impl Node {
 
     /// Replaces a database's configuration (flags, limits, keys, state, label).
     pub fn configure(&self, mut config: DatabaseConfig) -> Result<Arc<Database>, DataError> {
+        let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
         let db = self
             .by_id(&config.id)
             .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
@@ -275,6 +281,7 @@ impl Node {
 
     /// Marks an uploaded database active (after its file was installed).
     pub fn activate(&self, db: &Database) -> Result<(), DataError> {
+        let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
         let mut config = db.config();
         config.state = DatabaseState::Active;
         write_config(&db.config_path(), &config)?;
