@@ -9,7 +9,12 @@
 # 2. the HTTP tests and the authorization matrix again on PostgreSQL
 #    (ATOLL_TEST_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test);
 #    they skip loudly when no PostgreSQL answers;
-# 3. the compatibility test: the official @tursodatabase/api SDK against `atoll dev`.
+# 3. the compatibility test: the official @tursodatabase/api SDK against `atoll dev`;
+# 4. schemathesis against `/openapi.json` of `atoll dev` (bounded: scripts/schemathesis.sh);
+# 5. the load test: a 60 s mixed workload, zero failures, flat memory (`atoll bench --load`).
+#
+# The fuzz corpus (fuzz/corpus) is replayed by step 1 (`tests/fuzz_corpus.rs` in
+# atoll-data and atoll-types); the fuzzers themselves need nightly (fuzz/README.md).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,3 +32,9 @@ echo "==> SDK compatibility (@tursodatabase/api against atoll dev)"
 # The binary the tests above built (`cargo build` alone would resolve features without
 # dev-dependencies and rebuild much of the tree).
 ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/compat.sh
+
+echo "==> Schemathesis (the platform API against its OpenAPI document)"
+ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/schemathesis.sh
+
+echo "==> Load test (mixed workload, zero failed requests, flat memory)"
+"$TARGET_DIR/debug/atoll" bench --load --duration "${ATOLL_LOAD_SECONDS:-60}"

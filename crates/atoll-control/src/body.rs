@@ -9,10 +9,26 @@ use crate::error::ApiError;
 use crate::server::BodyReadTimeout;
 use atoll_types::ErrorCode;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 pub struct LenientJson<T>(pub T);
+
+/// The query-string extractor of every route: axum's `Query`, with its rejection answered
+/// as the API's JSON error (axum's own is `text/plain`, which no client parses).
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| Query(value))
+            .map_err(|rejection| ApiError::invalid(rejection.body_text()))
+    }
+}
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for LenientJson<T> {
     type Rejection = ApiError;

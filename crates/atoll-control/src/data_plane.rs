@@ -452,12 +452,23 @@ pub async fn push_group_databases(
         .ok_or_else(|| ApiError::Internal("group without organization".into()))?;
     for db in store.databases_in_group(&group.id).await? {
         if db.state != DatabaseState::Creating {
-            data_plane
-                .configure(&db.node, node_config(&db, group, &org))
-                .await?;
+            configure_unless_gone(data_plane, &db.node, node_config(&db, group, &org)).await?;
         }
     }
     Ok(())
+}
+
+/// Configures a database that may have been deleted since it was listed (a group or
+/// database delete running at the same time): one its node no longer has needs nothing.
+async fn configure_unless_gone(
+    data_plane: &DataPlane,
+    node: &str,
+    config: DatabaseConfig,
+) -> Result<(), ApiError> {
+    match data_plane.configure(node, config).await {
+        Err(ApiError::NotFound(..)) => Ok(()),
+        other => other,
+    }
 }
 
 /// Sends the configuration of every database of an organization (its quota blocks changed).
@@ -469,9 +480,7 @@ pub async fn push_org_databases(
     for group in store.list_groups(&org.id).await? {
         for db in store.databases_in_group(&group.id).await? {
             if db.state != DatabaseState::Creating {
-                data_plane
-                    .configure(&db.node, node_config(&db, &group, org))
-                    .await?;
+                configure_unless_gone(data_plane, &db.node, node_config(&db, &group, org)).await?;
             }
         }
     }

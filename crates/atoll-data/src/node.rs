@@ -21,6 +21,10 @@ struct Registry {
 pub struct Node {
     data_dir: PathBuf,
     registry: RwLock<Registry>,
+    /// Configuration changes, one at a time: each writes `config.json` through the same
+    /// temporary file, and the file and the configuration in memory must end up the same
+    /// (two concurrent deletes of one database once raced to a 502).
+    configuring: Mutex<()>,
     pub pool: ConnectionPool,
     pub meters: crate::meter::Meters,
 }
@@ -33,11 +37,30 @@ impl Node {
         let node = Node {
             data_dir: data_dir.to_path_buf(),
             registry: RwLock::new(Registry::default()),
+            configuring: Mutex::new(()),
             pool: ConnectionPool::new(DEFAULT_MAX_IDLE_CONNECTIONS),
             meters: crate::meter::Meters::new(),
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
+            // A create or delete a crash interrupted (see `create_database` and
+            // `delete_database`): never a database to serve, whatever files it still
+            // holds, so finish the delete (an interrupted create's store row is still
+            // `creating`, and the control plane removes it at start).
+            let interrupted = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".creating-") || n.starts_with(".deleting-"));
+            if interrupted {
+                tracing::warn!(dir = %dir.display(), "removing what an interrupted create or delete left");
+                std::fs::remove_dir_all(&dir)?;
+                continue;
+            }
+            // No upload is in progress while the node opens: a temporary file is one a
+            // crash cut off.
+            if dir.is_dir() {
+                crate::upload::remove_stale_uploads(&dir, &[])?;
+            }
             let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
                 continue;
             };
@@ -168,6 +191,7 @@ impl Node {
 
     /// Replaces a database's configuration (flags, limits, keys, state, label).
     pub fn configure(&self, mut config: DatabaseConfig) -> Result<Arc<Database>, DataError> {
+        let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
         let db = self
             .by_id(&config.id)
             .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
@@ -189,7 +213,14 @@ impl Node {
                 }
             }
         }
-        write_config(&db.config_path(), &config)?;
+        if let Err(e) = write_config(&db.config_path(), &config) {
+            // Deleted while this configure ran (its directory went to the trash): the
+            // database is gone, not the node broken.
+            if !db.dir().exists() {
+                return Err(DataError::UnknownDatabase(config.id));
+            }
+            return Err(e);
+        }
         db.set_config(config.clone());
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
         if serves(&old)
@@ -250,6 +281,7 @@ impl Node {
 
     /// Marks an uploaded database active (after its file was installed).
     pub fn activate(&self, db: &Database) -> Result<(), DataError> {
+        let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
         let mut config = db.config();
         config.state = DatabaseState::Active;
         write_config(&db.config_path(), &config)?;

@@ -745,8 +745,8 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Deletes upload files of this database left by a crash (the caller holds the database's
-/// upload claim, so no other upload of it is writing), except `keep`.
-fn remove_stale_uploads(dir: &FsPath, keep: &[&FsPath]) -> Result<(), DataError> {
+/// upload claim, or the node is opening, so no other upload of it is writing), except `keep`.
+pub(crate) fn remove_stale_uploads(dir: &FsPath, keep: &[&FsPath]) -> Result<(), DataError> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let stale = path

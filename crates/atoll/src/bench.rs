@@ -72,6 +72,9 @@ pub struct BenchArgs {
     /// Uploads per protocol.
     #[arg(long, default_value_t = 3)]
     upload_samples: usize,
+    /// `--load`: the load test instead of the figures (`load.rs`).
+    #[command(flatten)]
+    load: crate::load::LoadArgs,
 }
 
 const USERNAME: &str = "bench";
@@ -97,6 +100,9 @@ struct Org {
 }
 
 pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if args.load.load {
+        return crate::load::load(&args.load).await;
+    }
     let dir = std::env::temp_dir().join(format!(
         "atoll-bench-{}-{}",
         std::process::id(),

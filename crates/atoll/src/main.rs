@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod load;
 mod node;
 mod server;
 

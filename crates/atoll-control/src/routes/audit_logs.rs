@@ -3,11 +3,12 @@
 
 use super::Route;
 use crate::auth::{Access, Action};
+use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
 use atoll_types::audit::{AuditLogList, AuditLogPagination};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::Method;
 use axum::Json;
 use serde::Deserialize;

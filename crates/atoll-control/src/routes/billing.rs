@@ -5,6 +5,7 @@
 
 use super::Route;
 use crate::auth::{Access, Action};
+use crate::body::Query;
 use crate::error::ApiResult;
 use crate::server::AppState;
 use crate::wire;
@@ -12,7 +13,7 @@ use atoll_types::usage::{
     Invoice, InvoiceList, Plan, PlanList, PlanPrice, PlanQuotasCamel, Subscription,
     SubscriptionResponse,
 };
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::Method;
 use axum::Json;
 use serde::Deserialize;

@@ -5,7 +5,7 @@
 use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
-use crate::body::{parse_lenient, LenientJson};
+use crate::body::{parse_lenient, LenientJson, Query};
 use crate::data_plane::node_config;
 use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
 use crate::error::{ApiError, ApiResult};
@@ -21,7 +21,8 @@ use atoll_types::databases::{
 };
 use atoll_types::node::{CreateDatabase, Seed};
 use atoll_types::{Empty, ErrorCode, Role};
-use axum::extract::{Multipart, Path, Query, State};
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::{Multipart, Path, State};
 use axum::http::{HeaderMap, Method};
 use axum::{Extension, Json};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -271,7 +272,13 @@ async fn list(
     }
     let mut databases = Vec::new();
     for db in state.store.list_databases(&org.id, filter).await? {
-        databases.push(with_upload_state(&state, db).await?);
+        match with_upload_state(&state, db).await {
+            Ok(db) => databases.push(db),
+            // Deleted since the page was read (the upload-state update found no row): no
+            // longer part of the answer, and no reason to fail the whole list.
+            Err(ApiError::NotFound(..)) => {}
+            Err(e) => return Err(e),
+        }
     }
 
     let mut next = None;
@@ -623,8 +630,11 @@ async fn upload_dump(
     State(state): State<AppState>,
     access: Access,
     Extension(BodyReadTimeout(idle)): Extension<BodyReadTimeout>,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Json<DumpUploaded>> {
+    // Rejected here rather than by axum, whose answer is text/plain.
+    let mut multipart = multipart
+        .map_err(|e| ApiError::invalid(format!("expected a multipart/form-data body: {e}")))?;
     let org = access.org();
     let mut sql = None;
     while let Some(mut field) = multipart

@@ -4,7 +4,7 @@
 use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
-use crate::body::LenientJson;
+use crate::body::{LenientJson, Query};
 use crate::data_plane::push_group_databases;
 use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
 use crate::error::{ApiError, ApiResult};
@@ -12,7 +12,6 @@ use crate::server::AppState;
 use crate::wire;
 use atoll_meta::{Entity, GroupChanges, NewGroup, StoreError};
 use atoll_types::databases::{CreateDatabaseTokenRequest, DatabaseToken};
-use axum::extract::Query;
 
 use atoll_types::audit::AuditCode;
 use atoll_types::groups::{

@@ -46,6 +46,16 @@ use utoipa::openapi::{RefOr, Schema};
 /// Registers a body schema (and the schemas it refers to) and returns a reference to it.
 pub type SchemaFn = fn(&mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema>;
 
+/// An array of `T`, inline: utoipa names every `Vec<_>` "Vec", so registering vectors
+/// under their name would let one list's schema stand for all the others.
+pub(crate) fn list_schema<T: utoipa::ToSchema>(
+    out: &mut Vec<(String, RefOr<Schema>)>,
+) -> RefOr<Schema> {
+    utoipa::openapi::ArrayBuilder::new()
+        .items(schema::<T>(out))
+        .into()
+}
+
 pub(crate) fn schema<T: utoipa::ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
     let name = T::name().into_owned();
     out.push((name.clone(), T::schema()));
@@ -115,6 +125,12 @@ impl Route {
         self.handler = self
             .handler
             .layer(axum::extract::DefaultBodyLimit::disable());
+        self
+    }
+
+    /// A bare JSON array of `T` (use this, not `response::<Vec<T>>()`; see [`list_schema`]).
+    pub fn response_list<T: utoipa::ToSchema>(mut self) -> Route {
+        self.spec.response = list_schema::<T>;
         self
     }
 

@@ -3,7 +3,7 @@
 use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
-use crate::body::LenientJson;
+use crate::body::{LenientJson, Query};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
@@ -14,7 +14,7 @@ use atoll_types::organizations::{
     Organization, OrganizationList, OrganizationResponse, UpdateOrganizationRequest,
 };
 use atoll_types::ErrorCode;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -30,7 +30,7 @@ pub fn routes() -> Vec<Route> {
             "Organizations of the caller: a bare array (the spec), or {organizations} for the TypeScript SDK",
             list_v1,
         )
-        .response::<Vec<Organization>>(),
+        .response_list::<Organization>(),
         Route::new(Method::GET, "/v2/organizations", Action::ListOrganizations, "Organizations of the caller", list_v2)
             .response::<OrganizationList>(),
         Route::new(Method::POST, "/v1/organizations", Action::CreateOrganization, "Create a team organization", create)

@@ -7,6 +7,7 @@
 
 use super::Route;
 use crate::auth::{Access, Action};
+use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
@@ -16,7 +17,7 @@ use atoll_types::usage::{
     OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse, TopQuery,
 };
 use atoll_types::ErrorCode;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::Method;
 use axum::Json;
 use serde::Deserialize;
@@ -55,7 +56,7 @@ pub fn routes() -> Vec<Route> {
                 "The database's heaviest statements (Turso CLI form: a bare array)",
                 queries,
             )
-            .response::<Vec<TopQuery>>()
+            .response_list::<TopQuery>()
             .query(&["from"]),
         );
         routes.push(

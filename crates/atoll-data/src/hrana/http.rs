@@ -504,7 +504,7 @@ fn json_line<T: serde::Serialize>(value: &T) -> Bytes {
     Bytes::from(line)
 }
 
-fn decode<T: serde::de::DeserializeOwned + prost::Message + Default>(
+pub(super) fn decode<T: serde::de::DeserializeOwned + prost::Message + Default>(
     body: &[u8],
     encoding: Encoding,
 ) -> Result<T, HranaError> {

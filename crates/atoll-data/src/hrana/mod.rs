@@ -18,6 +18,7 @@
 mod cursor;
 mod exec;
 mod http;
+mod inspect;
 mod open_limit;
 mod sql_store;
 mod statement;
@@ -26,6 +27,7 @@ mod v1;
 mod values;
 mod ws;
 
+pub use inspect::{inspect_request, RequestKind};
 pub use open_limit::{LimitReached, OpenLimit, Permit};
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};
 
@@ -116,8 +118,9 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// The wire encoding of a Hrana-over-HTTP body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Encoding {
+pub enum Encoding {
     Json,
     Protobuf,
 }

@@ -650,3 +650,26 @@ async fn deleting_a_group_deletes_its_databases() {
     app.database("/v1", &app.admin_token, "inside", "doomed")
         .await;
 }
+
+/// A malformed query string or upload body is the API's JSON error, like every other
+/// refusal (axum's own rejections are `text/plain`); found by schemathesis.
+#[tokio::test]
+async fn malformed_query_and_multipart_answer_json_errors() {
+    let app = app!();
+    let reply = app
+        .get("/v1/databases?limit=&cursor=", &app.admin_token)
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.code(), "invalid_request", "{}", reply.body);
+
+    let reply = app
+        .call(
+            Method::POST,
+            "/v1/organizations/admin/databases/dumps",
+            Some(&app.admin_token),
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.code(), "invalid_request", "{}", reply.body);
+}
