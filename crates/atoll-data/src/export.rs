@@ -77,7 +77,7 @@ async fn export(
     .await?;
     // Counted when the export starts: a client that hangs up early still cost the copy.
     state.node.meters.record_synced(&req.db.id(), len);
-    let name = req.db.config().name;
+    let name = req.db.config().name.clone();
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(

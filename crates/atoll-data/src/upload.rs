@@ -511,7 +511,7 @@ async fn start_chunked(
         inner.chunked.insert(
             upload_id.clone(),
             ChunkedUpload {
-                database_id: req.db.id(),
+                database_id: req.db.id().to_string(),
                 path: path.clone(),
                 size,
                 chunk_size,

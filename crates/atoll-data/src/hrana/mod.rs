@@ -25,6 +25,7 @@ mod v1;
 mod values;
 mod ws;
 
+pub(crate) use exec::STATEMENT_CACHE_CAPACITY;
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};
 
 use crate::error::DataError;
