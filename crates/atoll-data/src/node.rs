@@ -259,18 +259,10 @@ impl Node {
 }
 
 fn initialise_empty(file: &Path) -> Result<(), DataError> {
-    {
-        let conn = rusqlite::Connection::open(file)?;
-        // No fsync at each step (the WAL commit, the checkpoint when the connection
-        // closes): the finished file is synced once below, before it is renamed into
-        // place, which is all a create needs. Each fsync showed in create latency.
-        conn.execute_batch(
-            "PRAGMA synchronous = OFF; PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;",
-        )?;
-        // Write the header now so the file is a valid, empty database from the first byte.
-        conn.execute_batch("PRAGMA user_version = 0; VACUUM;")?;
-    }
-    std::fs::File::open(file)?.sync_all()?;
+    let conn = rusqlite::Connection::open(file)?;
+    conn.execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;")?;
+    // Write the header now so the file is a valid, empty database from the first byte.
+    conn.execute_batch("PRAGMA user_version = 0; VACUUM;")?;
     Ok(())
 }
 
