@@ -173,7 +173,7 @@ impl Uploads {
 
     /// Claims `db` for a single-request upload; the claim ends when the guard drops.
     fn claim_single(&self, db: &Database) -> Result<SingleClaim, DataError> {
-        let id = db.id();
+        let id = db.id().to_string();
         let mut inner = self.lock();
         if inner.busy(&id) {
             return Err(self.busy_error(db));
