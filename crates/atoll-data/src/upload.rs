@@ -505,7 +505,7 @@ async fn start_chunked(
     let path = dir.join(format!("{TEMP_PREFIX}{upload_id}"));
     {
         let mut inner = state.uploads.lock();
-        if inner.busy(&req.db.id()) {
+        if inner.busy(req.db.id()) {
             return Err(state.uploads.busy_error(&req.db).into());
         }
         inner.chunked.insert(
@@ -866,7 +866,7 @@ fn install(
         .sync_all()?;
     // Nothing may hold the old file open across the swap (a connection opened before the
     // upload would keep reading an empty database).
-    node.pool.forget(&db.id());
+    node.pool.forget(db.id());
     let target = db.file_path();
     // A WAL or shared-memory file of whatever was there before must not be replayed into
     // the new file.
@@ -876,7 +876,7 @@ fn install(
     std::fs::rename(temp.path(), &target)?;
     crate::node::sync_dir(db.dir())?;
     node.activate(db)?;
-    node.pool.forget(&db.id());
+    node.pool.forget(db.id());
     tracing::info!(database_id = %db.id(), "upload installed");
     Ok(())
 }

@@ -84,5 +84,8 @@ fn bench_measures_an_idle_atoll_dev_process() {
         .map(|(mib, _)| mib)
         .unwrap_or_else(|| panic!("unexpected line: {line}"));
     assert!(mib.parse::<f64>().is_ok_and(|m| m > 0.0), "{line}");
-    assert!(line.contains("an atoll dev process with 12 databases"), "{line}");
+    assert!(
+        line.contains("an atoll dev process with 12 databases"),
+        "{line}"
+    );
 }
