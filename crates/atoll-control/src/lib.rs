@@ -23,4 +23,5 @@ mod wire;
 
 pub use config::{ControlConfig, Location};
 pub use data_plane::DataPlane;
+pub use database_tokens::new_signing_key;
 pub use server::{bootstrap_user, serve, AppState, BootstrapOutcome, LOGIN_FAILURES_ALLOWED};

@@ -3,7 +3,7 @@
 
 use crate::database::Database;
 use crate::error::DataError;
-use crate::jwt::{self, JwtError};
+use crate::jwt::JwtError;
 use crate::namespace::database_label;
 use crate::DataPlaneState;
 use axum::extract::FromRequestParts;
@@ -63,7 +63,7 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
             "unsupported authorization scheme".into(),
         ));
     }
-    let claims = jwt::verify(token.trim(), &db.verifying_keys(), now).map_err(|e| match e {
+    let claims = db.verify_token(token.trim(), now).map_err(|e| match e {
         JwtError::Invalid => DataError::Unauthorized("The JWT is invalid".into()),
         JwtError::Expired => DataError::Unauthorized("The JWT has expired".into()),
     })?;
@@ -75,7 +75,7 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
         (None, None) => false,
     };
     if !covers {
-        return Err(DataError::UnknownDatabase(config.label));
+        return Err(DataError::UnknownDatabase(config.label.clone()));
     }
     let write = match claims.a.as_str() {
         "rw" => true,

@@ -5,55 +5,99 @@
 //! so a node restarts without its control plane.
 
 use crate::error::DataError;
+use crate::jwt::{self, Claims, JwtError};
 use atoll_types::node::{DatabaseConfig, DatabaseState};
 use ed25519_dalek::VerifyingKey;
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// SQLite page size of every Atoll database (uploads must match it).
 pub const PAGE_SIZE: u64 = 4096;
 
+/// Settings of every connection to a database, chosen for many small databases on one node
+/// serving short transactions:
+///
+/// - `journal_mode = WAL` (persistent in the file): readers never wait for the writer.
+/// - `synchronous = NORMAL`: in WAL mode a commit is durable across a crash of the process
+///   (it is in the WAL, which the OS holds); only a power loss or kernel crash may lose the
+///   last commits, never corrupt the file. `FULL` would add an fsync to every commit.
+/// - `cache_size = -2000` (2 MiB, SQLite's default, stated so it is a decision): the page
+///   cache is per connection and up to `node::DEFAULT_MAX_IDLE_CONNECTIONS` connections
+///   stay open, so this bounds what idle databases hold; the OS page cache serves the rest.
+/// - `mmap_size = 0`: memory-mapped reads would count every touched page of every open
+///   database in the process's RSS and buy little for small point queries on pages the
+///   cache holds anyway.
+/// - `journal_size_limit`: a WAL grown by one large write is truncated back to 64 MiB at
+///   the next checkpoint rather than keeping its peak size on disk.
+const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+     PRAGMA cache_size = -2000; PRAGMA mmap_size = 0; \
+     PRAGMA journal_size_limit = 67108864;";
+
 pub struct Database {
+    /// Never changes (the configuration's `id`); kept apart so reading it takes no lock.
+    id: String,
     dir: PathBuf,
-    config: RwLock<DatabaseConfig>,
-    keys: RwLock<Vec<(String, VerifyingKey)>>,
+    /// Shared snapshots: a request reads the configuration several times, and a copy is
+    /// a dozen strings allocated each time.
+    config: RwLock<Arc<DatabaseConfig>>,
+    keys: RwLock<Arc<Vec<(String, VerifyingKey)>>>,
+    verified_tokens: VerifiedTokens,
 }
 
 impl Database {
     pub(crate) fn new(dir: PathBuf, config: DatabaseConfig) -> Database {
         let keys = decode_keys(&config);
         Database {
+            id: config.id.clone(),
             dir,
-            config: RwLock::new(config),
-            keys: RwLock::new(keys),
+            config: RwLock::new(Arc::new(config)),
+            keys: RwLock::new(Arc::new(keys)),
+            verified_tokens: VerifiedTokens::default(),
         }
     }
 
-    pub fn id(&self) -> String {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .id
-            .clone()
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// A snapshot of the configuration; re-read at every program run, so flag changes
     /// apply from the next request.
-    pub fn config(&self) -> DatabaseConfig {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    pub fn config(&self) -> Arc<DatabaseConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Installs a new configuration. Its keys may differ (a rotation), so every token
+    /// verified under the old ones is verified again.
     pub(crate) fn set_config(&self, config: DatabaseConfig) {
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = decode_keys(&config);
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(decode_keys(&config));
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        self.verified_tokens.clear();
     }
 
-    pub fn verifying_keys(&self) -> Vec<(String, VerifyingKey)> {
-        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Verifies a database token against this database's keys at `now` (Unix seconds),
+    /// skipping the signature check for a token verified under the same keys within
+    /// [`VERIFIED_TOKEN_TTL`]. The expiry is checked every time.
+    pub fn verify_token(&self, token: &str, now: i64) -> Result<Claims, JwtError> {
+        let digest = token_digest(token);
+        if let Some(claims) = self.verified_tokens.get(&digest) {
+            if claims.exp.is_some_and(|exp| exp <= now) {
+                return Err(JwtError::Expired);
+            }
+            return Ok(claims);
+        }
+        let keys = self.current_keys();
+        let claims = jwt::verify(token, &keys, now)?;
+        // Not if the keys were replaced meanwhile: the token may be signed by a key that
+        // is gone.
+        self.verified_tokens
+            .insert_if(digest, &claims, || Arc::ptr_eq(&keys, &self.current_keys()));
+        Ok(claims)
+    }
+
+    fn current_keys(&self) -> Arc<Vec<(String, VerifyingKey)>> {
+        Arc::clone(&self.keys.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn dir(&self) -> &Path {
@@ -94,8 +138,9 @@ impl Database {
     pub fn open_connection(&self) -> Result<rusqlite::Connection, DataError> {
         let conn = rusqlite::Connection::open(self.file_path())?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        // WAL is persistent in the file; NORMAL keeps every commit across a process crash.
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
+        conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
+        // See `CONNECTION_PRAGMAS`.
+        conn.execute_batch(CONNECTION_PRAGMAS)?;
         if let Some(limit) = self.config().size_limit {
             let pages = (limit / PAGE_SIZE).max(1);
             conn.pragma_update(None, "max_page_count", pages)?;
@@ -123,4 +168,56 @@ fn decode_keys(config: &DatabaseConfig) -> Vec<(String, VerifyingKey)> {
             crate::jwt::decode_verifying_key(&k.public_key).map(|key| (k.kid.clone(), key))
         })
         .collect()
+}
+
+/// How long a verified database token is trusted without checking its signature again.
+/// Its expiry is still checked on every request; a key rotation forgets it at once.
+pub const VERIFIED_TOKEN_TTL: Duration = Duration::from_secs(60);
+/// Tokens remembered per database: most databases see one or two (a database token, a
+/// group token), and a bound keeps 100,000 databases' worth small.
+const VERIFIED_TOKENS_PER_DATABASE: usize = 4;
+
+/// Recently verified tokens of one database, by SHA-256 of the token. An Ed25519
+/// verification costs more than the rest of authenticating a request together, and
+/// clients send the same token with every request. Keyed by digest so that a lookup
+/// compares fixed-size hashes, never the secret itself.
+#[derive(Default)]
+struct VerifiedTokens {
+    entries: Mutex<Vec<([u8; 32], Claims, Instant)>>,
+}
+
+impl VerifiedTokens {
+    fn get(&self, digest: &[u8; 32]) -> Option<Claims> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .iter()
+            .find(|(d, _, at)| d == digest && at.elapsed() < VERIFIED_TOKEN_TTL)
+            .map(|(_, claims, _)| claims.clone())
+    }
+
+    /// Remembers `claims` if `still_valid()` holds, asked under the lock that
+    /// [`VerifiedTokens::clear`] takes, so a clear cannot slip in between.
+    fn insert_if(&self, digest: [u8; 32], claims: &Claims, still_valid: impl FnOnce() -> bool) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if !still_valid() {
+            return;
+        }
+        entries.retain(|(d, _, at)| *d != digest && at.elapsed() < VERIFIED_TOKEN_TTL);
+        if entries.len() >= VERIFIED_TOKENS_PER_DATABASE {
+            // The oldest goes: entries are kept in insertion order.
+            entries.remove(0);
+        }
+        entries.push((digest, claims.clone(), Instant::now()));
+    }
+
+    fn clear(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }

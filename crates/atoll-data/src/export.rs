@@ -76,8 +76,8 @@ async fn export(
     )
     .await?;
     // Counted when the export starts: a client that hangs up early still cost the copy.
-    state.node.meters.record_synced(&req.db.id(), len);
-    let name = req.db.config().name;
+    state.node.meters.record_synced(req.db.id(), len);
+    let name = req.db.config().name.clone();
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -117,7 +117,7 @@ async fn dump_sql(
         },
         move |(node, db, conn), out| {
             let result = dump::write_dump(&conn, out, options);
-            node.pool.checkin(&db.id(), conn);
+            node.pool.checkin(db.id(), conn);
             result
         },
     )
@@ -156,7 +156,7 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
     let copied = (|| {
         let source = node.pool.checkout(db)?;
         let result = backup_into(&source, &path);
-        node.pool.checkin(&db.id(), source);
+        node.pool.checkin(db.id(), source);
         result
     })();
     if let Err(e) = copied {

@@ -46,6 +46,17 @@ impl Meters {
     /// Adds a statement's rows to the statistics of its text.
     pub fn record_query(&self, db_id: &str, sql: &str, rows_read: u64, rows_written: u64) {
         let mut queries = self.queries.lock().unwrap_or_else(|p| p.into_inner());
+        // Runs for every statement: the usual case (a known database and text) allocates
+        // nothing.
+        if let Some(stats) = queries
+            .get_mut(db_id)
+            .and_then(|by_text| by_text.get_mut(sql))
+        {
+            stats.rows_read += rows_read;
+            stats.rows_written += rows_written;
+            stats.count += 1;
+            return;
+        }
         let by_text = queries.entry(db_id.to_string()).or_default();
         if !by_text.contains_key(sql) && by_text.len() >= MAX_QUERIES_PER_DATABASE {
             if let Some(lightest) = by_text
@@ -100,6 +111,12 @@ impl Meters {
             rows_read
         };
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        // Runs for every statement: only a database's first statement allocates its key.
+        if let Some(usage) = pending.get_mut(db_id) {
+            usage.rows_read += rows_read;
+            usage.rows_written += rows_written;
+            return;
+        }
         let usage = pending.entry(db_id.to_string()).or_default();
         usage.rows_read += rows_read;
         usage.rows_written += rows_written;

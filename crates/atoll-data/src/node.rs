@@ -84,7 +84,7 @@ impl Node {
                 .by_label
                 .insert(config.label.clone(), Arc::clone(&db));
         }
-        registry.by_id.insert(config.id, db);
+        registry.by_id.insert(config.id.clone(), db);
     }
 
     pub fn by_label(&self, label: &str) -> Option<Arc<Database>> {
@@ -250,7 +250,7 @@ impl Node {
                 .by_id
                 .remove(id)
                 .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
-            let label = db.config().label;
+            let label = db.config().label.clone();
             if registry
                 .by_label
                 .get(&label)
@@ -282,7 +282,7 @@ impl Node {
     /// Marks an uploaded database active (after its file was installed).
     pub fn activate(&self, db: &Database) -> Result<(), DataError> {
         let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
-        let mut config = db.config();
+        let mut config = DatabaseConfig::clone(&db.config());
         config.state = DatabaseState::Active;
         write_config(&db.config_path(), &config)?;
         db.set_config(config);
@@ -356,10 +356,10 @@ impl ConnectionPool {
         let id = db.id();
         {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(idle) = inner.by_db.get_mut(&id) {
+            if let Some(idle) = inner.by_db.get_mut(id) {
                 if let Some((seq, conn)) = idle.pop() {
                     if idle.is_empty() {
-                        inner.by_db.remove(&id);
+                        inner.by_db.remove(id);
                     }
                     inner.order.remove(&seq);
                     return Ok(conn);

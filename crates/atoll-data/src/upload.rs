@@ -173,7 +173,7 @@ impl Uploads {
 
     /// Claims `db` for a single-request upload; the claim ends when the guard drops.
     fn claim_single(&self, db: &Database) -> Result<SingleClaim, DataError> {
-        let id = db.id();
+        let id = db.id().to_string();
         let mut inner = self.lock();
         if inner.busy(&id) {
             return Err(self.busy_error(db));
@@ -507,13 +507,13 @@ async fn start_chunked(
     let path = dir.join(format!("{TEMP_PREFIX}{upload_id}"));
     {
         let mut inner = state.uploads.lock();
-        if inner.busy(&req.db.id()) {
+        if inner.busy(req.db.id()) {
             return Err(state.uploads.busy_error(&req.db).into());
         }
         inner.chunked.insert(
             upload_id.clone(),
             ChunkedUpload {
-                database_id: req.db.id(),
+                database_id: req.db.id().to_string(),
                 path: path.clone(),
                 size,
                 chunk_size,
@@ -889,7 +889,7 @@ fn install(
         .sync_all()?;
     // Nothing may hold the old file open across the swap (a connection opened before the
     // upload would keep reading an empty database).
-    node.pool.forget(&db.id());
+    node.pool.forget(db.id());
     let target = db.file_path();
     // A WAL or shared-memory file of whatever was there before must not be replayed into
     // the new file.
@@ -899,7 +899,7 @@ fn install(
     std::fs::rename(temp.path(), &target)?;
     crate::node::sync_dir(db.dir())?;
     node.activate(db)?;
-    node.pool.forget(&db.id());
+    node.pool.forget(db.id());
     tracing::info!(database_id = %db.id(), "upload installed");
     Ok(())
 }

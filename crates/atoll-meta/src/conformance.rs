@@ -591,7 +591,10 @@ async fn tokens(store: Store) {
     assert_eq!(credential.user.username, "alice");
     assert_eq!(credential.token.id, unrestricted.token.id);
     assert!(credential.token.last_used_at.is_none());
-    store.touch_token(&credential.token).await.unwrap();
+    store
+        .touch_token(&secret_hash, &credential.token)
+        .await
+        .unwrap();
     let used = store
         .credential_by_secret_hash(&secret_hash)
         .await

@@ -1,6 +1,7 @@
 //! [`Store`]: the metadata operations, each one transaction on a blocking thread.
 
 mod audit;
+mod credential_cache;
 mod databases;
 mod groups;
 mod invites;
@@ -20,6 +21,7 @@ use crate::backend::{Access, Conn, Value};
 use crate::error::{Result, StoreError};
 use crate::postgres::PostgresBackend;
 use crate::sqlite::SqliteBackend;
+use credential_cache::CredentialCache;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,20 +36,30 @@ enum Backend {
     Postgres(PostgresBackend),
 }
 
-/// The metadata store. Cheap to clone; every clone shares the connections.
+/// The metadata store. Cheap to clone; every clone shares the connections and the
+/// credential cache.
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<Backend>,
+    credentials: Arc<CredentialCache>,
 }
 
 impl Store {
+    fn with_backend(backend: Backend) -> Store {
+        Store {
+            backend: Arc::new(backend),
+            credentials: Arc::new(CredentialCache::new(
+                credential_cache::CAPACITY,
+                credential_cache::TTL,
+            )),
+        }
+    }
+
     /// Opens (creating if needed) the embedded SQLite store at `path` and migrates it.
     pub async fn open_sqlite(path: &Path) -> Result<Store> {
         let path = path.to_path_buf();
         let backend = blocking(move || SqliteBackend::open(&path)).await?;
-        let store = Store {
-            backend: Arc::new(Backend::Sqlite(backend)),
-        };
+        let store = Store::with_backend(Backend::Sqlite(backend));
         store.migrate().await?;
         Ok(store)
     }
@@ -56,9 +68,7 @@ impl Store {
     pub async fn connect_postgres(url: &str) -> Result<Store> {
         let url = url.to_string();
         let backend = blocking(move || PostgresBackend::connect(&url)).await?;
-        let store = Store {
-            backend: Arc::new(Backend::Postgres(backend)),
-        };
+        let store = Store::with_backend(Backend::Postgres(backend));
         store.migrate().await?;
         Ok(store)
     }
@@ -106,6 +116,20 @@ impl Store {
         f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         self.run(op, Access::Write, f).await
+    }
+
+    /// A write that revokes tokens or changes what a credential may do: once it has run,
+    /// no request in this process authenticates with what the credential cache held.
+    async fn write_affecting_credentials<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let result = self.run(op, Access::Write, f).await;
+        // Even after a failure: the transaction may have committed before the error
+        // reached us (a lost connection on commit), and an extra miss costs little.
+        self.credentials.invalidate_all();
+        result
     }
 
     /// The one path every operation takes: a blocking thread, one transaction, and one

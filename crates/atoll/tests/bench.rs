@@ -32,3 +32,60 @@ fn bench_create_database_prints_one_line_per_figure() {
         "{line}"
     );
 }
+
+/// Runs `atoll bench` with `args`; its figure lines (not the `#` context lines).
+fn figure_lines(args: &[&str]) -> Vec<String> {
+    let output = Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run atoll bench");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "atoll bench failed\nstdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bench_seeds_an_organization_and_lists_its_first_page() {
+    let lines = figure_lines(&[
+        "--only",
+        "list_databases",
+        "--databases",
+        "120",
+        "--samples",
+        "3",
+    ]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("list_databases: p50 ")
+            && lines[0].contains("first page of 100 in an organization of 120 databases")
+            && lines[0].ends_with(" at 120"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[test]
+fn bench_measures_an_idle_atoll_dev_process() {
+    let lines = figure_lines(&["--only", "rss_idle", "--idle-databases", "12"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    let mib = line
+        .strip_prefix("rss_idle: ")
+        .and_then(|rest| rest.split_once(" MiB"))
+        .map(|(mib, _)| mib)
+        .unwrap_or_else(|| panic!("unexpected line: {line}"));
+    assert!(mib.parse::<f64>().is_ok_and(|m| m > 0.0), "{line}");
+    assert!(
+        line.contains("an atoll dev process with 12 databases"),
+        "{line}"
+    );
+}

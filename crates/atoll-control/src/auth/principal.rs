@@ -49,9 +49,10 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, 
     if !looks_like_token(bearer) {
         return Err(ApiError::Unauthenticated("malformed token".into()));
     }
+    let secret_hash = hash_secret(bearer);
     let credential = state
         .store
-        .credential_by_secret_hash(&hash_secret(bearer))
+        .credential_by_secret_hash(&secret_hash)
         .await?
         .ok_or_else(|| ApiError::Unauthenticated("invalid token".into()))?;
     let token = credential.token;
@@ -64,7 +65,7 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, 
     {
         return Err(ApiError::Unauthenticated("token has expired".into()));
     }
-    if let Err(e) = state.store.touch_token(&token).await {
+    if let Err(e) = state.store.touch_token(&secret_hash, &token).await {
         // Losing a last-used stamp is no reason to refuse the request.
         tracing::warn!(error = %e, "could not record token use");
     }

@@ -5,6 +5,7 @@
 #[macro_use]
 mod harness;
 mod authorization_matrix;
+mod credential_cache;
 mod database_hosts;
 mod lifecycle;
 mod limits;

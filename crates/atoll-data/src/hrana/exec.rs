@@ -15,7 +15,8 @@ use crate::error::DataError;
 use crate::node::Node;
 use atoll_types::node::DatabaseConfig;
 use libsql_hrana::proto;
-use rusqlite::{Connection, ErrorCode, Statement, StatementStatus};
+use rusqlite::{CachedStatement, Connection, ErrorCode, Statement, StatementStatus};
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,7 +48,7 @@ pub(crate) struct Run<'a> {
     caller: &'a Caller,
     client: &'a ClientConnection,
     conn: &'a Connection,
-    config: DatabaseConfig,
+    config: Arc<DatabaseConfig>,
     response_budget: Cell<usize>,
 }
 
@@ -81,9 +82,41 @@ pub(crate) trait BatchSink: RowSink {
 
 /// A prepared statement that passed the permission checks.
 struct Admitted<'a> {
-    stmt: Statement<'a>,
+    stmt: Prepared<'a>,
     kind: StatementKind,
 }
+
+/// A prepared statement: from the connection's statement cache (a single-statement text,
+/// the common case: clients send the same few texts again and again) or prepared for this
+/// run only (one statement of a multi-statement text, or a rewritten ATTACH).
+pub(crate) enum Prepared<'a> {
+    Cached(CachedStatement<'a>),
+    Once(Statement<'a>),
+}
+
+impl<'a> std::ops::Deref for Prepared<'a> {
+    type Target = Statement<'a>;
+
+    fn deref(&self) -> &Statement<'a> {
+        match self {
+            Prepared::Cached(stmt) => stmt,
+            Prepared::Once(stmt) => stmt,
+        }
+    }
+}
+
+impl<'a> std::ops::DerefMut for Prepared<'a> {
+    fn deref_mut(&mut self) -> &mut Statement<'a> {
+        match self {
+            Prepared::Cached(stmt) => stmt,
+            Prepared::Once(stmt) => stmt,
+        }
+    }
+}
+
+/// Prepared statements kept per open connection. A pooled connection keeps them while it
+/// waits for its next client, so a hot database's statements are compiled once.
+pub(crate) const STATEMENT_CACHE_CAPACITY: usize = 32;
 
 impl<'a> Run<'a> {
     /// Starts a run: reads the configuration and applies its size limit, which a previous
@@ -192,7 +225,10 @@ impl<'a> Run<'a> {
                 Ok(None) => return Ok(Ok(())),
                 Err(e) => return Ok(Err(sqlite_error(e))),
             };
-            if let Err(error) = self.run_prepared(stmt, &no_arguments, &mut DiscardRows)? {
+            let text = stmt.expanded_sql().unwrap_or_default();
+            if let Err(error) =
+                self.run_prepared(Prepared::Once(stmt), &text, &no_arguments, &mut DiscardRows)?
+            {
                 return Ok(Err(error));
             }
         }
@@ -200,8 +236,8 @@ impl<'a> Run<'a> {
 
     /// `describe`: parameters and columns of a statement, without running it.
     pub(crate) fn describe(&self, sql: &str) -> Outcome<proto::DescribeResult> {
-        let stmt = self.prepare_one(sql)?;
-        let kind = StatementKind::of(&stmt.expanded_sql().unwrap_or_default());
+        let (stmt, text) = self.prepare_one(sql)?;
+        let kind = StatementKind::of(&text);
         Ok(proto::DescribeResult {
             params: (1..=stmt.parameter_count())
                 .map(|index| proto::DescribeParam {
@@ -225,10 +261,16 @@ impl<'a> Run<'a> {
     /// before anything runs. Statements that do not prepare yet (they may need tables an
     /// earlier statement creates) are checked again when they run.
     pub(crate) fn authorize(&self, sql: &str) -> Result<(), HranaError> {
+        if let Some(stmt) = self.prepare_single_cached(sql) {
+            // Back to the cache when dropped, for the run that follows.
+            let _ = self.admit(Prepared::Cached(stmt), sql)?;
+            return Ok(());
+        }
         let mut statements = rusqlite::Batch::new(self.conn, sql);
         while let Ok(Some(stmt)) = statements.next() {
             // A statement-level failure here is reported when the statement runs.
-            let _ = self.admit(stmt)?;
+            let text = stmt.expanded_sql().unwrap_or_default();
+            let _ = self.admit(Prepared::Once(stmt), &text)?;
         }
         Ok(())
     }
@@ -262,7 +304,7 @@ impl<'a> Run<'a> {
             )));
         }
         let outcome = match self.prepare_one(sql) {
-            Ok(prepared) => self.run_prepared(prepared, stmt, sink)?,
+            Ok((prepared, text)) => self.run_prepared(prepared, &text, stmt, sink)?,
             Err(error) => Err(error),
         };
         if let Ok(stats) = &outcome {
@@ -277,8 +319,13 @@ impl<'a> Run<'a> {
         Ok(outcome)
     }
 
-    /// Prepares the only statement of `sql`.
-    fn prepare_one(&self, sql: &str) -> Outcome<Statement<'a>> {
+    /// Prepares the only statement of `sql`, with its text.
+    fn prepare_one<'s>(&self, sql: &'s str) -> Outcome<(Prepared<'a>, Cow<'s, str>)> {
+        if let Some(stmt) = self.prepare_single_cached(sql) {
+            return Ok((Prepared::Cached(stmt), Cow::Borrowed(sql)));
+        }
+        // The general path, which also finds the exact error: no statement, more than
+        // one, or the engine's own.
         let mut statements = rusqlite::Batch::new(self.conn, sql);
         let first = match statements.next() {
             Ok(Some(stmt)) => stmt,
@@ -298,16 +345,36 @@ impl<'a> Run<'a> {
                 "SQL string contains more than one statement",
             ));
         }
-        Ok(first)
+        let text = first.expanded_sql().unwrap_or_default();
+        Ok((Prepared::Once(first), Cow::Owned(text)))
+    }
+
+    /// The statement of `sql` from the connection's cache, when `sql` is certainly one
+    /// statement: no `;` but a final one (SQLite ends a statement only at a `;` or at the
+    /// end of the text), and not starting with a comment (a text of comments only holds no
+    /// statement). Anything else, or a statement that fails to prepare, goes the general
+    /// way, which says exactly what is wrong.
+    fn prepare_single_cached(&self, sql: &str) -> Option<CachedStatement<'a>> {
+        let trimmed = sql.trim();
+        let body = trimmed.strip_suffix(';').unwrap_or(trimmed);
+        if body.is_empty()
+            || body.contains(';')
+            || trimmed.starts_with("--")
+            || trimmed.starts_with("/*")
+        {
+            return None;
+        }
+        self.conn.prepare_cached(trimmed).ok()
     }
 
     fn run_prepared(
         &self,
-        stmt: Statement<'a>,
+        stmt: Prepared<'a>,
+        text: &str,
         request: &proto::Stmt,
         sink: &mut dyn RowSink,
     ) -> Result<Outcome<StmtStats>, HranaError> {
-        let mut admitted = match self.admit(stmt)? {
+        let mut admitted = match self.admit(stmt, text)? {
             Ok(admitted) => admitted,
             Err(error) => return Ok(Err(error)),
         };
@@ -328,14 +395,13 @@ impl<'a> Run<'a> {
         Ok(outcome)
     }
 
-    /// Classifies a statement and checks the caller may run it; an ATTACH comes back
-    /// rewritten to open its target read-only.
-    fn admit(&self, stmt: Statement<'a>) -> Result<Outcome<Admitted<'a>>, HranaError> {
-        let text = stmt.expanded_sql().unwrap_or_default();
-        let kind = StatementKind::of(&text);
+    /// Classifies a statement (`text` is its SQL) and checks the caller may run it; an
+    /// ATTACH comes back rewritten to open its target read-only.
+    fn admit(&self, stmt: Prepared<'a>, text: &str) -> Result<Outcome<Admitted<'a>>, HranaError> {
+        let kind = StatementKind::of(text);
         let stmt = match kind {
             StatementKind::Attach => {
-                let Some(request) = AttachRequest::parse(&text) else {
+                let Some(request) = AttachRequest::parse(text) else {
                     return Ok(Err(hrana_error(
                         "SQL_PARSE_ERROR",
                         "SQL string could not be parsed: ATTACH takes the form ATTACH DATABASE '<database name>' AS <alias>",
@@ -351,7 +417,7 @@ impl<'a> Run<'a> {
                     request.alias
                 );
                 match self.conn.prepare(&rewritten) {
-                    Ok(stmt) => stmt,
+                    Ok(stmt) => Prepared::Once(stmt),
                     Err(e) => return Ok(Err(sqlite_error(e))),
                 }
             }
@@ -610,8 +676,16 @@ fn apply_page_limit(conn: &Connection, config: &DatabaseConfig) -> Result<(), Hr
     let pages = config
         .size_limit
         .map_or(UNLIMITED_PAGES, |limit| (limit / PAGE_SIZE).max(1));
-    conn.pragma_update(None, "max_page_count", pages)
-        .map_err(|e| HranaError::Data(e.into()))
+    // Runs at the start of every request: through the statement cache, the pragma is
+    // compiled once per connection and limit.
+    let applied = conn
+        .prepare_cached(&format!("PRAGMA max_page_count = {pages}"))
+        .and_then(|mut stmt| {
+            let mut rows = stmt.query([])?;
+            rows.next()?;
+            Ok(())
+        });
+    applied.map_err(|e| HranaError::Data(e.into()))
 }
 
 /// A URI that opens `path` read-only, for ATTACH.

@@ -102,10 +102,16 @@ async fn pipeline(
         access: request.access,
         version,
     };
-    let lease = open_stream(&state, &caller, body.baton.as_deref()).await?;
-    // The blocking task owns the stream to the end, even if this request is abandoned.
-    let (baton, results) =
-        blocking(move || run_leased_pipeline(&caller, lease, body.requests)).await??;
+    start_sweeper(&state);
+    let stream_state = Arc::clone(&state);
+    // One trip to a blocking thread per request: taking a pooled connection (which may
+    // open one) happens there too. The blocking task owns the stream to the end, even if
+    // this request is abandoned.
+    let (baton, results) = blocking(move || {
+        let lease = open_stream(&stream_state, &caller, body.baton.as_deref())?;
+        run_leased_pipeline(&caller, lease, body.requests)
+    })
+    .await??;
     Ok(encode(
         &proto::PipelineRespBody {
             baton,
@@ -155,25 +161,24 @@ impl Drop for Lease {
     }
 }
 
-/// The stream a request continues (by its baton) or a new one.
-async fn open_stream(
+/// The stream a request continues (by its baton) or a new one. Blocks (a new stream takes
+/// a pooled connection, or opens one): call it on a blocking thread, after
+/// [`start_sweeper`].
+fn open_stream(
     state: &Arc<DataPlaneState>,
     caller: &Caller,
     baton: Option<&str>,
 ) -> Result<Lease, HranaError> {
     let db_id = caller.db.id();
     let stream = match baton {
-        Some(baton) => state.streams.acquire(baton, &db_id)?,
+        Some(baton) => state.streams.acquire(baton, db_id)?,
         None => {
             let permit = state
                 .open_streams
-                .acquire(&db_id)
+                .acquire(db_id)
                 .map_err(|refused| too_many_open(refused, super::IDLE_TIMEOUT))?;
-            let node = Arc::clone(&caller.node);
-            let db = Arc::clone(&caller.db);
-            let conn = blocking(move || ClientConnection::checkout(&node, &db)).await??;
-            start_sweeper(state);
-            state.streams.create(&db_id, conn, permit)
+            let conn = ClientConnection::checkout(&caller.node, &caller.db)?;
+            state.streams.create(db_id, conn, permit)
         }
     };
     Ok(Lease {
@@ -410,12 +415,14 @@ async fn cursor(
     // Held while the batch runs: a slow reader keeps a blocking thread busy.
     let cursor_permit = state
         .open_cursors
-        .acquire(&caller.db.id())
+        .acquire(caller.db.id())
         .map_err(|refused| too_many_open(refused, Duration::from_secs(1)))?;
-    let mut lease = open_stream(&state, &caller, body.baton.as_deref()).await?;
+    start_sweeper(&state);
     let batch = body.batch;
+    let (stream_state, baton) = (Arc::clone(&state), body.baton);
     // Checked before the response starts, so refusals still get their HTTP status.
     let (caller, lease, batch) = blocking(move || {
+        let mut lease = open_stream(&stream_state, &caller, baton.as_deref())?;
         let stream = lease.stream();
         let checked = open_connection(stream)
             .and_then(|conn| check_cursor(&caller, conn, &batch, &stream.sqls));

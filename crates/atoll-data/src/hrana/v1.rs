@@ -96,7 +96,7 @@ async fn run_stateless<T: Send + 'static>(
     blocking(move || {
         let conn = ClientConnection::checkout(&caller.node, &caller.db)?;
         let outcome = Run::start(&caller, &conn).and_then(|run| work(&run));
-        conn.give_back(&caller.node, &caller.db.id());
+        conn.give_back(&caller.node, caller.db.id());
         outcome
     })
     .await?

@@ -737,7 +737,7 @@ impl Session {
     /// wait: it holds connections, which must not be shared between threads).
     fn give_back(&self, conn: ClientConnection) -> impl std::future::Future<Output = ()> + Send {
         let node = Arc::clone(&self.state.node);
-        let db_id = self.db.id();
+        let db_id = self.db.id().to_string();
         async move {
             let _ = blocking(move || conn.give_back(&node, &db_id)).await;
         }

@@ -149,7 +149,7 @@ impl Store {
     /// Deletes a group and revokes the tokens pinned to it.
     pub async fn delete_group(&self, group_id: &str) -> Result<Group> {
         let group_id = group_id.to_string();
-        self.write("delete_group", move |c| {
+        self.write_affecting_credentials("delete_group", move |c| {
             let group = group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))?;
             revoke_group_tokens(c, &group_id)?;
             c.execute("DELETE FROM org_groups WHERE id = $1", &[group_id.into()])?;
@@ -207,7 +207,7 @@ impl Store {
     /// pinned to it.
     pub async fn transfer_group(&self, group_id: &str, to_org_id: &str) -> Result<Group> {
         let (group_id, to_org_id) = (group_id.to_string(), to_org_id.to_string());
-        self.write("transfer_group", move |c| {
+        self.write_affecting_credentials("transfer_group", move |c| {
             revoke_group_tokens(c, &group_id)?;
             let moved = c
                 .execute(

@@ -94,7 +94,7 @@ impl Store {
 
     pub async fn set_member_role(&self, org_id: &str, user_id: &str, role: Role) -> Result<Member> {
         let (org_id, user_id) = (org_id.to_string(), user_id.to_string());
-        self.write("set_member_role", move |c| {
+        self.write_affecting_credentials("set_member_role", move |c| {
             let current = member_of(c, &org_id, &user_id)?;
             if current.role == Role::Owner && role != Role::Owner {
                 ensure_other_owner(c, &org_id, &user_id)?;
@@ -112,7 +112,7 @@ impl Store {
     /// who comes back does not get old credentials back.
     pub async fn remove_member(&self, org_id: &str, user_id: &str) -> Result<Member> {
         let (org_id, user_id) = (org_id.to_string(), user_id.to_string());
-        self.write("remove_member", move |c| {
+        self.write_affecting_credentials("remove_member", move |c| {
             let current = member_of(c, &org_id, &user_id)?;
             if current.role == Role::Owner {
                 ensure_other_owner(c, &org_id, &user_id)?;

@@ -213,7 +213,7 @@ impl Store {
     /// token restricted to it.
     pub async fn delete_org(&self, org_id: &str) -> Result<()> {
         let org_id = org_id.to_string();
-        self.write("delete_org", move |c| {
+        self.write_affecting_credentials("delete_org", move |c| {
             revoke_org_tokens(c, &org_id)?;
             let deleted = c.execute("DELETE FROM organizations WHERE id = $1", &[org_id.into()])?;
             if deleted == 0 {

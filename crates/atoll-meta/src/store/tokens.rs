@@ -118,8 +118,23 @@ impl Store {
     }
 
     /// Looks a bearer secret up by its hash, with its user. Revoked and expired tokens are
-    /// returned too: the caller decides, and says why.
+    /// returned too: the caller decides, and says why. Answers from the credential cache
+    /// when it can (see `credential_cache`: fresh for a few seconds, emptied by every
+    /// revocation in this process).
     pub async fn credential_by_secret_hash(&self, secret_hash: &str) -> Result<Option<Credential>> {
+        let seen = match self.credentials.get(secret_hash) {
+            Ok(credential) => return Ok(Some(credential)),
+            Err(seen) => seen,
+        };
+        let credential = self.credential_from_store(secret_hash).await?;
+        if let Some(credential) = &credential {
+            self.credentials
+                .insert(secret_hash, credential.clone(), seen);
+        }
+        Ok(credential)
+    }
+
+    async fn credential_from_store(&self, secret_hash: &str) -> Result<Option<Credential>> {
         let secret_hash = secret_hash.to_string();
         self.read("credential_by_secret_hash", move |c| {
             let sql = format!(
@@ -135,8 +150,9 @@ impl Store {
         .await
     }
 
-    /// Records a use of the token, at most once a minute.
-    pub async fn touch_token(&self, token: &ApiToken) -> Result<()> {
+    /// Records a use of the token whose secret hashes to `secret_hash`, at most once a
+    /// minute.
+    pub async fn touch_token(&self, secret_hash: &str, token: &ApiToken) -> Result<()> {
         let now = crate::now_millis();
         if token
             .last_used_at
@@ -152,7 +168,9 @@ impl Store {
             )?;
             Ok(())
         })
-        .await
+        .await?;
+        self.credentials.record_use(secret_hash, now);
+        Ok(())
     }
 
     /// The user's active platform API tokens (not login tokens), newest first.
@@ -174,7 +192,7 @@ impl Store {
     /// Revokes the user's active API token with this name.
     pub async fn revoke_user_token(&self, user_id: &str, name: &str) -> Result<ApiToken> {
         let (user_id, name) = (user_id.to_string(), name.to_string());
-        self.write("revoke_user_token", move |c| {
+        self.write_affecting_credentials("revoke_user_token", move |c| {
             let sql = format!(
                 "SELECT {TOKEN_COLUMNS} FROM api_tokens t
                  WHERE t.user_id = $1 AND t.name = $2 AND t.kind = 'api' AND t.revoked_at IS NULL"
@@ -221,7 +239,7 @@ impl Store {
     ) -> Result<ApiToken> {
         let (org_id, token_id) = (org_id.to_string(), token_id.to_string());
         let minted_by = minted_by.map(String::from);
-        self.write("revoke_org_token", move |c| {
+        self.write_affecting_credentials("revoke_org_token", move |c| {
             let sql = format!(
                 "SELECT {TOKEN_COLUMNS} FROM api_tokens t
                  WHERE t.id = $1 AND t.org_id = $2 AND t.kind = 'api' AND t.revoked_at IS NULL
