@@ -518,7 +518,7 @@ impl Session {
                 "Too many streams on this connection (limit {most})"
             )));
         }
-        let permit = match self.state.open_streams.acquire(&self.db.id()) {
+        let permit = match self.state.open_streams.acquire(self.db.id()) {
             Ok(permit) => permit,
             Err(refused) => {
                 self.streams.insert(stream_id, WsStream::Failed);
@@ -572,7 +572,7 @@ impl Session {
         }
         // Until it opens, the cursor id is taken by a failed cursor.
         self.cursors.insert(cursor_id, None);
-        let permit = match self.state.open_cursors.acquire(&self.db.id()) {
+        let permit = match self.state.open_cursors.acquire(self.db.id()) {
             Ok(permit) => permit,
             Err(refused) => {
                 return Ok(Err(hrana_error(
