@@ -2050,3 +2050,64 @@ async fn hrana_bodies_that_stall_get_408() {
         "{answer}"
     );
 }
+
+#[tokio::test]
+async fn a_statement_run_again_reports_only_its_own_rows() {
+    // Statements are cached per connection, and SQLite's counters add up over a cached
+    // statement's runs; usage is billed from them.
+    let node = start_node().await;
+    let db = node.create_db("counters");
+    db.run(&[
+        sql("CREATE TABLE t (x)"),
+        sql("INSERT INTO t VALUES (1), (2), (3), (4), (5)"),
+    ])
+    .await;
+    for _ in 0..3 {
+        let select = db.query(sql("SELECT x FROM t")).await;
+        assert_eq!(select["rows_read"], 5, "{select}");
+        let insert = db.query(sql("INSERT INTO t SELECT 9 WHERE 0")).await;
+        assert_eq!(insert["rows_written"], 0, "{insert}");
+    }
+}
+
+#[tokio::test]
+async fn migrate_turns_foreign_keys_off_around_its_transaction() {
+    // The batch @libsql/client's migrate() sends: foreign keys off, a transaction that
+    // rebuilds a referenced table, foreign keys on again.
+    let node = start_node().await;
+    let db = node.create_db("migrate");
+    db.run(&[
+        sql("CREATE TABLE parent (id INTEGER PRIMARY KEY)"),
+        sql("CREATE TABLE child (parent_id INTEGER REFERENCES parent (id))"),
+        sql("INSERT INTO parent VALUES (1), (2)"),
+        sql("INSERT INTO child VALUES (1), (2)"),
+    ])
+    .await;
+    let in_transaction = json!({"type": "not", "cond": {"type": "is_autocommit"}});
+    let steps = json!([
+        {"stmt": sql("PRAGMA foreign_keys=off")},
+        {"stmt": sql("BEGIN DEFERRED")},
+        {"stmt": sql("CREATE TABLE parent_new (id INTEGER PRIMARY KEY, name TEXT)"), "condition": in_transaction},
+        {"stmt": sql("INSERT INTO parent_new (id) SELECT id FROM parent"), "condition": in_transaction},
+        {"stmt": sql("DROP TABLE parent"), "condition": in_transaction},
+        {"stmt": sql("ALTER TABLE parent_new RENAME TO parent"), "condition": in_transaction},
+        {"stmt": sql("COMMIT"), "condition": in_transaction},
+        {"stmt": sql("ROLLBACK"), "condition": {"type": "not", "cond": {"type": "ok", "step": 6}}},
+        {"stmt": sql("PRAGMA foreign_keys=on")}
+    ]);
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"requests": [{"type": "batch", "batch": {"steps": steps}}, {"type": "close"}]}),
+        )
+        .await;
+    let result = &body["results"][0]["response"]["result"];
+    let errors = result["step_errors"].as_array().unwrap();
+    assert!(errors.iter().all(Value::is_null), "{result}");
+    let joined = db
+        .query(sql(
+            "SELECT count(*) FROM child JOIN parent ON parent.id = child.parent_id",
+        ))
+        .await;
+    assert_eq!(joined["rows"][0][0], integer(2));
+}

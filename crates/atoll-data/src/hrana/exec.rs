@@ -364,6 +364,12 @@ impl<'a> Run<'a> {
         {
             return None;
         }
+        // A pragma does its work when it is *prepared* (flag pragmas such as
+        // `foreign_keys` set the flag while compiling): a cached one would do nothing when
+        // it runs, so pragmas are always prepared afresh.
+        if StatementKind::of(trimmed) == StatementKind::Pragma {
+            return None;
+        }
         self.conn.prepare_cached(trimmed).ok()
     }
 
@@ -388,8 +394,12 @@ impl<'a> Run<'a> {
             return Ok(Err(error));
         }
         let outcome = self.step(&mut admitted, request.want_rows.unwrap_or(true), sink);
-        // The client may have raised `max_page_count` to escape its size limit.
         if admitted.kind == StatementKind::Pragma {
+            // Cached statements were compiled under the settings this pragma may just have
+            // changed (SQLite expires them for flag pragmas, not for every pragma): forget
+            // them all.
+            self.conn.flush_prepared_statement_cache();
+            // The client may have raised `max_page_count` to escape its size limit.
             apply_page_limit(self.conn, &self.config)?;
         }
         Ok(outcome)
@@ -515,6 +525,10 @@ impl<'a> Run<'a> {
             .collect();
         sink.columns(cols)?;
         let column_count = stmt.column_count();
+        // A cached statement's counters add up over all its runs: zero them so usage
+        // counts this run only.
+        stmt.reset_status(StatementStatus::RowsRead);
+        stmt.reset_status(StatementStatus::RowsWritten);
         let started = Instant::now();
         {
             let mut rows = stmt.raw_query();
