@@ -2,115 +2,10 @@
 //! running `atoll dev`, with its settings in a temporary directory.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_atoll");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "atoll-{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// A running `atoll dev`, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-    data_dir: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-async fn start_dev() -> Server {
-    let data_dir = temp_dir("cli-data");
-    let port = free_port();
-    let mut child = Command::new(BIN)
-        .arg("dev")
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--db-listen", "127.0.0.1:0"])
-        .env_remove("ATOLL_PASSWORD")
-        .env_remove("ATOLL_USERNAME")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start atoll dev");
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
-            if response.status() == 200 {
-                break;
-            }
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("atoll dev exited early with {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "atoll dev did not become healthy"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Server {
-        child,
-        url,
-        data_dir,
-    }
-}
-
-/// Runs the client with its settings in `config` and nothing from the caller's environment.
-fn atoll(config: &Path, args: &[&str]) -> Output {
-    atoll_env(config, args, &[])
-}
-
-fn atoll_env(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("ATOLL_CONFIG_DIR", config)
-        .env_remove("ATOLL_API_URL")
-        .env_remove("ATOLL_API_TOKEN")
-        .env_remove("ATOLL_PASSWORD")
-        .env_remove("ATOLL_USERNAME")
-        .stdin(Stdio::null());
-    for (key, value) in envs {
-        command.env(key, value);
-    }
-    command.output().expect("run atoll")
-}
-
-/// Runs a command that must succeed; answers its stdout.
-fn ok(config: &Path, args: &[&str]) -> String {
-    let output = atoll(config, args);
-    assert!(
-        output.status.success(),
-        "atoll {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
+use std::path::Path;
+use support::{atoll_env, ok, start_dev, temp_dir};
 
 /// Runs a command that must fail with exit code 1 and one `Error:` line; answers that line.
 fn fails(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> String {
@@ -125,7 +20,7 @@ fn fails(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_user_tours_the_cli() {
-    let server = start_dev().await;
+    let server = start_dev("cli-data").await;
     let config = temp_dir("cli-config");
 
     // Not logged in yet.

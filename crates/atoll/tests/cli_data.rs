@@ -5,34 +5,23 @@ use rusqlite::Connection;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_atoll");
+mod support;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{start_dev, Server, BIN};
 
+/// A fresh temporary directory, created.
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "atoll-{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = support::temp_dir(name);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
 /// A running `atoll dev` and a client logged in to it; all removed when dropped.
 struct Setup {
-    child: Child,
-    data_dir: PathBuf,
+    _server: Server,
     /// The client's settings directory.
     config: PathBuf,
     /// Scratch space for the files the tests import and export.
@@ -41,54 +30,21 @@ struct Setup {
 
 impl Drop for Setup {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for dir in [&self.data_dir, &self.config, &self.files] {
+        for dir in [&self.config, &self.files] {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
 
 async fn start(name: &str) -> Setup {
-    let data_dir = temp_dir(&format!("{name}-server"));
-    let port = free_port();
-    let mut child = Command::new(BIN)
-        .arg("dev")
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--db-listen", "127.0.0.1:0"])
-        .env_remove("ATOLL_PASSWORD")
-        .env_remove("ATOLL_USERNAME")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start atoll dev");
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
-            if response.status() == 200 {
-                break;
-            }
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("atoll dev exited early with {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "atoll dev did not become healthy"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let server = start_dev(&format!("{name}-server")).await;
+    let (url, token) = (server.url.clone(), server.admin_token());
     let setup = Setup {
-        child,
+        _server: server,
         config: temp_dir(&format!("{name}-config")),
         files: temp_dir(&format!("{name}-files")),
-        data_dir,
     };
-    let token = std::fs::read_to_string(setup.data_dir.join("admin.token")).unwrap();
-    setup.ok(&["auth", "login", "--api-url", &url, "--token", token.trim()]);
+    setup.ok(&["auth", "login", "--api-url", &url, "--token", &token]);
     setup
 }
 

@@ -1,0 +1,133 @@
+//! What the CLI tests share: a running `atoll dev` on loopback ports, killed and removed
+//! when dropped, and the built client run with its settings in a directory of its own.
+
+// Each test file uses its own part of this module.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_atoll");
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A path for a fresh temporary directory (not created).
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "atoll-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A running `atoll dev`, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+    pub data_dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+impl Server {
+    pub fn password(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin.password"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+/// Starts `atoll dev` in a temporary data directory and waits until it is healthy.
+pub async fn start_dev(name: &str) -> Server {
+    let data_dir = temp_dir(name);
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .arg("dev")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--db-listen", "127.0.0.1:0"])
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start atoll dev");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
+            if response.status() == 200 {
+                break;
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("atoll dev exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "atoll dev did not become healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Server {
+        child,
+        url,
+        data_dir,
+    }
+}
+
+/// Runs the client with its settings in `config` and nothing from the caller's environment.
+pub fn atoll(config: &Path, args: &[&str]) -> Output {
+    atoll_env(config, args, &[])
+}
+
+pub fn atoll_env(config: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("ATOLL_CONFIG_DIR", config)
+        .env_remove("ATOLL_API_URL")
+        .env_remove("ATOLL_API_TOKEN")
+        .env_remove("ATOLL_PASSWORD")
+        .env_remove("ATOLL_USERNAME")
+        .stdin(Stdio::null());
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command.output().expect("run atoll")
+}
+
+/// Runs a command that must succeed; answers its stdout.
+pub fn ok(config: &Path, args: &[&str]) -> String {
+    let output = atoll(config, args);
+    assert!(
+        output.status.success(),
+        "atoll {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
