@@ -6,10 +6,13 @@
 
 use crate::error::DataError;
 use crate::jwt::{self, Claims, JwtError};
+use crate::sandbox::{self, Mode, SandboxSettings, SandboxedConnection};
+use crate::write_lock::WriteLockWatch;
 use atoll_types::node::{DatabaseConfig, DatabaseState};
 use ed25519_dalek::VerifyingKey;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -44,6 +47,8 @@ pub struct Database {
     config: RwLock<Arc<DatabaseConfig>>,
     keys: RwLock<Arc<Vec<(String, VerifyingKey)>>>,
     verified_tokens: VerifiedTokens,
+    /// Writers waiting for this database's write lock (`write_lock`).
+    write_lock: Arc<WriteLockWatch>,
 }
 
 impl Database {
@@ -55,7 +60,12 @@ impl Database {
             config: RwLock::new(Arc::new(config)),
             keys: RwLock::new(Arc::new(keys)),
             verified_tokens: VerifiedTokens::default(),
+            write_lock: Arc::default(),
         }
+    }
+
+    pub fn write_lock(&self) -> &Arc<WriteLockWatch> {
+        &self.write_lock
     }
 
     pub fn id(&self) -> &str {
@@ -134,18 +144,40 @@ impl Database {
         }
     }
 
-    /// Opens a connection with the database's limits applied.
-    pub fn open_connection(&self) -> Result<rusqlite::Connection, DataError> {
-        let conn = rusqlite::Connection::open(self.file_path())?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
-        // See `CONNECTION_PRAGMAS`.
-        conn.execute_batch(CONNECTION_PRAGMAS)?;
-        if let Some(limit) = self.config().size_limit {
-            let pages = (limit / PAGE_SIZE).max(1);
-            conn.pragma_update(None, "max_page_count", pages)?;
+    /// Refuses what reads the data wholesale (an export, a dump) while reads are blocked
+    /// (`block_reads`, or a quota's read block).
+    pub fn ensure_readable(&self) -> Result<(), DataError> {
+        let config = self.config();
+        if !config.block_reads {
+            return Ok(());
         }
-        Ok(conn)
+        Err(DataError::Forbidden(match &config.block_reason {
+            Some(reason) => format!(
+                "reads of database {} are blocked: {reason}",
+                config.name
+            ),
+            None => format!("reads of database {} are blocked", config.name),
+        }))
+    }
+
+    /// Opens a connection for `mode`'s SQL in the sandbox, with the database's size limit.
+    pub fn open_connection(
+        &self,
+        mode: Mode,
+        settings: &SandboxSettings,
+        shutdown: &Arc<AtomicBool>,
+    ) -> Result<SandboxedConnection, DataError> {
+        let size_limit = self.config().size_limit;
+        sandbox::open(&self.file_path(), mode, settings, shutdown, |conn| {
+            conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
+            // See `CONNECTION_PRAGMAS`.
+            conn.execute_batch(CONNECTION_PRAGMAS)?;
+            if let Some(limit) = size_limit {
+                let pages = (limit / PAGE_SIZE).max(1);
+                conn.pragma_update(None, "max_page_count", pages)?;
+            }
+            Ok(())
+        })
     }
 
     /// Bytes in use: pages in use (page count minus free pages) plus the WAL file.

@@ -6,41 +6,65 @@
 //! views, then `COMMIT;`.
 
 use crate::error::DataError;
+use crate::sandbox::{Control, SandboxedConnection, TransactionStatement};
 use rusqlite::types::ValueRef;
+use std::sync::Arc;
+use std::time::Duration;
 use std::io::Write;
 
-/// Runs an SQL dump in one transaction: all of it, or nothing. The `BEGIN TRANSACTION;` /
-/// `COMMIT;` statements `sqlite3 .dump` writes are skipped (the load is its own
-/// transaction); a `ROLLBACK` (what `sqlite3` writes after a dump that hit errors) refuses
-/// the dump.
-pub fn load_dump(conn: &mut rusqlite::Connection, sql: &str) -> Result<(), DataError> {
+/// Runs an SQL dump in one transaction: all of it, or nothing, on a connection of the
+/// sandbox's `DumpLoader` mode (a dump is tenant SQL: no ATTACH, allow-listed pragmas, the
+/// sandbox's limits), within `timeout` in all. The `BEGIN TRANSACTION;` / `COMMIT;`
+/// statements `sqlite3 .dump` writes are skipped (the load is its own transaction) — the
+/// authorizer tells which statements they are, not their text, so `COMMIT` hidden behind
+/// a comment cannot end the load's transaction; a `ROLLBACK` (what `sqlite3` writes after
+/// a dump that hit errors) refuses the dump.
+pub fn load_dump(
+    sandboxed: &mut SandboxedConnection,
+    sql: &str,
+    timeout: Duration,
+) -> Result<(), DataError> {
+    let control = Arc::clone(&sandboxed.control);
+    control.arm(timeout, None);
+    let loaded = load_in_transaction(&mut sandboxed.conn, &control, sql);
+    let interrupted = control.disarm();
+    match (loaded, interrupted) {
+        (Err(_), Some(why)) => Err(DataError::BadRequest(format!(
+            "the dump failed to load: {}",
+            why.message()
+        ))),
+        (result, _) => result,
+    }
+}
+
+fn load_in_transaction(
+    conn: &mut rusqlite::Connection,
+    control: &Control,
+    sql: &str,
+) -> Result<(), DataError> {
     let tx = conn.transaction()?;
     let mut batch = rusqlite::Batch::new(&tx, sql);
     let mut count = 0usize;
-    // Statement by statement rather than one `execute_batch`, to tell transaction control
-    // apart from SQL: text matching would also hit lines inside string literals.
     loop {
         let failed = |e: rusqlite::Error, at: String| {
-            DataError::BadRequest(format!("the dump failed to load {at}: {e}"))
+            let reason = control.take_refusal().unwrap_or_else(|| e.to_string());
+            DataError::BadRequest(format!("the dump failed to load {at}: {reason}"))
         };
+        control.take_refusal();
         let mut stmt = match batch.next() {
             Ok(Some(stmt)) => stmt,
             Ok(None) => break,
             Err(e) => return Err(failed(e, format!("after statement {count}"))),
         };
         count += 1;
-        // Transaction control statements are the read-only kind; only those need a look
-        // at their text.
-        if stmt.readonly() {
-            match transaction_control(&stmt.expanded_sql().unwrap_or_default()) {
-                Some(TransactionControl::Begin | TransactionControl::Commit) => continue,
-                Some(TransactionControl::Rollback) => {
-                    return Err(DataError::BadRequest(format!(
-                        "the dump ends its transaction with ROLLBACK at statement {count}: sqlite3 writes that when the source database had errors, so the dump is incomplete"
-                    )))
-                }
-                None => {}
+        match control.take_transaction_statement() {
+            Some(TransactionStatement::Begin | TransactionStatement::Commit) => continue,
+            Some(TransactionStatement::Rollback) => {
+                return Err(DataError::BadRequest(format!(
+                    "the dump ends its transaction with ROLLBACK at statement {count}: sqlite3 writes that when the source database had errors, so the dump is incomplete"
+                )))
             }
+            None => {}
         }
         let mut rows = stmt.raw_query();
         loop {
@@ -58,34 +82,31 @@ pub fn load_dump(conn: &mut rusqlite::Connection, sql: &str) -> Result<(), DataE
             }
         }
     }
+    // Whatever the dump did, the load's own transaction must still be the one open.
+    if tx.is_autocommit() {
+        return Err(DataError::BadRequest(
+            "the dump ended the load's transaction; it was not loaded".into(),
+        ));
+    }
     tx.commit()?;
     Ok(())
 }
 
-enum TransactionControl {
-    Begin,
-    Commit,
-    Rollback,
-}
-
-fn transaction_control(sql: &str) -> Option<TransactionControl> {
-    let mut words = sql.split(|c: char| c.is_whitespace() || c == ';');
-    let first = words.find(|w| !w.is_empty())?.to_ascii_uppercase();
-    match first.as_str() {
-        "BEGIN" => Some(TransactionControl::Begin),
-        "COMMIT" | "END" => Some(TransactionControl::Commit),
-        // `ROLLBACK TO <savepoint>` is an ordinary part of a script.
-        "ROLLBACK" => match words.find(|w| !w.is_empty()) {
-            Some(w) if w.eq_ignore_ascii_case("TO") => None,
-            Some(w) if w.eq_ignore_ascii_case("TRANSACTION") => {
-                match words.find(|w| !w.is_empty()) {
-                    Some(w) if w.eq_ignore_ascii_case("TO") => None,
-                    _ => Some(TransactionControl::Rollback),
-                }
-            }
-            _ => Some(TransactionControl::Rollback),
-        },
-        _ => None,
+/// Checks a file a dump was loaded into before it is installed, as an upload is checked:
+/// the dump may have written the schema (virtual tables), so the schema must still parse
+/// and the file pass `quick_check`.
+pub fn check_loaded(file: &std::path::Path) -> Result<(), DataError> {
+    let conn = rusqlite::Connection::open(file)?;
+    let check: Result<String, _> = conn.query_row("PRAGMA quick_check", [], |row| row.get(0));
+    match check {
+        Ok(result) if result == "ok" => Ok(()),
+        Ok(result) => Err(DataError::BadRequest(format!(
+            "the dump left a damaged database ({}); it was not created",
+            snippet(&result)
+        ))),
+        Err(e) => Err(DataError::BadRequest(format!(
+            "the dump left a damaged database ({e}); it was not created"
+        ))),
     }
 }
 
@@ -410,24 +431,5 @@ mod tests {
         assert_eq!(real_literal(0.1), "0.1");
         assert_eq!(real_literal(1e300), "1e300");
         assert_eq!(real_literal(f64::NEG_INFINITY), "-1e999");
-    }
-
-    #[test]
-    fn transaction_control_is_recognised() {
-        assert!(matches!(
-            transaction_control("BEGIN TRANSACTION;"),
-            Some(TransactionControl::Begin)
-        ));
-        assert!(matches!(
-            transaction_control("  end"),
-            Some(TransactionControl::Commit)
-        ));
-        assert!(matches!(
-            transaction_control("ROLLBACK; -- due to errors"),
-            Some(TransactionControl::Rollback)
-        ));
-        assert!(transaction_control("ROLLBACK TO sp1").is_none());
-        assert!(transaction_control("ROLLBACK TRANSACTION TO sp1").is_none());
-        assert!(transaction_control("SELECT 1").is_none());
     }
 }

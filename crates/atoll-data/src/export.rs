@@ -9,6 +9,7 @@ use crate::auth::DbRequest;
 use crate::database::Database;
 use crate::dump::{self, DumpOptions};
 use crate::error::DataError;
+use crate::sandbox::Mode;
 use crate::node::Node;
 use crate::DataPlaneState;
 use axum::body::{Body, Bytes};
@@ -50,6 +51,7 @@ async fn export(
     Path(generation): Path<String>,
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
+    req.db.ensure_readable()?;
     if generation.parse::<u64>().ok() != Some(CURRENT_GENERATION) {
         return Ok((
             StatusCode::NOT_FOUND,
@@ -105,6 +107,7 @@ async fn dump_sql(
     Query(query): Query<DumpQuery>,
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
+    req.db.ensure_readable()?;
     let options = DumpOptions {
         preserve_row_ids: query.preserve_row_ids,
     };
@@ -112,11 +115,14 @@ async fn dump_sql(
     let db = Arc::clone(&req.db);
     let ((), body) = stream_from_blocking(
         move || {
-            let conn = node.pool.checkout(&db)?;
+            let conn = node.pool.checkout(&db, Mode::ReadOnly)?;
             Ok(((node, db, conn), ()))
         },
         move |(node, db, conn), out| {
-            let result = dump::write_dump(&conn, out, options);
+            // Atoll's own statements (reading the schema and every table), not tenant SQL.
+            let result = conn
+                .control
+                .trusted(|| dump::write_dump(&conn.conn, out, options));
             node.pool.checkin(db.id(), conn);
             result
         },
@@ -154,8 +160,8 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
         .dir()
         .join(format!(".export-{}", uuid::Uuid::new_v4().simple()));
     let copied = (|| {
-        let source = node.pool.checkout(db)?;
-        let result = backup_into(&source, &path);
+        let source = node.pool.checkout(db, Mode::ReadOnly)?;
+        let result = backup_into(&source.conn, &path);
         node.pool.checkin(db.id(), source);
         result
     })();

@@ -27,7 +27,10 @@ pub mod meter;
 pub mod namespace;
 pub mod node;
 pub mod rate_limit;
+pub mod sandbox;
+pub mod sql_pool;
 pub mod upload;
+pub mod write_lock;
 
 use axum::extract::Request;
 use axum::middleware::Next;

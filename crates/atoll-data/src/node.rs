@@ -3,9 +3,12 @@
 
 use crate::database::Database;
 use crate::error::DataError;
+use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
+use crate::sql_pool::SqlPool;
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, DatabaseStats, Seed};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Idle connections kept for reuse across all databases of a node. Each is a few hundred
@@ -27,19 +30,55 @@ pub struct Node {
     configuring: Mutex<()>,
     pub pool: ConnectionPool,
     pub meters: crate::meter::Meters,
+    /// The sandbox's limits for every tenant connection.
+    sandbox: SandboxSettings,
+    /// Where tenant SQL runs (`sql_pool`).
+    sql: SqlPool,
+    /// Raised when the node shuts down: every running statement is interrupted.
+    shutdown: Arc<AtomicBool>,
+}
+
+/// How a node runs tenant SQL.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    pub sandbox: SandboxSettings,
+    /// Threads of the tenant SQL pool.
+    pub sql_threads: usize,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            sandbox: SandboxSettings::default(),
+            sql_threads: SqlPool::default_threads(),
+        }
+    }
 }
 
 impl Node {
-    /// Opens the node's data directory and loads every database it holds.
+    /// Opens the node's data directory with the default settings.
     pub fn open(data_dir: &Path) -> Result<Node, DataError> {
+        Node::open_with(data_dir, NodeSettings::default())
+    }
+
+    /// Opens the node's data directory and loads every database it holds.
+    pub fn open_with(data_dir: &Path, settings: NodeSettings) -> Result<Node, DataError> {
         let dbs = data_dir.join("dbs");
         std::fs::create_dir_all(&dbs)?;
+        let shutdown = Arc::new(AtomicBool::new(false));
         let node = Node {
             data_dir: data_dir.to_path_buf(),
             registry: RwLock::new(Registry::default()),
             configuring: Mutex::new(()),
-            pool: ConnectionPool::new(DEFAULT_MAX_IDLE_CONNECTIONS),
+            pool: ConnectionPool::new(
+                DEFAULT_MAX_IDLE_CONNECTIONS,
+                settings.sandbox.clone(),
+                Arc::clone(&shutdown),
+            ),
             meters: crate::meter::Meters::new(),
+            sql: SqlPool::new(settings.sql_threads),
+            sandbox: settings.sandbox,
+            shutdown,
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
@@ -72,6 +111,24 @@ impl Node {
             }
         }
         Ok(node)
+    }
+
+    pub fn sandbox(&self) -> &SandboxSettings {
+        &self.sandbox
+    }
+
+    /// The threads tenant SQL runs on.
+    pub fn sql(&self) -> &SqlPool {
+        &self.sql
+    }
+
+    /// Interrupts every running statement, now and from now on: the node is going away.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Relaxed)
     }
 
     fn insert(&self, db: Arc<Database>) {
@@ -166,12 +223,22 @@ impl Node {
                             "source database {source_id} is not on this node"
                         ))
                     })?;
-                    copy_database(&source, &file)?;
+                    copy_database(self, &source, &file)?;
                 }
                 Seed::Dump { sql } => {
                     initialise_empty(&file)?;
-                    let mut conn = rusqlite::Connection::open(&file)?;
-                    crate::dump::load_dump(&mut conn, sql)?;
+                    // A dump is tenant SQL like any other: it runs in the sandbox (no
+                    // ATTACH, allow-listed pragmas, limits, a deadline).
+                    let mut conn = crate::sandbox::open(
+                        &file,
+                        Mode::DumpLoader,
+                        &self.sandbox,
+                        &self.shutdown,
+                        |_| Ok(()),
+                    )?;
+                    crate::dump::load_dump(&mut conn, sql, self.sandbox.dump_load_timeout)?;
+                    drop(conn);
+                    crate::dump::check_loaded(&file)?;
                 }
             }
             write_config(&staging.join("config.json"), &config)?;
@@ -299,14 +366,14 @@ fn initialise_empty(file: &Path) -> Result<(), DataError> {
 }
 
 /// A consistent copy through SQLite's online backup, even while the source is written.
-fn copy_database(source: &Database, target: &Path) -> Result<(), DataError> {
+fn copy_database(node: &Node, source: &Database, target: &Path) -> Result<(), DataError> {
     if source.config().state == DatabaseState::AwaitingUpload {
         return Err(DataError::BadRequest(
             "the source database has no data yet".into(),
         ));
     }
-    let conn = source.open_connection()?;
-    conn.backup(rusqlite::DatabaseName::Main, target, None)?;
+    let conn = source.open_connection(Mode::ReadOnly, &node.sandbox, &node.shutdown)?;
+    conn.conn.backup(rusqlite::DatabaseName::Main, target, None)?;
     let copy = rusqlite::Connection::open(target)?;
     copy.execute_batch("PRAGMA journal_mode = WAL;")?;
     Ok(())
@@ -330,72 +397,81 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), DataError> {
     Ok(())
 }
 
-/// Idle connections by database, least recently used evicted first.
+/// Idle connections by database and sandbox mode, least recently used evicted first.
+/// Read-only and read-write connections are kept apart: statements are cached per
+/// connection under the rules of its mode.
 pub struct ConnectionPool {
     max_idle: usize,
+    sandbox: SandboxSettings,
+    shutdown: Arc<AtomicBool>,
     inner: Mutex<PoolInner>,
 }
 
+type PoolKey = (String, Mode);
+
 #[derive(Default)]
 struct PoolInner {
-    by_db: HashMap<String, Vec<(u64, rusqlite::Connection)>>,
-    order: BTreeMap<u64, String>,
+    by_db: HashMap<PoolKey, Vec<(u64, SandboxedConnection)>>,
+    order: BTreeMap<u64, PoolKey>,
     next: u64,
 }
 
 impl ConnectionPool {
-    pub fn new(max_idle: usize) -> ConnectionPool {
+    pub fn new(
+        max_idle: usize,
+        sandbox: SandboxSettings,
+        shutdown: Arc<AtomicBool>,
+    ) -> ConnectionPool {
         ConnectionPool {
             max_idle,
+            sandbox,
+            shutdown,
             inner: Mutex::new(PoolInner::default()),
         }
     }
 
-    /// An idle connection to `db`, or a new one.
-    pub fn checkout(&self, db: &Database) -> Result<rusqlite::Connection, DataError> {
-        let id = db.id();
+    /// An idle connection to `db` for `mode`, or a new one.
+    pub fn checkout(&self, db: &Database, mode: Mode) -> Result<SandboxedConnection, DataError> {
+        let key = (db.id().to_string(), mode);
         {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(idle) = inner.by_db.get_mut(id) {
+            if let Some(idle) = inner.by_db.get_mut(&key) {
                 if let Some((seq, conn)) = idle.pop() {
                     if idle.is_empty() {
-                        inner.by_db.remove(id);
+                        inner.by_db.remove(&key);
                     }
                     inner.order.remove(&seq);
                     return Ok(conn);
                 }
             }
         }
-        db.open_connection()
+        db.open_connection(mode, &self.sandbox, &self.shutdown)
     }
 
     /// Returns a connection for reuse. One inside a transaction is closed instead (which
     /// rolls the transaction back).
-    pub fn checkin(&self, db_id: &str, conn: rusqlite::Connection) {
-        if !conn.is_autocommit() {
+    pub fn checkin(&self, db_id: &str, conn: SandboxedConnection) {
+        if !conn.conn.is_autocommit() {
             return;
         }
+        let key = (db_id.to_string(), conn.control.mode());
         let evicted = {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let seq = inner.next;
             inner.next += 1;
-            inner
-                .by_db
-                .entry(db_id.to_string())
-                .or_default()
-                .push((seq, conn));
-            inner.order.insert(seq, db_id.to_string());
+            inner.by_db.entry(key.clone()).or_default().push((seq, conn));
+            inner.order.insert(seq, key);
             let mut evicted = Vec::new();
             while inner.order.len() > self.max_idle {
-                let Some((seq, id)) = inner.order.pop_first() else {
+                let Some((seq, key)) = inner.order.pop_first() else {
                     break;
                 };
-                if let Some(idle) = inner.by_db.get_mut(&id) {
+                if let Some(idle) = inner.by_db.get_mut(&key) {
                     if let Some(pos) = idle.iter().position(|(s, _)| *s == seq) {
                         evicted.push(idle.remove(pos).1);
                     }
                     if idle.is_empty() {
-                        inner.by_db.remove(&id);
+                        inner.by_db.remove(&key);
                     }
                 }
             }
@@ -409,9 +485,16 @@ impl ConnectionPool {
     pub fn forget(&self, db_id: &str) {
         let dropped = {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let dropped = inner.by_db.remove(db_id).unwrap_or_default();
-            for (seq, _) in &dropped {
-                inner.order.remove(seq);
+            let mut dropped = Vec::new();
+            for mode in [Mode::ReadWrite, Mode::ReadOnly, Mode::DumpLoader] {
+                let idle = inner
+                    .by_db
+                    .remove(&(db_id.to_string(), mode))
+                    .unwrap_or_default();
+                for (seq, _) in &idle {
+                    inner.order.remove(seq);
+                }
+                dropped.extend(idle);
             }
             dropped
         };

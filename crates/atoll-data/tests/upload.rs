@@ -965,8 +965,8 @@ line';
     assert!(dump.lines().all(|l| !l.is_empty()), "{dump}");
 
     let original = rusqlite::Connection::open(&path).unwrap();
-    let mut loaded = rusqlite::Connection::open_in_memory().unwrap();
-    atoll_data::dump::load_dump(&mut loaded, &dump).unwrap();
+    let loaded = load_dump(std::path::Path::new(":memory:"), &dump).unwrap();
+    let loaded = loaded.conn;
     assert_eq!(contents(&loaded), contents(&original));
     assert_eq!(schema(&loaded), schema(&original));
     let next_id: i64 = {
@@ -1009,8 +1009,8 @@ async fn a_dump_can_keep_rowids() {
         dump.contains("INSERT INTO \"shadowed\"(_rowid_,\"rowid\",\"body\") VALUES(1,'r','x');"),
         "{dump}"
     );
-    let mut loaded = rusqlite::Connection::open_in_memory().unwrap();
-    atoll_data::dump::load_dump(&mut loaded, &dump).unwrap();
+    let loaded = load_dump(std::path::Path::new(":memory:"), &dump).unwrap();
+    let loaded = loaded.conn;
     let rowids: Vec<i64> = loaded
         .prepare("SELECT rowid FROM notes ORDER BY rowid")
         .unwrap()
@@ -1046,8 +1046,7 @@ async fn a_dump_restores_full_text_search_tables() {
     let dir = scratch();
     let path = dir.join("restored.db");
     {
-        let mut conn = rusqlite::Connection::open(&path).unwrap();
-        atoll_data::dump::load_dump(&mut conn, &dump).unwrap();
+        load_dump(&path, &dump).unwrap();
     }
     let conn = rusqlite::Connection::open(&path).unwrap();
     let title: String = conn
@@ -1085,12 +1084,14 @@ async fn a_database_awaiting_its_upload_has_nothing_to_export() {
 
 #[test]
 fn a_dump_that_rolled_back_is_refused() {
-    let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+    let mut sandboxed = sandboxed_loader(std::path::Path::new(":memory:"));
     let err = atoll_data::dump::load_dump(
-        &mut conn,
+        &mut sandboxed,
         "PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\nCREATE TABLE t(x);\nROLLBACK; -- due to errors\n",
+        std::time::Duration::from_secs(60),
     )
     .unwrap_err();
+    let conn = sandboxed.conn;
     assert!(err.to_string().contains("ROLLBACK"), "{err}");
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
@@ -1126,4 +1127,25 @@ async fn stalled_uploads_are_abandoned_with_408() {
     // The database is untouched and can still receive its upload.
     assert_eq!(node.state_of(&db), DatabaseState::AwaitingUpload);
     assert!(node.leftovers(&db).is_empty(), "{:?}", node.leftovers(&db));
+}
+
+/// A connection that loads dumps as a `dump` seed does (the sandbox's loader mode).
+fn sandboxed_loader(path: &std::path::Path) -> atoll_data::sandbox::SandboxedConnection {
+    atoll_data::sandbox::open(
+        path,
+        atoll_data::sandbox::Mode::DumpLoader,
+        &atoll_data::sandbox::SandboxSettings::default(),
+        &std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        |_| Ok(()),
+    )
+    .unwrap()
+}
+
+fn load_dump(
+    path: &std::path::Path,
+    dump: &str,
+) -> Result<atoll_data::sandbox::SandboxedConnection, atoll_data::error::DataError> {
+    let mut sandboxed = sandboxed_loader(path);
+    atoll_data::dump::load_dump(&mut sandboxed, dump, std::time::Duration::from_secs(60))?;
+    Ok(sandboxed)
 }

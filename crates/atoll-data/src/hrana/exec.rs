@@ -13,7 +13,10 @@ use crate::auth::DbAccess;
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::node::Node;
+use crate::sandbox::{CancelToken, Control, Mode, SandboxedConnection};
+use crate::write_lock::WaitScope;
 use atoll_types::node::DatabaseConfig;
+use fallible_streaming_iterator::FallibleStreamingIterator;
 use libsql_hrana::proto;
 use rusqlite::{CachedStatement, Connection, ErrorCode, Statement, StatementStatus};
 use std::borrow::Cow;
@@ -21,7 +24,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A statement's own result: its value, or the Hrana error to report for it.
 pub(crate) type Outcome<T> = Result<T, proto::Error>;
@@ -40,6 +43,19 @@ pub(crate) struct Caller {
     pub db: Arc<Database>,
     pub access: DbAccess,
     pub version: Version,
+    /// Raised when the request's client goes away: its running statement is interrupted.
+    pub cancel: Option<CancelToken>,
+}
+
+impl Caller {
+    /// The sandbox mode of this caller's connections.
+    pub(crate) fn mode(&self) -> Mode {
+        if self.access.write {
+            Mode::ReadWrite
+        } else {
+            Mode::ReadOnly
+        }
+    }
 }
 
 /// One program run (one stream request) on a connection, under the database
@@ -48,8 +64,12 @@ pub(crate) struct Run<'a> {
     caller: &'a Caller,
     client: &'a ClientConnection,
     conn: &'a Connection,
+    control: &'a Control,
     config: Arc<DatabaseConfig>,
     response_budget: Cell<usize>,
+    statement_timeout: Duration,
+    /// Writers on this thread wait for this database's lock, and are seen waiting.
+    _waiting: WaitScope,
 }
 
 /// What a statement did, besides its rows.
@@ -125,15 +145,20 @@ impl<'a> Run<'a> {
         caller: &'a Caller,
         client: &'a ClientConnection,
     ) -> Result<Run<'a>, HranaError> {
-        let conn = &client.conn;
+        let conn = &client.sandboxed.conn;
+        let control = &*client.sandboxed.control;
         let config = caller.db.config();
-        apply_page_limit(conn, &config)?;
+        control.trusted(|| apply_page_limit(conn, &config))?;
+        let settings = caller.node.sandbox();
         Ok(Run {
             caller,
             client,
             conn,
+            control,
             config,
             response_budget: Cell::new(MAX_RESPONSE_BYTES),
+            statement_timeout: settings.statement_timeout,
+            _waiting: WaitScope::enter(caller.db.write_lock(), settings.busy_timeout),
         })
     }
 
@@ -220,12 +245,16 @@ impl<'a> Run<'a> {
         let mut statements = rusqlite::Batch::new(self.conn, sql);
         loop {
             // Each statement is prepared after the previous one ran: it may use its tables.
+            self.control.take_refusal();
             let stmt = match statements.next() {
                 Ok(Some(stmt)) => stmt,
                 Ok(None) => return Ok(Ok(())),
-                Err(e) => return Ok(Err(sqlite_error(e))),
+                Err(e) => return Ok(Err(self.prepare_error(e))),
             };
             let text = stmt.expanded_sql().unwrap_or_default();
+            if StatementKind::of(&text) == StatementKind::Attach {
+                return Ok(Err(attach_alone()));
+            }
             if let Err(error) =
                 self.run_prepared(Prepared::Once(stmt), &text, &no_arguments, &mut DiscardRows)?
             {
@@ -236,7 +265,9 @@ impl<'a> Run<'a> {
 
     /// `describe`: parameters and columns of a statement, without running it.
     pub(crate) fn describe(&self, sql: &str) -> Outcome<proto::DescribeResult> {
-        let (stmt, text) = self.prepare_one(sql)?;
+        // Never from the statement cache: a cached statement describes the columns of
+        // the schema it was compiled under until it runs again.
+        let (stmt, text) = self.prepare_uncached(sql)?;
         let kind = StatementKind::of(&text);
         Ok(proto::DescribeResult {
             params: (1..=stmt.parameter_count())
@@ -261,6 +292,14 @@ impl<'a> Run<'a> {
     /// before anything runs. Statements that do not prepare yet (they may need tables an
     /// earlier statement creates) are checked again when they run.
     pub(crate) fn authorize(&self, sql: &str) -> Result<(), HranaError> {
+        if StatementKind::of(sql) == StatementKind::Attach {
+            // Its permission checks refuse the whole request; a statement-level failure
+            // is reported when it runs.
+            if let Ok(stmt) = self.prepare_attach(sql)? {
+                let _ = self.admit(stmt, sql)?;
+            }
+            return Ok(());
+        }
         if let Some(stmt) = self.prepare_single_cached(sql) {
             // Back to the cache when dropped, for the run that follows.
             let _ = self.admit(Prepared::Cached(stmt), sql)?;
@@ -303,7 +342,7 @@ impl<'a> Run<'a> {
                 "Specifying both positional and named arguments is not supported",
             )));
         }
-        let outcome = match self.prepare_one(sql) {
+        let outcome = match self.prepare_one(sql)? {
             Ok((prepared, text)) => self.run_prepared(prepared, &text, stmt, sink)?,
             Err(error) => Err(error),
         };
@@ -320,12 +359,26 @@ impl<'a> Run<'a> {
     }
 
     /// Prepares the only statement of `sql`, with its text.
-    fn prepare_one<'s>(&self, sql: &'s str) -> Outcome<(Prepared<'a>, Cow<'s, str>)> {
-        if let Some(stmt) = self.prepare_single_cached(sql) {
-            return Ok((Prepared::Cached(stmt), Cow::Borrowed(sql)));
+    fn prepare_one<'s>(
+        &self,
+        sql: &'s str,
+    ) -> Result<Outcome<(Prepared<'a>, Cow<'s, str>)>, HranaError> {
+        if StatementKind::of(sql) == StatementKind::Attach {
+            return Ok(self
+                .prepare_attach(sql)?
+                .map(|stmt| (stmt, Cow::Borrowed(sql))));
         }
-        // The general path, which also finds the exact error: no statement, more than
-        // one, or the engine's own.
+        if let Some(stmt) = self.prepare_single_cached(sql) {
+            return Ok(Ok((Prepared::Cached(stmt), Cow::Borrowed(sql))));
+        }
+        Ok(self.prepare_uncached(sql))
+    }
+
+    /// Prepares the only statement of `sql` outside the statement cache. The general
+    /// path, which also finds the exact error: no statement, more than one, or the
+    /// engine's own.
+    fn prepare_uncached<'s>(&self, sql: &'s str) -> Outcome<(Prepared<'a>, Cow<'s, str>)> {
+        self.control.take_refusal();
         let mut statements = rusqlite::Batch::new(self.conn, sql);
         let first = match statements.next() {
             Ok(Some(stmt)) => stmt,
@@ -335,7 +388,7 @@ impl<'a> Run<'a> {
                     "SQL string does not contain any statement",
                 ))
             }
-            Err(e) => return Err(sqlite_error(e)),
+            Err(e) => return Err(self.prepare_error(e)),
         };
         // Anything but comments after the first statement (even text that fails to
         // prepare) is a second statement.
@@ -366,10 +419,14 @@ impl<'a> Run<'a> {
         }
         // A pragma does its work when it is *prepared* (flag pragmas such as
         // `foreign_keys` set the flag while compiling): a cached one would do nothing when
-        // it runs, so pragmas are always prepared afresh.
-        if StatementKind::of(trimmed) == StatementKind::Pragma {
+        // it runs, so pragmas are always prepared afresh. An ATTACH is rewritten first.
+        if matches!(
+            StatementKind::of(trimmed),
+            StatementKind::Pragma | StatementKind::Attach
+        ) {
             return None;
         }
+        self.control.take_refusal();
         self.conn.prepare_cached(trimmed).ok()
     }
 
@@ -380,6 +437,15 @@ impl<'a> Run<'a> {
         request: &proto::Stmt,
         sink: &mut dyn RowSink,
     ) -> Result<Outcome<StmtStats>, HranaError> {
+        if self.client.timed_out.take() {
+            return Ok(Err(hrana_error(
+                "TRANSACTION_TIMEOUT",
+                format!(
+                    "Transaction timed out: it held the write lock for more than {} while another writer waited, and was rolled back",
+                    crate::sandbox::human_duration(self.caller.node.sandbox().transaction_timeout)
+                ),
+            )));
+        }
         let mut admitted = match self.admit(stmt, text)? {
             Ok(admitted) => admitted,
             Err(error) => return Ok(Err(error)),
@@ -393,14 +459,27 @@ impl<'a> Run<'a> {
         if let Err(error) = bind_arguments(&mut admitted.stmt, admitted.kind, request)? {
             return Ok(Err(error));
         }
-        let outcome = self.step(&mut admitted, request.want_rows.unwrap_or(true), sink);
+        self.control
+            .arm(self.statement_timeout, self.caller.cancel.as_ref());
+        let want_rows = request.want_rows.unwrap_or(true);
+        let outcome = if admitted.kind == StatementKind::Vacuum {
+            self.control
+                .vacuum(|| self.step(&mut admitted, want_rows, sink))
+        } else {
+            self.step(&mut admitted, want_rows, sink)
+        };
+        let outcome = match (outcome, self.control.disarm()) {
+            (Err(error), Some(why)) if error.code == "SQLITE_INTERRUPT" => {
+                Err(hrana_error("SQLITE_INTERRUPT", why.message()))
+            }
+            (outcome, _) => outcome,
+        };
+        self.client.note_transaction_state();
         if admitted.kind == StatementKind::Pragma {
             // Cached statements were compiled under the settings this pragma may just have
             // changed (SQLite expires them for flag pragmas, not for every pragma): forget
             // them all.
             self.conn.flush_prepared_statement_cache();
-            // The client may have raised `max_page_count` to escape its size limit.
-            apply_page_limit(self.conn, &self.config)?;
         }
         Ok(outcome)
     }
@@ -409,36 +488,13 @@ impl<'a> Run<'a> {
     /// ATTACH comes back rewritten to open its target read-only.
     fn admit(&self, stmt: Prepared<'a>, text: &str) -> Result<Outcome<Admitted<'a>>, HranaError> {
         let kind = StatementKind::of(text);
-        let stmt = match kind {
-            StatementKind::Attach => {
-                let Some(request) = AttachRequest::parse(text) else {
-                    return Ok(Err(hrana_error(
-                        "SQL_PARSE_ERROR",
-                        "SQL string could not be parsed: ATTACH takes the form ATTACH DATABASE '<database name>' AS <alias>",
-                    )));
-                };
-                let target = match self.attach_target(&request.name)? {
-                    Ok(target) => target,
-                    Err(error) => return Ok(Err(error)),
-                };
-                let rewritten = format!(
-                    "ATTACH DATABASE {} AS {}",
-                    quote_literal(&read_only_uri(&target)),
-                    request.alias
-                );
-                match self.conn.prepare(&rewritten) {
-                    Ok(stmt) => Prepared::Once(stmt),
-                    Err(e) => return Ok(Err(sqlite_error(e))),
-                }
-            }
-            StatementKind::VacuumInto => {
-                return Err(DataError::Forbidden(
-                    "VACUUM INTO is not allowed: it would write a file on the server".into(),
-                )
-                .into())
-            }
-            _ => stmt,
-        };
+        if kind == StatementKind::VacuumInto {
+            // The authorizer refuses its file too; this says why, for the whole request.
+            return Err(DataError::Forbidden(
+                "VACUUM INTO is not allowed: it would write a file on the server".into(),
+            )
+            .into());
+        }
         if writes(kind, &stmt) && !self.caller.access.write {
             return Err(DataError::Forbidden(format!(
                 "Current session doesn't have Write permission to namespace {}",
@@ -447,6 +503,47 @@ impl<'a> Run<'a> {
             .into());
         }
         Ok(Ok(Admitted { stmt, kind }))
+    }
+
+    /// Prepares `ATTACH '<database name>' AS alias` as an ATTACH of the file of that
+    /// database, read-only, once the caller's right to it is checked. The authorizer lets
+    /// exactly that file be attached, by exactly this statement.
+    fn prepare_attach(&self, sql: &str) -> Result<Outcome<Prepared<'a>>, HranaError> {
+        let Some(request) = AttachRequest::parse(sql) else {
+            return Ok(Err(hrana_error(
+                "SQL_PARSE_ERROR",
+                "SQL string could not be parsed: ATTACH takes the form ATTACH DATABASE '<database name>' AS <alias>",
+            )));
+        };
+        let target = match self.attach_target(&request.name)? {
+            Ok(target) => target,
+            Err(error) => return Ok(Err(error)),
+        };
+        let uri = read_only_uri(&target);
+        let rewritten = format!(
+            "ATTACH DATABASE {} AS {}",
+            quote_literal(&uri),
+            request.alias
+        );
+        self.control.take_refusal();
+        let prepared = self
+            .control
+            .approve_attach(&uri, || self.conn.prepare(&rewritten));
+        Ok(match prepared {
+            Ok(stmt) => Ok(Prepared::Once(stmt)),
+            Err(e) => Err(self.prepare_error(e)),
+        })
+    }
+
+    /// The Hrana error of a statement that failed to prepare: the sandbox's reason when
+    /// its authorizer refused it.
+    fn prepare_error(&self, error: rusqlite::Error) -> proto::Error {
+        match self.control.take_refusal() {
+            Some(reason) if is_auth_error(&error) => {
+                hrana_error("SQLITE_AUTH", format!("Not authorized: {reason}"))
+            }
+            _ => sqlite_error(error),
+        }
     }
 
     /// The file of the database `name` (of the same organization) the caller may attach.
@@ -515,16 +612,6 @@ impl<'a> Run<'a> {
         sink: &mut dyn RowSink,
     ) -> Outcome<StmtStats> {
         let stmt = &mut admitted.stmt;
-        let cols = stmt
-            .columns()
-            .iter()
-            .map(|col| proto::Col {
-                name: Some(col.name().to_string()),
-                decltype: col.decl_type().map(str::to_string),
-            })
-            .collect();
-        sink.columns(cols)?;
-        let column_count = stmt.column_count();
         // A cached statement's counters add up over all its runs: zero them so usage
         // counts this run only.
         stmt.reset_status(StatementStatus::RowsRead);
@@ -532,12 +619,29 @@ impl<'a> Run<'a> {
         let started = Instant::now();
         {
             let mut rows = stmt.raw_query();
-            while let Some(row) = rows.next().map_err(sqlite_error)? {
-                if want_rows {
-                    let values = (0..column_count)
-                        .map(|index| row.get_ref(index).map_or(proto::Value::Null, hrana_value))
-                        .collect();
-                    sink.row(values)?;
+            // The columns are read after the first step: a cached statement whose schema
+            // changed (ALTER TABLE … ADD) is compiled again by that step, and until then
+            // still describes the old columns.
+            let first = rows.next().map_err(sqlite_error)?.is_some();
+            let (cols, column_count) = match rows.as_ref() {
+                Some(stmt) => (columns_of(stmt), stmt.column_count()),
+                None => (Vec::new(), 0),
+            };
+            sink.columns(cols)?;
+            if first {
+                let mut row = rows.get();
+                while let Some(current) = row {
+                    if want_rows {
+                        let values = (0..column_count)
+                            .map(|index| {
+                                current
+                                    .get_ref(index)
+                                    .map_or(proto::Value::Null, hrana_value)
+                            })
+                            .collect();
+                        sink.row(values)?;
+                    }
+                    row = rows.next().map_err(sqlite_error)?;
                 }
             }
         }
@@ -777,32 +881,159 @@ fn sqlite_code(code: ErrorCode) -> &'static str {
 /// attached databases (which the next client, maybe with other rights, must not inherit);
 /// otherwise it is closed, which also rolls back what the client left open.
 pub(crate) struct ClientConnection {
-    conn: Connection,
+    sandboxed: SandboxedConnection,
     altered: Cell<bool>,
+    /// Since when the connection holds the database's write lock (a write transaction is
+    /// open), as of its last statement.
+    writing_since: Cell<Option<Instant>>,
+    /// Its transaction was rolled back to free the write lock (`write_lock`); the next
+    /// statement is told so.
+    timed_out: Cell<bool>,
 }
 
 impl ClientConnection {
-    pub(crate) fn new(conn: Connection) -> ClientConnection {
+    pub(crate) fn new(sandboxed: SandboxedConnection) -> ClientConnection {
         ClientConnection {
-            conn,
+            sandboxed,
             altered: Cell::new(false),
+            writing_since: Cell::new(None),
+            timed_out: Cell::new(false),
         }
     }
 
-    pub(crate) fn checkout(node: &Node, db: &Database) -> Result<ClientConnection, DataError> {
-        node.pool.checkout(db).map(ClientConnection::new)
+    pub(crate) fn checkout(
+        node: &Node,
+        db: &Database,
+        mode: Mode,
+    ) -> Result<ClientConnection, DataError> {
+        node.pool.checkout(db, mode).map(ClientConnection::new)
     }
 
     pub(crate) fn is_autocommit(&self) -> bool {
-        self.conn.is_autocommit()
+        self.sandboxed.conn.is_autocommit()
+    }
+
+    pub(crate) fn mode(&self) -> Mode {
+        self.sandboxed.control.mode()
+    }
+
+    /// This connection, or one of the caller's sandbox mode if the caller's rights changed
+    /// since it was opened (a WebSocket `hello` with another token). Inside a transaction
+    /// the connection cannot be swapped: the error says so, and the old one comes back.
+    pub(crate) fn for_caller(
+        self,
+        caller: &Caller,
+    ) -> Result<ClientConnection, (ClientConnection, proto::Error)> {
+        let mode = caller.mode();
+        if self.mode() == mode {
+            return Ok(self);
+        }
+        if !self.is_autocommit() {
+            return Err((
+                self,
+                hrana_error(
+                    "TRANSACTION_BUSY",
+                    "the token changed while a transaction is open on this stream: finish it first, or open a new stream",
+                ),
+            ));
+        }
+        match ClientConnection::checkout(&caller.node, &caller.db, mode) {
+            Ok(fresh) => {
+                self.give_back(&caller.node, caller.db.id());
+                Ok(fresh)
+            }
+            Err(error) => Err((
+                self,
+                HranaError::from(error).to_hrana_error(),
+            )),
+        }
+    }
+
+    /// Whether [`ClientConnection::yield_write_lock_if_due`] may have work to do (no SQL:
+    /// for a session's periodic look).
+    pub(crate) fn may_have_to_yield(&self, db: &Database, timeout: Duration) -> bool {
+        self.writing_since
+            .get()
+            .is_some_and(|since| db.write_lock().must_yield(since, timeout))
+    }
+
+    /// Records whether the last statement left a write transaction open.
+    fn note_transaction_state(&self) {
+        let writing = self
+            .sandboxed
+            .conn
+            .transaction_state(Some(rusqlite::DatabaseName::Main))
+            .is_ok_and(|state| state == rusqlite::TransactionState::Write);
+        match (writing, self.writing_since.get()) {
+            (true, None) => self.writing_since.set(Some(Instant::now())),
+            (false, Some(_)) => self.writing_since.set(None),
+            _ => {}
+        }
+    }
+
+    /// Rolls back the transaction of this idle connection if it has held the write lock
+    /// for longer than `timeout` while another writer waits (sqld's `TRANSACTION_TIMEOUT`).
+    /// Answers whether it did.
+    pub(crate) fn yield_write_lock_if_due(&self, db: &Database, timeout: Duration) -> bool {
+        let Some(since) = self.writing_since.get() else {
+            return false;
+        };
+        if self.is_autocommit() || !db.write_lock().must_yield(since, timeout) {
+            return false;
+        }
+        let rolled_back = self
+            .sandboxed
+            .control
+            .trusted(|| self.sandboxed.conn.execute_batch("ROLLBACK"));
+        if let Err(error) = rolled_back {
+            tracing::warn!(%error, database = db.id(), "cannot roll back a transaction that held the write lock");
+            return false;
+        }
+        tracing::info!(
+            database = db.id(),
+            held_for_ms = since.elapsed().as_millis() as u64,
+            "rolled back a transaction that held the write lock while another writer waited"
+        );
+        self.writing_since.set(None);
+        self.timed_out.set(true);
+        true
     }
 
     /// Returns the connection to the pool if it can be reused, else closes it.
     pub(crate) fn give_back(self, node: &Node, db_id: &str) {
         if !self.altered.get() {
-            node.pool.checkin(db_id, self.conn);
+            node.pool.checkin(db_id, self.sandboxed);
         }
     }
+}
+
+/// A statement's columns, as Hrana describes them.
+fn columns_of(stmt: &Statement<'_>) -> Vec<proto::Col> {
+    stmt.columns()
+        .iter()
+        .map(|col| proto::Col {
+            name: Some(col.name().to_string()),
+            decltype: col.decl_type().map(str::to_string),
+        })
+        .collect()
+}
+
+/// Whether SQLite refused to prepare a statement because the authorizer said no.
+fn is_auth_error(error: &rusqlite::Error) -> bool {
+    let code = match error {
+        rusqlite::Error::SqliteFailure(error, _) => error.code,
+        rusqlite::Error::SqlInputError { error, .. } => error.code,
+        _ => return false,
+    };
+    code == ErrorCode::AuthorizationForStatementDenied
+}
+
+/// ATTACH is rewritten before it is prepared, which only a statement of its own allows.
+fn attach_alone() -> proto::Error {
+    hrana_error(
+        "SQL_PARSE_ERROR",
+        "ATTACH must be sent as a statement of its own (an execute, or a step of a batch), not inside a sequence",
+    )
 }
 
 /// Collects one statement's columns and rows within the response budget.

@@ -11,6 +11,7 @@ use super::exec::{Caller, ClientConnection, Outcome, Run};
 use super::stream::HttpStream;
 use super::{blocking, Encoding, HranaBody, HranaError, Version};
 use crate::auth::DbRequest;
+use crate::sandbox::CancelToken;
 use crate::error::DataError;
 use crate::node::Node;
 use crate::DataPlaneState;
@@ -96,18 +97,22 @@ async fn pipeline(
 ) -> Result<Response, HranaError> {
     request.db.ensure_queryable()?;
     let body: proto::PipelineReqBody = decode(&body, encoding)?;
+    let cancel = CancelToken::new();
+    // The client going away interrupts the statement it is waiting for.
+    let _cancel_on_drop = cancel.cancel_on_drop();
     let caller = Caller {
         node: Arc::clone(&state.node),
         db: request.db,
         access: request.access,
         version,
+        cancel: Some(cancel),
     };
     start_sweeper(&state);
     let stream_state = Arc::clone(&state);
-    // One trip to a blocking thread per request: taking a pooled connection (which may
-    // open one) happens there too. The blocking task owns the stream to the end, even if
+    // One trip to an SQL thread per request: taking a pooled connection (which may
+    // open one) happens there too. The SQL thread owns the stream to the end, even if
     // this request is abandoned.
-    let (baton, results) = blocking(move || {
+    let (baton, results) = blocking(&state.node, move || {
         let lease = open_stream(&stream_state, &caller, body.baton.as_deref())?;
         run_leased_pipeline(&caller, lease, body.requests)
     })
@@ -177,7 +182,7 @@ fn open_stream(
                 .open_streams
                 .acquire(db_id)
                 .map_err(|refused| too_many_open(refused, super::IDLE_TIMEOUT))?;
-            let conn = ClientConnection::checkout(&caller.node, &caller.db)?;
+            let conn = ClientConnection::checkout(&caller.node, &caller.db, caller.mode())?;
             state.streams.create(db_id, conn, permit)
         }
     };
@@ -206,15 +211,18 @@ fn start_sweeper(state: &Arc<DataPlaneState>) {
             let Some(state) = state.upgrade() else {
                 return;
             };
-            let expired = state.streams.sweep(Instant::now());
-            if !expired.is_empty() {
-                let node = Arc::clone(&state.node);
-                tokio::task::spawn_blocking(move || {
-                    for (db_id, conn) in expired {
-                        conn.give_back(&node, &db_id);
-                    }
-                });
-            }
+            let node = Arc::clone(&state.node);
+            let swept = Arc::clone(&state);
+            // Rolling back and closing connections touch files: off the async threads.
+            state.node.sql().spawn(move || {
+                let expired = swept.streams.sweep(Instant::now());
+                for (db_id, conn) in expired {
+                    conn.give_back(&node, &db_id);
+                }
+                swept
+                    .streams
+                    .yield_write_locks(&node, node.sandbox().transaction_timeout);
+            });
         }
     });
 }
@@ -406,11 +414,15 @@ async fn cursor(
 ) -> Result<Response, HranaError> {
     request.db.ensure_queryable()?;
     let body: proto::CursorReqBody = decode(&body, encoding)?;
+    let cancel = CancelToken::new();
+    // Until the response starts, the request's future; then the response body's stream.
+    let cancel_on_drop = cancel.cancel_on_drop();
     let caller = Caller {
         node: Arc::clone(&state.node),
         db: request.db,
         access: request.access,
         version: Version::Hrana3,
+        cancel: Some(cancel),
     };
     // Held while the batch runs: a slow reader keeps a blocking thread busy.
     let cursor_permit = state
@@ -421,7 +433,7 @@ async fn cursor(
     let batch = body.batch;
     let (stream_state, baton) = (Arc::clone(&state), body.baton);
     // Checked before the response starts, so refusals still get their HTTP status.
-    let (caller, lease, batch) = blocking(move || {
+    let (caller, lease, batch) = blocking(&state.node, move || {
         let mut lease = open_stream(&stream_state, &caller, baton.as_deref())?;
         let stream = lease.stream();
         let checked = open_connection(stream)
@@ -448,11 +460,15 @@ async fn cursor(
         Encoding::Protobuf => Bytes::from(prost::Message::encode_length_delimited_to_vec(&head)),
     };
     let (entries_tx, mut entries_rx) = tokio::sync::mpsc::channel::<Bytes>(CURSOR_BUFFER);
-    tokio::task::spawn_blocking(move || {
+    state.node.sql().spawn(move || {
         produce_cursor(&caller, lease, &batch, encoding, entries_tx);
         drop(cursor_permit);
     });
-    let entries = futures_util::stream::poll_fn(move |cx| entries_rx.poll_recv(cx));
+    let entries = futures_util::stream::poll_fn(move |cx| {
+        // Dropped with the body when the client goes away.
+        let _ = &cancel_on_drop;
+        entries_rx.poll_recv(cx)
+    });
     let body = futures_util::stream::once(async move { head })
         .chain(entries)
         .map(Ok::<_, Infallible>);

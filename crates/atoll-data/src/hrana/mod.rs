@@ -8,7 +8,8 @@
 //! | `GET /` with a WebSocket upgrade | `ws.rs` |
 //!
 //! Statements run in `exec.rs` (binding, results, block flags, write and ATTACH rights),
-//! cursors in `cursor.rs`. All SQLite work happens on blocking threads.
+//! cursors in `cursor.rs`. All SQLite work happens on the node's SQL threads, on
+//! connections of the sandbox (`crate::sandbox`).
 //!
 //! Errors have three layers, as in sqld: a statement's failure is a Hrana `Error` inside
 //! a successful response; a broken protocol rule fails the whole HTTP request with 400
@@ -209,13 +210,13 @@ fn data_error_code(error: &DataError) -> &'static str {
     }
 }
 
-/// Runs SQLite work on a blocking thread.
+/// Runs tenant SQL work on the node's SQL threads (`sql_pool`), never on tokio's blocking
+/// pool, which the platform needs to keep answering.
 async fn blocking<T: Send + 'static>(
+    node: &crate::node::Node,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, HranaError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| DataError::Internal(format!("a database task failed: {e}")).into())
+    node.sql().run(work).await.map_err(HranaError::from)
 }
 
 #[cfg(test)]

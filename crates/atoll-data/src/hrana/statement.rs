@@ -24,11 +24,14 @@ pub(crate) enum StatementKind {
     Delete,
     /// `VACUUM … INTO 'file'`: writes a file anywhere the server can.
     VacuumInto,
+    /// A plain `VACUUM`: the sandbox lets it attach its temporary database while it runs
+    /// (the text only grants that narrow exception; the authorizer still decides).
+    Vacuum,
     /// `PRAGMA …`: may change settings of the connection.
     Pragma,
     /// `CREATE TEMP …`: an object that lives as long as the connection.
     CreateTemporary,
-    /// Anything else: queries, DDL, pragmas, plain `VACUUM`.
+    /// Anything else: queries, DDL.
     Other,
 }
 
@@ -65,7 +68,7 @@ impl StatementKind {
             if tokens.any(|t| t.is_word("INTO")) {
                 StatementKind::VacuumInto
             } else {
-                StatementKind::Other
+                StatementKind::Vacuum
             }
         } else if first_word("WITH") {
             // The statement's verb is the first keyword after the common table
@@ -334,7 +337,7 @@ mod tests {
             ("ATTACH 'x' AS y", Attach),
             ("DETACH y", Detach),
             ("EXPLAIN QUERY PLAN SELECT 1", Explain),
-            ("VACUUM", Other),
+            ("VACUUM", Vacuum),
             ("VACUUM main INTO '/tmp/x'", VacuumInto),
             ("pragma foreign_keys = off", Pragma),
             ("CREATE TEMP TABLE t (x)", CreateTemporary),

@@ -201,6 +201,22 @@ impl StreamRegistry {
         released
     }
 
+    /// Rolls back the transactions of idle streams that hold a database's write lock
+    /// while another writer waits, for longer than `timeout` (`write_lock`). Their next
+    /// request is told `TRANSACTION_TIMEOUT`.
+    pub(crate) fn yield_write_locks(&self, node: &crate::node::Node, timeout: Duration) {
+        let streams = self.lock();
+        for slot in streams.values() {
+            let Slot::Idle { stream, .. } = slot else {
+                continue;
+            };
+            let (Some(conn), Some(db)) = (&stream.conn, node.by_id(&stream.db_id)) else {
+                continue;
+            };
+            conn.yield_write_lock_if_due(&db, timeout);
+        }
+    }
+
     /// Whether the caller is the one to start the background sweep (once per registry).
     pub(crate) fn claim_sweeper(&self) -> bool {
         !self.sweeper_started.swap(true, Ordering::SeqCst)
@@ -245,7 +261,16 @@ mod tests {
     use super::*;
 
     fn connection() -> ClientConnection {
-        ClientConnection::new(rusqlite::Connection::open_in_memory().unwrap())
+        let shutdown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sandboxed = crate::sandbox::open(
+            std::path::Path::new(":memory:"),
+            crate::sandbox::Mode::ReadWrite,
+            &crate::sandbox::SandboxSettings::default(),
+            &shutdown,
+            |_| Ok(()),
+        )
+        .unwrap();
+        ClientConnection::new(sandboxed)
     }
 
     fn permit() -> Permit {

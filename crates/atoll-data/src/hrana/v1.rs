@@ -5,6 +5,7 @@
 use super::exec::{Caller, ClientConnection, Outcome, Run};
 use super::{blocking, Encoding, HranaBody, HranaError, SqlStore, Version};
 use crate::auth::DbRequest;
+use crate::sandbox::CancelToken;
 use crate::DataPlaneState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -87,14 +88,19 @@ async fn run_stateless<T: Send + 'static>(
     request: DbRequest,
     work: impl FnOnce(&Run<'_>) -> Result<Outcome<T>, HranaError> + Send + 'static,
 ) -> Result<Outcome<T>, HranaError> {
+    let cancel = CancelToken::new();
+    // The client going away interrupts its statement.
+    let _cancel_on_drop = cancel.cancel_on_drop();
     let caller = Caller {
         node: Arc::clone(&state.node),
         db: request.db,
         access: request.access,
         version: Version::Hrana1,
+        cancel: Some(cancel),
     };
-    blocking(move || {
-        let conn = ClientConnection::checkout(&caller.node, &caller.db)?;
+    let node = Arc::clone(&caller.node);
+    blocking(&node, move || {
+        let conn = ClientConnection::checkout(&caller.node, &caller.db, caller.mode())?;
         let outcome = Run::start(&caller, &conn).and_then(|run| work(&run));
         conn.give_back(&caller.node, caller.db.id());
         outcome

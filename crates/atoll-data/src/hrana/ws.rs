@@ -28,8 +28,12 @@ use libsql_hrana::proto;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// How often a session looks at its idle streams (a write lock to give up, the idle
+/// timeout).
+const SESSION_TICK: Duration = Duration::from_secs(1);
 
 /// Subprotocols in the server's order of preference.
 const SUBPROTOCOLS: [&str; 3] = ["hrana3", "hrana2", "hrana1"];
@@ -218,7 +222,8 @@ enum WsStream {
 struct OpenCursor {
     id: i32,
     entries: mpsc::Receiver<proto::CursorEntry>,
-    producer: JoinHandle<ClientConnection>,
+    /// Answers the cursor's connection when its batch has ended.
+    producer: oneshot::Receiver<ClientConnection>,
     /// Its place among the open cursors, until it is closed.
     _permit: Permit,
 }
@@ -229,6 +234,10 @@ struct Session {
     version: Version,
     /// Set by a successful `hello`.
     access: Option<DbAccess>,
+    /// The token of the last successful `hello`: checked again before every request, so
+    /// an expired token, a rotated key or a database that went away ends the session's
+    /// rights at once, as it does over HTTP.
+    jwt: Option<String>,
     streams: HashMap<i32, WsStream>,
     /// The places among the node's open streams held by this session's open streams.
     stream_permits: HashMap<i32, Permit>,
@@ -244,6 +253,7 @@ impl Session {
             db,
             version,
             access: None,
+            jwt: None,
             streams: HashMap::new(),
             stream_permits: HashMap::new(),
             sqls: SqlStore::new(MAX_WS_STORED_SQL),
@@ -253,21 +263,30 @@ impl Session {
 
     async fn serve(mut self, mut socket: WebSocket) {
         let idle_timeout = self.state.limits.websocket_idle_timeout;
+        let mut ticks = tokio::time::interval(SESSION_TICK);
+        let mut last_message = Instant::now();
         loop {
-            // A silent client would otherwise hold its streams (connections, maybe a
-            // write transaction) for as long as the TCP connection lives.
-            let message = match tokio::time::timeout(idle_timeout, socket.recv()).await {
-                Ok(Some(Ok(message))) => message,
-                Ok(_) => break,
-                Err(_) => {
-                    let frame = CloseFrame {
-                        code: close_code::AWAY,
-                        reason: "Idle timeout: no message from the client".into(),
-                    };
-                    let _ = socket.send(Message::Close(Some(frame))).await;
-                    break;
+            let message = tokio::select! {
+                received = socket.recv() => match received {
+                    Some(Ok(message)) => message,
+                    _ => break,
+                },
+                _ = ticks.tick() => {
+                    // A silent client would otherwise hold its streams (connections,
+                    // maybe a write transaction) for as long as the TCP connection lives.
+                    if last_message.elapsed() >= idle_timeout {
+                        let frame = CloseFrame {
+                            code: close_code::AWAY,
+                            reason: "Idle timeout: no message from the client".into(),
+                        };
+                        let _ = socket.send(Message::Close(Some(frame))).await;
+                        break;
+                    }
+                    self.yield_write_locks().await;
+                    continue;
                 }
             };
+            last_message = Instant::now();
             let reply = match message {
                 Message::Text(text) => self.handle(text.as_str()).await,
                 Message::Binary(_) => Reply::Close {
@@ -329,6 +348,10 @@ impl Session {
                 reason: "Received a request before hello message".into(),
             };
         }
+        if let Err(error) = self.recheck_credentials() {
+            // Every request fails until a `hello` with a token that works.
+            return Reply::Send(ServerMsg::ResponseError { request_id, error });
+        }
         match self.request(request).await {
             Ok(Ok(response)) => Reply::Send(ServerMsg::ResponseOk {
                 request_id,
@@ -355,7 +378,7 @@ impl Session {
                         .into(),
             };
         }
-        let authenticated = match jwt {
+        let authenticated = match &jwt {
             Some(jwt) => authenticate(&self.db, &format!("Bearer {jwt}"), unix_now())
                 .map_err(|error| hrana_error(hello_error_code(&error), error.to_string())),
             None => Err(hrana_error(
@@ -366,13 +389,64 @@ impl Session {
         match authenticated {
             Ok(access) => {
                 self.access = Some(access);
+                self.jwt = jwt;
                 Reply::Send(ServerMsg::HelloOk {})
             }
             Err(error) => {
                 // Later requests must not run on the old credentials.
                 self.access = None;
+                self.jwt = None;
                 Reply::SendAndClose(ServerMsg::HelloError { error })
             }
+        }
+    }
+
+    /// Checks the session's token again (expiry, the database's current keys) and the
+    /// database's state, as every HTTP request is checked.
+    fn recheck_credentials(&mut self) -> Result<(), proto::Error> {
+        let Some(jwt) = &self.jwt else {
+            return Err(hrana_error("AUTH_FAILED", "Unauthorized: no token"));
+        };
+        let access = authenticate(&self.db, &format!("Bearer {jwt}"), unix_now())
+            .map_err(|error| hrana_error(hello_error_code(&error), error.to_string()))?;
+        if Some(&access) != self.access.as_ref() {
+            // A configuration change cannot widen a token's rights, but stay exact.
+            self.access = Some(access);
+        }
+        self.db
+            .ensure_queryable()
+            .map_err(|error| HranaError::from(error).to_hrana_error())
+    }
+
+    /// Rolls back the transactions of idle streams that hold the write lock while
+    /// another writer waits (`write_lock`); their next request is told
+    /// `TRANSACTION_TIMEOUT`.
+    async fn yield_write_locks(&mut self) {
+        let timeout = self.state.node.sandbox().transaction_timeout;
+        let due: Vec<i32> = self
+            .streams
+            .iter()
+            .filter_map(|(id, stream)| match stream {
+                WsStream::Ready(conn) if conn.may_have_to_yield(&self.db, timeout) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        for stream_id in due {
+            let Some(WsStream::Ready(conn)) = self.streams.remove(&stream_id) else {
+                continue;
+            };
+            let db = Arc::clone(&self.db);
+            let yielded = blocking(&self.state.node, move || {
+                conn.yield_write_lock_if_due(&db, timeout);
+                conn
+            })
+            .await;
+            // If the SQL thread died with it, the stream is failed.
+            let stream = match yielded {
+                Ok(conn) => WsStream::Ready(conn),
+                Err(_) => WsStream::Failed,
+            };
+            self.streams.insert(stream_id, stream);
         }
     }
 
@@ -530,9 +604,10 @@ impl Session {
         };
         let node = Arc::clone(&self.state.node);
         let db = Arc::clone(&self.db);
-        let opened = blocking(move || {
+        let mode = self.caller().mode();
+        let opened = blocking(&self.state.node, move || {
             db.ensure_queryable()?;
-            ClientConnection::checkout(&node, &db)
+            ClientConnection::checkout(&node, &db, mode)
         })
         .await?;
         match opened {
@@ -587,23 +662,35 @@ impl Session {
             Ok(conn) => conn,
             Err(error) => return Ok(Err(error)),
         };
-        let (conn, batch, checked) = blocking(move || {
+        let (conn, batch, checked) = blocking(&self.state.node, move || {
+            let conn = match conn.for_caller(&caller) {
+                Ok(conn) => conn,
+                Err((conn, error)) => return (conn, batch, Ok(Err(error))),
+            };
             let checked = check_cursor(&caller, &conn, &batch, &SqlStore::new(0));
-            (conn, batch, checked)
+            (conn, batch, checked.map(Ok))
         })
         .await?;
-        if let Err(error) = checked {
-            self.streams.insert(stream_id, WsStream::Ready(conn));
-            return Err(error);
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                self.streams.insert(stream_id, WsStream::Ready(conn));
+                return Ok(Err(error));
+            }
+            Err(error) => {
+                self.streams.insert(stream_id, WsStream::Ready(conn));
+                return Err(error);
+            }
         }
         let caller = self.caller();
         let (entries_tx, entries) = mpsc::channel(CURSOR_BUFFER);
-        let producer = tokio::task::spawn_blocking(move || {
+        let (done, producer) = oneshot::channel();
+        self.state.node.sql().spawn(move || {
             // A failure ends the cursor with an `error` entry; the stream stays usable.
             let _ = run_cursor(&caller, &conn, &batch, &SqlStore::new(0), |entry| {
                 entries_tx.blocking_send(entry).is_ok()
             });
-            conn
+            let _ = done.send(conn);
         });
         self.streams.insert(
             stream_id,
@@ -665,7 +752,11 @@ impl Session {
         };
         let caller = self.caller();
         // If the task dies, the stream stays failed.
-        let (conn, outcome) = blocking(move || {
+        let (conn, outcome) = blocking(&self.state.node, move || {
+            let conn = match conn.for_caller(&caller) {
+                Ok(conn) => conn,
+                Err((conn, error)) => return (conn, Ok(Err(error))),
+            };
             let outcome = Run::start(&caller, &conn).and_then(|run| work(&run));
             (conn, outcome)
         })
@@ -721,6 +812,9 @@ impl Session {
                 attach: Vec::new(),
             }),
             version: self.version,
+            // A statement is bounded by its deadline; the socket is not watched while
+            // one runs.
+            cancel: None,
         }
     }
 
@@ -739,7 +833,8 @@ impl Session {
         let node = Arc::clone(&self.state.node);
         let db_id = self.db.id().to_string();
         async move {
-            let _ = blocking(move || conn.give_back(&node, &db_id)).await;
+            let pool_node = Arc::clone(&node);
+            let _ = blocking(&pool_node, move || conn.give_back(&node, &db_id)).await;
         }
     }
 

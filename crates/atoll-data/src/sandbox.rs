@@ -1,0 +1,616 @@
+//! The tenant SQL sandbox: every connection that runs a tenant's SQL is opened here, with
+//! SQLite's authorizer and per-connection settings (never text matching) deciding what the
+//! SQL may do. Whatever path brings the SQL — Hrana over HTTP or WebSocket, `/v1/execute`,
+//! dump seeds, the shell (which speaks Hrana) — it runs on a connection from
+//! [`open`], so these rules hold everywhere. `docs/SECURITY.md` ("The SQL sandbox") is the
+//! same list for readers who are not reading code.
+//!
+//! The rules, each with its reason:
+//!
+//! - **Pragmas are allow-listed** ([`pragma_verdict`]): a pragma that changes an engine-wide
+//!   setting (`hard_heap_limit`, `soft_heap_limit`, `threads`, `temp_store_directory`) would
+//!   let one tenant break every other tenant and the metadata store, which share the
+//!   process; pragmas that change how the file is stored (`journal_mode`, `synchronous`,
+//!   `page_size`, `max_page_count`, `wal_checkpoint`, …) belong to Atoll, which backs the
+//!   file up, enforces its size limit and serves it; `writable_schema` and a written
+//!   `schema_version` corrupt the file. Read-only tokens get a smaller list: nothing that
+//!   writes (`optimize`, `user_version = …`).
+//! - **ATTACH opens only what the node resolved** ([`Control::approve_attach`]): a tenant
+//!   names another database; the node checks the token's `p.roa` and the target's
+//!   `allow_attach`, and approves exactly one read-only URI for exactly one statement. Any
+//!   other file name (a path, `meta.db`, an empty name for a temporary database) makes the
+//!   statement a no-op or an error, so a text that slips past the executor's parser still
+//!   opens nothing. `VACUUM INTO '<file>'` is an ATTACH underneath and so is refused too;
+//!   plain `VACUUM` attaches an empty name and is allowed while it runs.
+//! - **No extensions, no dangerous functions**: `load_extension` and `fts3_tokenizer` are
+//!   refused (extension loading is also off at the C level); virtual tables only of the
+//!   modules listed in [`VIRTUAL_TABLE_MODULES`].
+//! - **Defensive mode** (`SQLITE_DBCONFIG_DEFENSIVE`): no `writable_schema`, no writes to
+//!   shadow tables or `sqlite_dbpage`: a tenant cannot corrupt the file Atoll must serve,
+//!   back up and restore. The one exception is loading a dump into a new file, which is
+//!   checked whole (`quick_check`) before it is installed, as an uploaded file is.
+//! - **Per-connection limits**: one string or blob (`SQLITE_LIMIT_LENGTH`) and one SQL text
+//!   are bounded so `randomblob(900000000)` fails with `SQLITE_TOOBIG` instead of taking
+//!   the machine's memory; no helper threads per statement; the temporary database (temp
+//!   tables, `CREATE TEMP …`) is capped by its own `max_page_count`.
+//! - **Read-only tokens cannot write**: their connections run with `query_only`, so not
+//!   even `BEGIN IMMEDIATE` (which takes the write lock) or `PRAGMA optimize` (which writes
+//!   `sqlite_stat1`) gets through, whatever the statement's text looks like. Read-only and
+//!   read-write connections are pooled apart (`node::ConnectionPool`).
+//! - **Statements end** ([`Control::arm`]): a per-statement deadline, the client's
+//!   cancellation (it went away) and the node's shutdown interrupt a running statement
+//!   through the progress handler.
+
+use crate::error::DataError;
+use rusqlite::config::DbConfig;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization, TransactionOperation};
+use rusqlite::limits::Limit;
+use rusqlite::Connection;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a connection's SQL may do. Fixed when the connection opens: prepared statements
+/// are cached per connection, so the rules they were checked under must not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// A full-access token.
+    ReadWrite,
+    /// A read-only token: `query_only`, the smaller pragma list.
+    ReadOnly,
+    /// Loading an SQL dump into a new database: like `ReadWrite`, but no ATTACH at all,
+    /// and transaction statements are reported to the loader (which runs the dump in one
+    /// transaction of its own) instead of run.
+    DumpLoader,
+}
+
+/// The sandbox's limits, from the node's configuration (`atoll dev --help`).
+#[derive(Debug, Clone)]
+pub struct SandboxSettings {
+    /// How long one statement may run before it is interrupted.
+    pub statement_timeout: Duration,
+    /// How long loading one SQL dump (a `dump` seed) may take in all.
+    pub dump_load_timeout: Duration,
+    /// The largest string or blob a statement may make or read (`SQLITE_LIMIT_LENGTH`).
+    pub max_value_bytes: usize,
+    /// The largest SQL text of one statement (`SQLITE_LIMIT_SQL_LENGTH`).
+    pub max_sql_bytes: usize,
+    /// The most the temporary database of one connection may hold.
+    pub max_temp_bytes: u64,
+    /// An interactive transaction holding the write lock while another writer waits is
+    /// rolled back after this long (`TRANSACTION_TIMEOUT`, as sqld).
+    pub transaction_timeout: Duration,
+    /// How long a writer waits for the write lock before `SQLITE_BUSY`. Longer than
+    /// `transaction_timeout`, so a waiting writer outlasts a holder that is rolled back.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings {
+            statement_timeout: Duration::from_secs(30),
+            dump_load_timeout: Duration::from_secs(600),
+            max_value_bytes: 32 * 1024 * 1024,
+            max_sql_bytes: 16 * 1024 * 1024,
+            max_temp_bytes: 256 * 1024 * 1024,
+            transaction_timeout: Duration::from_secs(5),
+            busy_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a running statement was interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    Deadline(Duration),
+    ClientGone,
+    Shutdown,
+}
+
+impl Interruption {
+    pub fn message(self) -> String {
+        match self {
+            Interruption::Deadline(limit) => format!(
+                "the statement ran longer than {} and was interrupted (the node's --statement-timeout)",
+                crate::sandbox::human_duration(limit)
+            ),
+            Interruption::ClientGone => {
+                "the statement was interrupted: its client went away".to_string()
+            }
+            Interruption::Shutdown => {
+                "the statement was interrupted: the server is shutting down".to_string()
+            }
+        }
+    }
+}
+
+pub(crate) fn human_duration(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+/// A flag the async side of a request raises when its client goes away (the request's
+/// future is dropped), read by the progress handler of the statement it started.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// A guard that cancels the token when dropped, unless [`CancelOnDrop::disarm`]ed:
+    /// hold it in the request's future.
+    pub fn cancel_on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop(Some(self.clone()))
+    }
+}
+
+pub struct CancelOnDrop(Option<CancelToken>);
+
+impl CancelOnDrop {
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(token) = self.0.take() {
+            token.cancel();
+        }
+    }
+}
+
+/// What the authorizer and the progress handler of one connection consult, shared with
+/// the executor that runs statements on it.
+pub struct Control {
+    mode: Mode,
+    shutdown: Arc<AtomicBool>,
+    state: Mutex<ControlState>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    /// Atoll's own statements (the size limit, the dump writer): not tenant SQL.
+    trusted: bool,
+    /// The one ATTACH file name the node resolved for the statement being prepared.
+    approved_attach: Option<String>,
+    /// A plain `VACUUM` is running (it attaches a temporary database by an empty name).
+    vacuum_running: bool,
+    /// Why the authorizer last refused something (read and cleared by the executor).
+    refusal: Option<String>,
+    /// The transaction statement last prepared (`DumpLoader` only).
+    transaction: Option<TransactionStatement>,
+    deadline: Option<(Instant, Duration)>,
+    cancel: Option<CancelToken>,
+    interrupted: Option<Interruption>,
+}
+
+/// A transaction statement found in a dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionStatement {
+    Begin,
+    /// `COMMIT` / `END`.
+    Commit,
+    Rollback,
+}
+
+impl Control {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ControlState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Runs Atoll's own SQL on a tenant connection, outside the tenant rules.
+    pub fn trusted<T>(&self, work: impl FnOnce() -> T) -> T {
+        self.lock().trusted = true;
+        let result = work();
+        self.lock().trusted = false;
+        result
+    }
+
+    /// Lets the statement prepared by `work` attach exactly `uri` (resolved by the node).
+    pub fn approve_attach<T>(&self, uri: &str, work: impl FnOnce() -> T) -> T {
+        self.lock().approved_attach = Some(uri.to_string());
+        let result = work();
+        self.lock().approved_attach = None;
+        result
+    }
+
+    /// Lets a plain `VACUUM` attach its temporary database while `work` runs it.
+    pub fn vacuum<T>(&self, work: impl FnOnce() -> T) -> T {
+        self.lock().vacuum_running = true;
+        let result = work();
+        self.lock().vacuum_running = false;
+        result
+    }
+
+    /// The reason of the authorizer's last refusal, if any (cleared).
+    pub fn take_refusal(&self) -> Option<String> {
+        self.lock().refusal.take()
+    }
+
+    /// The transaction statement the loader just prepared, if it was one (cleared).
+    pub fn take_transaction_statement(&self) -> Option<TransactionStatement> {
+        self.lock().transaction.take()
+    }
+
+    /// Starts the clock of a statement: it is interrupted after `timeout`, when `cancel` is
+    /// raised, or when the node shuts down.
+    pub fn arm(&self, timeout: Duration, cancel: Option<&CancelToken>) {
+        let mut state = self.lock();
+        state.deadline = Some((Instant::now() + timeout, timeout));
+        state.cancel = cancel.cloned();
+        state.interrupted = None;
+    }
+
+    /// Stops the clock (between statements, a connection waiting for its client is not
+    /// running anything).
+    pub fn disarm(&self) -> Option<Interruption> {
+        let mut state = self.lock();
+        state.deadline = None;
+        state.cancel = None;
+        state.interrupted.take()
+    }
+
+    /// Why the running statement should stop now, if it should.
+    fn should_interrupt(&self) -> bool {
+        let mut state = self.lock();
+        let why = if self.shutdown.load(Ordering::Relaxed) {
+            Some(Interruption::Shutdown)
+        } else if state.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            Some(Interruption::ClientGone)
+        } else {
+            match state.deadline {
+                Some((at, limit)) if Instant::now() >= at => Some(Interruption::Deadline(limit)),
+                _ => None,
+            }
+        };
+        if why.is_some() {
+            state.interrupted = why;
+        }
+        why.is_some()
+    }
+
+    fn authorize(&self, context: AuthContext<'_>) -> Authorization {
+        let mut state = self.lock();
+        if state.trusted {
+            return Authorization::Allow;
+        }
+        let verdict = match context.action {
+            AuthAction::Pragma {
+                pragma_name,
+                pragma_value,
+            } => pragma_verdict(self.mode, pragma_name, pragma_value),
+            AuthAction::Attach { filename } => {
+                if state.approved_attach.as_deref() == Some(filename) {
+                    Verdict::Allow
+                } else if filename.is_empty() && state.vacuum_running {
+                    Verdict::Allow
+                } else if self.mode == Mode::DumpLoader {
+                    Verdict::Deny("ATTACH is not allowed in a dump".into())
+                } else {
+                    // A no-op rather than an error: the executor rewrites the ATTACHes it
+                    // understands and reports refusals itself; anything else (an ATTACH
+                    // inside a multi-statement text, a file path, VACUUM INTO) opens
+                    // nothing.
+                    Verdict::Ignore(format!(
+                        "ATTACH {filename:?} is not allowed: attach another database of your organization by its name, with a token that may read it"
+                    ))
+                }
+            }
+            AuthAction::Function { function_name } => {
+                let name = function_name.to_ascii_lowercase();
+                if DENIED_FUNCTIONS.contains(&name.as_str()) {
+                    Verdict::Deny(format!(
+                        "the function {function_name}() is not allowed: it reaches outside the database"
+                    ))
+                } else {
+                    Verdict::Allow
+                }
+            }
+            AuthAction::CreateVtable { module_name, .. }
+            | AuthAction::DropVtable { module_name, .. } => {
+                if VIRTUAL_TABLE_MODULES.contains(&module_name.to_ascii_lowercase().as_str()) {
+                    Verdict::Allow
+                } else {
+                    Verdict::Deny(format!(
+                        "virtual tables of module {module_name} are not allowed (allowed: {})",
+                        VIRTUAL_TABLE_MODULES.join(", ")
+                    ))
+                }
+            }
+            AuthAction::Transaction { operation } if self.mode == Mode::DumpLoader => {
+                state.transaction = Some(match operation {
+                    TransactionOperation::Begin => TransactionStatement::Begin,
+                    TransactionOperation::Rollback => TransactionStatement::Rollback,
+                    // rusqlite names only BEGIN, RELEASE and ROLLBACK; SQLite's third
+                    // transaction operation is COMMIT (also written END).
+                    _ => TransactionStatement::Commit,
+                });
+                Verdict::Allow
+            }
+            // Codes this build does not know: refuse rather than guess.
+            AuthAction::Unknown { code, .. } => {
+                Verdict::Deny(format!("operation {code} is not allowed"))
+            }
+            _ => Verdict::Allow,
+        };
+        match verdict {
+            Verdict::Allow => Authorization::Allow,
+            Verdict::Ignore(reason) => {
+                state.refusal = Some(reason);
+                Authorization::Ignore
+            }
+            Verdict::Deny(reason) => {
+                state.refusal = Some(reason);
+                Authorization::Deny
+            }
+        }
+    }
+}
+
+enum Verdict {
+    Allow,
+    /// The statement compiles, without the refused part (SQLITE_IGNORE).
+    Ignore(String),
+    /// The statement fails to prepare (`not authorized`).
+    Deny(String),
+}
+
+/// Functions no tenant statement may call, even from a view or trigger.
+const DENIED_FUNCTIONS: &[&str] = &["load_extension", "fts3_tokenizer"];
+
+/// Modules of `CREATE VIRTUAL TABLE` a tenant may use: full-text search and spatial
+/// indexes. Others (`sqlite_dbpage`, `dbstat`, …) expose the file's pages.
+pub const VIRTUAL_TABLE_MODULES: &[&str] = &["fts3", "fts4", "fts5", "rtree", "rtree_i32", "geopoly"];
+
+/// Pragmas that only report (with or without an argument naming a table, index or
+/// check): every token may run them.
+const REPORTING_PRAGMAS: &[&str] = &[
+    "collation_list",
+    "compile_options",
+    "data_version",
+    "foreign_key_check",
+    "foreign_key_list",
+    "freelist_count",
+    "function_list",
+    "index_info",
+    "index_list",
+    "index_xinfo",
+    "integrity_check",
+    "module_list",
+    "page_count",
+    "pragma_list",
+    "quick_check",
+    "table_info",
+    "table_list",
+    "table_xinfo",
+];
+
+/// Settings every token may read (a pragma without a value) but only the listed ones below
+/// may set.
+const READABLE_SETTINGS: &[&str] = &[
+    "analysis_limit",
+    "application_id",
+    "auto_vacuum",
+    "automatic_index",
+    "busy_timeout",
+    "cache_size",
+    "cache_spill",
+    "cell_size_check",
+    "defer_foreign_keys",
+    "encoding",
+    "foreign_keys",
+    "hard_heap_limit",
+    "journal_mode",
+    "journal_size_limit",
+    "legacy_alter_table",
+    "locking_mode",
+    "max_page_count",
+    "mmap_size",
+    "page_size",
+    "query_only",
+    "recursive_triggers",
+    "reverse_unordered_selects",
+    "schema_version",
+    "secure_delete",
+    "soft_heap_limit",
+    "synchronous",
+    "temp_store",
+    "threads",
+    "trusted_schema",
+    "user_version",
+    "wal_autocheckpoint",
+];
+
+/// Settings of the connection itself (they end with it, and a connection whose settings
+/// changed is never reused by another client): every token may set them.
+const SESSION_SETTINGS: &[&str] = &[
+    "analysis_limit",
+    "automatic_index",
+    "case_sensitive_like",
+    "defer_foreign_keys",
+    "foreign_keys",
+    "recursive_triggers",
+    "reverse_unordered_selects",
+];
+
+/// Pragmas that write the database when given a value: full-access tokens only.
+const WRITING_PRAGMAS: &[&str] = &[
+    "application_id",
+    "legacy_alter_table",
+    "user_version",
+];
+
+/// Pragmas that write the database even without a value: full-access tokens only.
+const WRITING_COMMANDS: &[&str] = &["incremental_vacuum", "optimize"];
+
+/// Settings that reach beyond the connection to the whole process, and why that is fatal.
+const ENGINE_WIDE: &[&str] = &[
+    "hard_heap_limit",
+    "soft_heap_limit",
+    "threads",
+    "temp_store_directory",
+    "data_store_directory",
+];
+
+fn pragma_verdict(mode: Mode, name: &str, value: Option<&str>) -> Verdict {
+    let name = name.to_ascii_lowercase();
+    let name = name.as_str();
+    let writes = mode != Mode::ReadOnly;
+    let allowed = if REPORTING_PRAGMAS.contains(&name) {
+        true
+    } else if name == "writable_schema" && mode == Mode::DumpLoader {
+        // How `sqlite3 .dump` recreates virtual tables; see `open`.
+        true
+    } else if WRITING_COMMANDS.contains(&name)
+        || (WRITING_PRAGMAS.contains(&name) && value.is_some())
+    {
+        writes
+    } else if value.is_none() {
+        READABLE_SETTINGS.contains(&name)
+    } else {
+        SESSION_SETTINGS.contains(&name)
+    };
+    if allowed {
+        return Verdict::Allow;
+    }
+    let why = if ENGINE_WIDE.contains(&name) {
+        "it changes a setting of the whole server, shared by every database"
+    } else if ["writable_schema", "schema_version"].contains(&name) {
+        "it can corrupt the database file"
+    } else if WRITING_PRAGMAS.contains(&name) || WRITING_COMMANDS.contains(&name) {
+        "it writes to the database and this token is read-only"
+    } else if name == "query_only" {
+        "the connection's read-only state follows the token"
+    } else if name == "database_list" {
+        "it reveals the server's file layout; databases are named, never located"
+    } else if READABLE_SETTINGS.contains(&name) || name.starts_with("wal_") {
+        "Atoll manages how the database is stored (journal, page size, size limit, checkpoints, memory)"
+    } else {
+        "it is not on Atoll's list of pragmas tenants may run (docs/SECURITY.md)"
+    };
+    Verdict::Deny(format!("PRAGMA {name} is not allowed: {why}"))
+}
+
+/// A tenant connection: the SQLite connection, and the controls its authorizer and
+/// progress handler share with the executor.
+pub struct SandboxedConnection {
+    pub conn: Connection,
+    pub control: Arc<Control>,
+}
+
+/// How often (in virtual-machine instructions) a running statement checks whether it must
+/// stop. Small enough to stop within milliseconds, large enough to cost nothing.
+const PROGRESS_INTERVAL: i32 = 10_000;
+
+/// Opens `path` for tenant SQL under `mode`'s rules. `setup` runs first, trusted (Atoll's
+/// connection pragmas).
+pub fn open(
+    path: &Path,
+    mode: Mode,
+    settings: &SandboxSettings,
+    shutdown: &Arc<AtomicBool>,
+    setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
+) -> Result<SandboxedConnection, DataError> {
+    let conn = Connection::open(path)?;
+    // A dump loads into a new file that is checked whole before it is installed (as an
+    // upload is), and `sqlite3 .dump` writes virtual tables through `writable_schema`:
+    // there, and only there, the schema may be written.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, mode != Mode::DumpLoader)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, false)?;
+    set_limit(&conn, Limit::SQLITE_LIMIT_LENGTH, settings.max_value_bytes);
+    set_limit(&conn, Limit::SQLITE_LIMIT_SQL_LENGTH, settings.max_sql_bytes);
+    conn.set_limit(Limit::SQLITE_LIMIT_WORKER_THREADS, 0);
+    setup(&conn)?;
+    let temp_pages = (settings.max_temp_bytes / crate::database::PAGE_SIZE).max(1);
+    conn.pragma_update(Some(rusqlite::DatabaseName::Temp), "max_page_count", temp_pages)?;
+    if mode == Mode::ReadOnly {
+        conn.pragma_update(None, "query_only", true)?;
+    }
+    crate::write_lock::install_busy_handler(&conn)?;
+    let control = Arc::new(Control {
+        mode,
+        shutdown: Arc::clone(shutdown),
+        state: Mutex::new(ControlState::default()),
+    });
+    let for_authorizer = Arc::clone(&control);
+    conn.authorizer(Some(move |context: AuthContext<'_>| {
+        for_authorizer.authorize(context)
+    }));
+    let for_progress = Arc::clone(&control);
+    conn.progress_handler(
+        PROGRESS_INTERVAL,
+        Some(move || for_progress.should_interrupt()),
+    );
+    Ok(SandboxedConnection { conn, control })
+}
+
+fn set_limit(conn: &Connection, limit: Limit, value: usize) {
+    conn.set_limit(limit, i32::try_from(value).unwrap_or(i32::MAX));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(mode: Mode, name: &str, value: Option<&str>) -> bool {
+        matches!(pragma_verdict(mode, name, value), Verdict::Allow)
+    }
+
+    #[test]
+    fn engine_wide_pragmas_are_refused_to_everyone() {
+        for mode in [Mode::ReadWrite, Mode::ReadOnly, Mode::DumpLoader] {
+            for name in ENGINE_WIDE {
+                assert!(!verdict(mode, name, Some("100000")), "{name} {mode:?}");
+            }
+            assert_eq!(
+                verdict(mode, "writable_schema", Some("ON")),
+                mode == Mode::DumpLoader
+            );
+            assert!(!verdict(mode, "journal_mode", Some("DELETE")));
+            assert!(!verdict(mode, "max_page_count", Some("99999999")));
+            assert!(!verdict(mode, "query_only", Some("0")));
+            assert!(!verdict(mode, "database_list", None));
+            assert!(!verdict(mode, "wal_checkpoint", Some("TRUNCATE")));
+            assert!(!verdict(mode, "schema_version", Some("1")));
+            // Reads are fine.
+            assert!(verdict(mode, "hard_heap_limit", None));
+            assert!(verdict(mode, "table_info", Some("t")));
+            assert!(verdict(mode, "foreign_keys", Some("off")));
+        }
+    }
+
+    #[test]
+    fn read_only_connections_get_the_smaller_list() {
+        assert!(verdict(Mode::ReadWrite, "optimize", None));
+        assert!(!verdict(Mode::ReadOnly, "optimize", None));
+        assert!(verdict(Mode::ReadWrite, "user_version", Some("3")));
+        assert!(!verdict(Mode::ReadOnly, "user_version", Some("3")));
+        assert!(verdict(Mode::ReadOnly, "user_version", None));
+        assert!(!verdict(Mode::ReadOnly, "incremental_vacuum", Some("10")));
+    }
+
+    #[test]
+    fn pragma_names_are_compared_without_case() {
+        assert!(!verdict(Mode::ReadWrite, "HARD_HEAP_LIMIT", Some("1")));
+        assert!(verdict(Mode::ReadWrite, "Table_Info", Some("t")));
+    }
+}
