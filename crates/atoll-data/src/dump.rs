@@ -50,7 +50,10 @@ fn load_in_transaction(
             let reason = control.take_refusal().unwrap_or_else(|| e.to_string());
             DataError::BadRequest(format!("the dump failed to load {at}: {reason}"))
         };
+        // What the authorizer saw of earlier statements (the load's own BEGIN included)
+        // must not be read as this one's.
         control.take_refusal();
+        control.take_transaction_statement();
         let mut stmt = match batch.next() {
             Ok(Some(stmt)) => stmt,
             Ok(None) => break,

@@ -538,11 +538,12 @@ impl<'a> Run<'a> {
     /// The Hrana error of a statement that failed to prepare: the sandbox's reason when
     /// its authorizer refused it.
     fn prepare_error(&self, error: rusqlite::Error) -> proto::Error {
+        // Refusals are cleared before every prepare: one that is there now made this
+        // prepare fail (SQLite reports some, such as a refused function, as plain
+        // errors rather than SQLITE_AUTH).
         match self.control.take_refusal() {
-            Some(reason) if is_auth_error(&error) => {
-                hrana_error("SQLITE_AUTH", format!("Not authorized: {reason}"))
-            }
-            _ => sqlite_error(error),
+            Some(reason) => hrana_error("SQLITE_AUTH", format!("Not authorized: {reason}")),
+            None => sqlite_error(error),
         }
     }
 
@@ -1016,16 +1017,6 @@ fn columns_of(stmt: &Statement<'_>) -> Vec<proto::Col> {
             decltype: col.decl_type().map(str::to_string),
         })
         .collect()
-}
-
-/// Whether SQLite refused to prepare a statement because the authorizer said no.
-fn is_auth_error(error: &rusqlite::Error) -> bool {
-    let code = match error {
-        rusqlite::Error::SqliteFailure(error, _) => error.code,
-        rusqlite::Error::SqlInputError { error, .. } => error.code,
-        _ => return false,
-    };
-    code == ErrorCode::AuthorizationForStatementDenied
 }
 
 /// ATTACH is rewritten before it is prepared, which only a statement of its own allows.
