@@ -152,10 +152,7 @@ impl Database {
             return Ok(());
         }
         Err(DataError::Forbidden(match &config.block_reason {
-            Some(reason) => format!(
-                "reads of database {} are blocked: {reason}",
-                config.name
-            ),
+            Some(reason) => format!("reads of database {} are blocked: {reason}", config.name),
             None => format!("reads of database {} are blocked", config.name),
         }))
     }

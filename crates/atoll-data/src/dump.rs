@@ -8,9 +8,9 @@
 use crate::error::DataError;
 use crate::sandbox::{Control, SandboxedConnection, TransactionStatement};
 use rusqlite::types::ValueRef;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
-use std::io::Write;
 
 /// Runs an SQL dump in one transaction: all of it, or nothing, on a connection of the
 /// sandbox's `DumpLoader` mode (a dump is tenant SQL: no ATTACH, allow-listed pragmas, the

@@ -63,6 +63,8 @@ pub struct DataLimits {
     pub upload_idle_timeout: Duration,
     /// A WebSocket whose client sends nothing for this long is closed.
     pub websocket_idle_timeout: Duration,
+    /// How the node runs tenant SQL: the sandbox's limits and its SQL threads.
+    pub node: node::NodeSettings,
 }
 
 impl Default for DataLimits {
@@ -78,6 +80,7 @@ impl Default for DataLimits {
             body_read_timeout: Duration::from_secs(60),
             upload_idle_timeout: Duration::from_secs(60),
             websocket_idle_timeout: Duration::from_secs(600),
+            node: node::NodeSettings::default(),
         }
     }
 }
@@ -190,6 +193,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     state.rate_limits.spawn_sweeper();
     let header_read_timeout = state.limits.header_read_timeout;
+    let node = Arc::clone(&state.node);
+    // A statement that runs while the server stops is interrupted rather than waited for:
+    // graceful shutdown finishes the requests in flight, which then end at once.
+    let shutdown = async move {
+        shutdown.await;
+        node.begin_shutdown();
+    };
     let app = Router::new().fallback_service(
         tower::ServiceBuilder::new()
             .map_request(namespace::strip_db_prefix)

@@ -373,7 +373,8 @@ fn copy_database(node: &Node, source: &Database, target: &Path) -> Result<(), Da
         ));
     }
     let conn = source.open_connection(Mode::ReadOnly, &node.sandbox, &node.shutdown)?;
-    conn.conn.backup(rusqlite::DatabaseName::Main, target, None)?;
+    conn.conn
+        .backup(rusqlite::DatabaseName::Main, target, None)?;
     let copy = rusqlite::Connection::open(target)?;
     copy.execute_batch("PRAGMA journal_mode = WAL;")?;
     Ok(())
@@ -459,7 +460,11 @@ impl ConnectionPool {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let seq = inner.next;
             inner.next += 1;
-            inner.by_db.entry(key.clone()).or_default().push((seq, conn));
+            inner
+                .by_db
+                .entry(key.clone())
+                .or_default()
+                .push((seq, conn));
             inner.order.insert(seq, key);
             let mut evicted = Vec::new();
             while inner.order.len() > self.max_idle {

@@ -299,9 +299,8 @@ impl Control {
                 pragma_value,
             } => pragma_verdict(self.mode, pragma_name, pragma_value),
             AuthAction::Attach { filename } => {
-                if state.approved_attach.as_deref() == Some(filename) {
-                    Verdict::Allow
-                } else if filename.is_empty() && state.vacuum_running {
+                let approved = state.approved_attach.as_deref() == Some(filename);
+                if approved || (filename.is_empty() && state.vacuum_running) {
                     Verdict::Allow
                 } else if self.mode == Mode::DumpLoader {
                     Verdict::Deny("ATTACH is not allowed in a dump".into())
@@ -379,7 +378,8 @@ const DENIED_FUNCTIONS: &[&str] = &["load_extension", "fts3_tokenizer"];
 
 /// Modules of `CREATE VIRTUAL TABLE` a tenant may use: full-text search and spatial
 /// indexes. Others (`sqlite_dbpage`, `dbstat`, …) expose the file's pages.
-pub const VIRTUAL_TABLE_MODULES: &[&str] = &["fts3", "fts4", "fts5", "rtree", "rtree_i32", "geopoly"];
+pub const VIRTUAL_TABLE_MODULES: &[&str] =
+    &["fts3", "fts4", "fts5", "rtree", "rtree_i32", "geopoly"];
 
 /// Pragmas that only report (with or without an argument naming a table, index or
 /// check): every token may run them.
@@ -453,11 +453,7 @@ const SESSION_SETTINGS: &[&str] = &[
 ];
 
 /// Pragmas that write the database when given a value: full-access tokens only.
-const WRITING_PRAGMAS: &[&str] = &[
-    "application_id",
-    "legacy_alter_table",
-    "user_version",
-];
+const WRITING_PRAGMAS: &[&str] = &["application_id", "legacy_alter_table", "user_version"];
 
 /// Pragmas that write the database even without a value: full-access tokens only.
 const WRITING_COMMANDS: &[&str] = &["incremental_vacuum", "optimize"];
@@ -534,14 +530,25 @@ pub fn open(
     // A dump loads into a new file that is checked whole before it is installed (as an
     // upload is), and `sqlite3 .dump` writes virtual tables through `writable_schema`:
     // there, and only there, the schema may be written.
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, mode != Mode::DumpLoader)?;
+    conn.set_db_config(
+        DbConfig::SQLITE_DBCONFIG_DEFENSIVE,
+        mode != Mode::DumpLoader,
+    )?;
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, false)?;
     set_limit(&conn, Limit::SQLITE_LIMIT_LENGTH, settings.max_value_bytes);
-    set_limit(&conn, Limit::SQLITE_LIMIT_SQL_LENGTH, settings.max_sql_bytes);
+    set_limit(
+        &conn,
+        Limit::SQLITE_LIMIT_SQL_LENGTH,
+        settings.max_sql_bytes,
+    );
     conn.set_limit(Limit::SQLITE_LIMIT_WORKER_THREADS, 0);
     setup(&conn)?;
     let temp_pages = (settings.max_temp_bytes / crate::database::PAGE_SIZE).max(1);
-    conn.pragma_update(Some(rusqlite::DatabaseName::Temp), "max_page_count", temp_pages)?;
+    conn.pragma_update(
+        Some(rusqlite::DatabaseName::Temp),
+        "max_page_count",
+        temp_pages,
+    )?;
     if mode == Mode::ReadOnly {
         conn.pragma_update(None, "query_only", true)?;
     }

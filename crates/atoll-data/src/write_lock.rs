@@ -115,7 +115,9 @@ fn on_busy(attempt: i32) -> bool {
         if let Some(watch) = &context.watch {
             watch.note_waiting();
         }
-        let step = usize::try_from(attempt).unwrap_or(0).min(BACKOFF_MS.len() - 1);
+        let step = usize::try_from(attempt)
+            .unwrap_or(0)
+            .min(BACKOFF_MS.len() - 1);
         Some(Duration::from_millis(BACKOFF_MS[step]))
     });
     match wait {

@@ -71,7 +71,10 @@ async fn pragmas_that_change_the_whole_engine_are_refused() {
             let error = refused(&attacker, &token, pragma).await;
             assert_eq!(error_code(&error), "SQLITE_AUTH", "{pragma}: {error}");
             assert!(
-                error["message"].as_str().unwrap().contains("is not allowed"),
+                error["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("is not allowed"),
                 "{error}"
             );
         }
@@ -114,7 +117,10 @@ async fn the_file_and_its_storage_settings_are_atolls() {
     // Defensive mode: even with the schema table named directly.
     let error = refused(&db, &token, "UPDATE sqlite_master SET sql = 'x'").await;
     assert!(
-        error["message"].as_str().unwrap().contains("may not be modified"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not be modified"),
         "{error}"
     );
     let check = db.query(sql("PRAGMA integrity_check")).await;
@@ -182,7 +188,9 @@ async fn attach_opens_databases_by_name_never_files() {
     assert_eq!(response.status(), 403);
     assert!(!target.exists());
     // Nothing of the victim's was read.
-    let tables = attacker.query(sql("SELECT count(*) FROM sqlite_schema")).await;
+    let tables = attacker
+        .query(sql("SELECT count(*) FROM sqlite_schema"))
+        .await;
     assert_eq!(tables["rows"][0][0], integer(0));
 }
 
@@ -282,7 +290,9 @@ async fn read_only_tokens_cannot_take_the_write_lock_or_write() {
         }
     }
     let stats = db
-        .query(sql("SELECT count(*) FROM sqlite_schema WHERE name = 'sqlite_stat1'"))
+        .query(sql(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'sqlite_stat1'",
+        ))
         .await;
     assert_eq!(stats["rows"][0][0], integer(0));
     // Reading in a transaction is fine.
@@ -334,14 +344,22 @@ async fn statements_end_at_their_deadline() {
     let error = refused(&db, &db.read_only_token(), ENDLESS).await;
     assert_eq!(error_code(&error), "SQLITE_INTERRUPT", "{error}");
     assert!(
-        error["message"].as_str().unwrap().contains("ran longer than"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("ran longer than"),
         "{error}"
     );
     // The same over WebSocket.
     let mut socket = connect(&db, "hrana3").await;
     send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
     assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(&mut socket, 1, json!({"type": "open_stream", "stream_id": 1})).await;
+    request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
     let response = request(
         &mut socket,
         2,
@@ -386,7 +404,10 @@ async fn a_client_that_goes_away_stops_its_statement() {
     // interrupt it would wait the 600 s deadline; the bound here only keeps a broken
     // build from hanging the suite.)
     let next = tokio::time::timeout(Duration::from_secs(60), db.query(sql("SELECT 1"))).await;
-    assert!(next.is_ok(), "the abandoned statement still holds the SQL thread");
+    assert!(
+        next.is_ok(),
+        "the abandoned statement still holds the SQL thread"
+    );
 }
 
 // Finding 4: a node that shuts down interrupts what runs instead of waiting for it.
@@ -421,7 +442,10 @@ async fn shutdown_interrupts_running_statements() {
         .await
         .expect("the statement ended")
         .unwrap();
-    assert_eq!(body["results"][0]["error"]["code"], "SQLITE_INTERRUPT", "{body}");
+    assert_eq!(
+        body["results"][0]["error"]["code"], "SQLITE_INTERRUPT",
+        "{body}"
+    );
     assert!(
         body["results"][0]["error"]["message"]
             .as_str()
@@ -439,7 +463,12 @@ async fn websocket_requests_check_the_token_again() {
     let mut socket = connect(&db, "hrana3").await;
     send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
     assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(&mut socket, 1, json!({"type": "open_stream", "stream_id": 1})).await;
+    request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
     let ok = request(
         &mut socket,
         2,
@@ -463,10 +492,18 @@ async fn websocket_requests_check_the_token_again() {
     .await;
     assert_eq!(refused["type"], "response_error", "{refused}");
     assert!(
-        refused["error"]["code"].as_str().unwrap().starts_with("AUTH_"),
+        refused["error"]["code"]
+            .as_str()
+            .unwrap()
+            .starts_with("AUTH_"),
         "{refused}"
     );
-    let opened = request(&mut socket, 4, json!({"type": "open_stream", "stream_id": 2})).await;
+    let opened = request(
+        &mut socket,
+        4,
+        json!({"type": "open_stream", "stream_id": 2}),
+    )
+    .await;
     assert_eq!(opened["type"], "response_error", "{opened}");
 
     // A token that expires while its socket is open stops working when it expires.
@@ -477,7 +514,12 @@ async fn websocket_requests_check_the_token_again() {
     let mut socket = connect(&db, "hrana3").await;
     send(&mut socket, json!({"type": "hello", "jwt": token})).await;
     assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(&mut socket, 1, json!({"type": "open_stream", "stream_id": 1})).await;
+    request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let expired = request(
         &mut socket,
@@ -565,12 +607,7 @@ async fn a_transaction_holding_the_write_lock_is_rolled_back_when_a_writer_waits
     let node = strict_node(|_| {}).await;
     let db = node.create_db("contended");
     db.query(sql("CREATE TABLE t (who)")).await;
-    let (_, baton) = on_stream(
-        &db,
-        None,
-        &["BEGIN", "INSERT INTO t VALUES ('holder')"],
-    )
-    .await;
+    let (_, baton) = on_stream(&db, None, &["BEGIN", "INSERT INTO t VALUES ('holder')"]).await;
     // Another writer waits, and gets the lock once the holder is rolled back.
     db.query(sql("INSERT INTO t VALUES ('waiter')")).await;
     let (body, _) = on_stream(&db, Some(&baton), &["INSERT INTO t VALUES ('late')"]).await;
@@ -585,7 +622,12 @@ async fn a_transaction_holding_the_write_lock_is_rolled_back_when_a_writer_waits
     let mut socket = connect(&db, "hrana3").await;
     send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
     assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(&mut socket, 1, json!({"type": "open_stream", "stream_id": 1})).await;
+    request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
     for (id, statement) in [(2, "BEGIN"), (3, "INSERT INTO t VALUES ('socket')")] {
         let response = request(
             &mut socket,
@@ -595,15 +637,21 @@ async fn a_transaction_holding_the_write_lock_is_rolled_back_when_a_writer_waits
         .await;
         assert_eq!(response["type"], "response_ok", "{response}");
     }
-    db.query(sql("INSERT INTO t VALUES ('second waiter')")).await;
+    db.query(sql("INSERT INTO t VALUES ('second waiter')"))
+        .await;
     let response = request(
         &mut socket,
         4,
         json!({"type": "execute", "stream_id": 1, "stmt": sql("COMMIT")}),
     )
     .await;
-    assert_eq!(response["error"]["code"], "TRANSACTION_TIMEOUT", "{response}");
-    let rows = db.query(sql("SELECT count(*) FROM t WHERE who = 'socket'")).await;
+    assert_eq!(
+        response["error"]["code"], "TRANSACTION_TIMEOUT",
+        "{response}"
+    );
+    let rows = db
+        .query(sql("SELECT count(*) FROM t WHERE who = 'socket'"))
+        .await;
     assert_eq!(rows["rows"][0][0], integer(0));
 }
 
@@ -643,8 +691,7 @@ fn busy_sql_threads_leave_the_blocking_pool_alone() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         // Before, both blocking threads ran the endless statements for their 60 s.
         let answered =
-            tokio::time::timeout(Duration::from_secs(20), tokio::task::spawn_blocking(|| 42))
-                .await;
+            tokio::time::timeout(Duration::from_secs(20), tokio::task::spawn_blocking(|| 42)).await;
         assert!(
             matches!(answered, Ok(Ok(42))),
             "tenant statements took the blocking pool"

@@ -187,7 +187,7 @@ impl Bench {
                 .await
                 .context("cannot open the metadata store")?,
         };
-        let node = crate::server::open_node(dir).await?;
+        let node = crate::server::open_node(dir, Default::default()).await?;
         let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let db_address = db_listener.local_addr()?;
         let db_url = format!("http://{db_address}");

@@ -56,7 +56,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     atoll_types::names::validate_resource_name("location", &args.location)
         .map_err(anyhow::Error::msg)?;
     let limits = args.limits.limits()?;
-    let node = open_node(&args.data_dir).await?;
+    let node = open_node(&args.data_dir, limits.node.clone()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -3,7 +3,10 @@
 
 use anyhow::{bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane, Location};
+use atoll_data::node::NodeSettings;
 use atoll_data::rate_limit::RateLimitSetting;
+use atoll_data::sandbox::SandboxSettings;
+use atoll_data::sql_pool::SqlPool;
 use atoll_data::DataLimits;
 use atoll_meta::Store;
 use clap::Args;
@@ -178,6 +181,22 @@ pub struct DbLimitArgs {
     /// Seconds a Hrana WebSocket may stay silent before the server closes it.
     #[arg(long, env = "ATOLL_WS_IDLE_TIMEOUT", default_value_t = DataLimits::default().websocket_idle_timeout.as_secs())]
     ws_idle_timeout: u64,
+    /// Seconds one tenant statement may run before it is interrupted (SQLITE_INTERRUPT).
+    #[arg(long, env = "ATOLL_STATEMENT_TIMEOUT", default_value_t = SandboxSettings::default().statement_timeout.as_secs())]
+    statement_timeout: u64,
+    /// Seconds an interactive transaction may hold a database's write lock while another
+    /// writer waits; then it is rolled back (TRANSACTION_TIMEOUT).
+    #[arg(long, env = "ATOLL_TRANSACTION_TIMEOUT", default_value_t = SandboxSettings::default().transaction_timeout.as_secs())]
+    transaction_timeout: u64,
+    /// Threads that run tenant SQL (default: 16 per core, at least 16).
+    #[arg(long, env = "ATOLL_SQL_THREADS")]
+    sql_threads: Option<usize>,
+    /// Largest string or blob one statement may make or read, in bytes (SQLITE_TOOBIG).
+    #[arg(long, env = "ATOLL_MAX_VALUE_SIZE", default_value_t = SandboxSettings::default().max_value_bytes)]
+    max_value_size: usize,
+    /// Largest temporary database (temp tables) of one connection, in bytes (SQLITE_FULL).
+    #[arg(long, env = "ATOLL_MAX_TEMP_SIZE", default_value_t = SandboxSettings::default().max_temp_bytes)]
+    max_temp_size: u64,
     #[command(flatten)]
     pub(crate) connections: ConnectionArgs,
 }
@@ -189,6 +208,8 @@ impl DbLimitArgs {
             ("--max-streams", self.max_streams),
             ("--max-cursors-per-db", self.max_cursors_per_db),
             ("--max-cursors", self.max_cursors),
+            ("--sql-threads", self.sql_threads.unwrap_or(1)),
+            ("--max-value-size", self.max_value_size),
         ] {
             if value == 0 {
                 bail!("{flag} must be at least 1");
@@ -205,6 +226,19 @@ impl DbLimitArgs {
             body_read_timeout: seconds(self.db_body_timeout),
             upload_idle_timeout: seconds(self.upload_idle_timeout),
             websocket_idle_timeout: seconds(self.ws_idle_timeout),
+            node: NodeSettings {
+                sandbox: SandboxSettings {
+                    statement_timeout: seconds(self.statement_timeout),
+                    transaction_timeout: seconds(self.transaction_timeout),
+                    // A waiting writer outlasts a holder that is rolled back.
+                    busy_timeout: seconds(self.transaction_timeout) * 2
+                        + std::time::Duration::from_secs(1),
+                    max_value_bytes: self.max_value_size,
+                    max_temp_bytes: self.max_temp_size.max(atoll_data::database::PAGE_SIZE),
+                    ..SandboxSettings::default()
+                },
+                sql_threads: self.sql_threads.unwrap_or_else(SqlPool::default_threads),
+            },
         })
     }
 }
@@ -256,13 +290,19 @@ struct InProcessNode {
 }
 
 /// Opens a node's data directory off the async executor.
-pub(crate) async fn open_node(data_dir: &Path) -> anyhow::Result<Arc<atoll_data::node::Node>> {
+pub(crate) async fn open_node(
+    data_dir: &Path,
+    settings: NodeSettings,
+) -> anyhow::Result<Arc<atoll_data::node::Node>> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
     let node_dir = data_dir.to_path_buf();
-    let node = tokio::task::spawn_blocking(move || atoll_data::node::Node::open(&node_dir))
-        .await?
-        .map_err(|e| anyhow::anyhow!("cannot open the data node in {}: {e}", data_dir.display()))?;
+    let node =
+        tokio::task::spawn_blocking(move || atoll_data::node::Node::open_with(&node_dir, settings))
+            .await?
+            .map_err(|e| {
+                anyhow::anyhow!("cannot open the data node in {}: {e}", data_dir.display())
+            })?;
     Ok(Arc::new(node))
 }
 
@@ -281,7 +321,7 @@ async fn start_in_process_node(
     db_domain: &str,
     limits: DataLimits,
 ) -> anyhow::Result<InProcessNode> {
-    let node = open_node(data_dir).await?;
+    let node = open_node(data_dir, limits.node.clone()).await?;
     let listener = tokio::net::TcpListener::bind(db_listen)
         .await
         .with_context(|| format!("cannot listen on {db_listen} for the database hosts"))?;

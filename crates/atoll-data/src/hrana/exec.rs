@@ -921,32 +921,26 @@ impl ClientConnection {
     /// This connection, or one of the caller's sandbox mode if the caller's rights changed
     /// since it was opened (a WebSocket `hello` with another token). Inside a transaction
     /// the connection cannot be swapped: the error says so, and the old one comes back.
-    pub(crate) fn for_caller(
-        self,
-        caller: &Caller,
-    ) -> Result<ClientConnection, (ClientConnection, proto::Error)> {
+    pub(crate) fn for_caller(self, caller: &Caller) -> (ClientConnection, Outcome<()>) {
         let mode = caller.mode();
         if self.mode() == mode {
-            return Ok(self);
+            return (self, Ok(()));
         }
         if !self.is_autocommit() {
-            return Err((
+            return (
                 self,
-                hrana_error(
+                Err(hrana_error(
                     "TRANSACTION_BUSY",
                     "the token changed while a transaction is open on this stream: finish it first, or open a new stream",
-                ),
-            ));
+                )),
+            );
         }
         match ClientConnection::checkout(&caller.node, &caller.db, mode) {
             Ok(fresh) => {
                 self.give_back(&caller.node, caller.db.id());
-                Ok(fresh)
+                (fresh, Ok(()))
             }
-            Err(error) => Err((
-                self,
-                HranaError::from(error).to_hrana_error(),
-            )),
+            Err(error) => (self, Err(HranaError::from(error).to_hrana_error())),
         }
     }
 

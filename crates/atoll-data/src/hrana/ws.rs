@@ -663,10 +663,10 @@ impl Session {
             Err(error) => return Ok(Err(error)),
         };
         let (conn, batch, checked) = blocking(&self.state.node, move || {
-            let conn = match conn.for_caller(&caller) {
-                Ok(conn) => conn,
-                Err((conn, error)) => return (conn, batch, Ok(Err(error))),
-            };
+            let (conn, ready) = conn.for_caller(&caller);
+            if let Err(error) = ready {
+                return (conn, batch, Ok(Err(error)));
+            }
             let checked = check_cursor(&caller, &conn, &batch, &SqlStore::new(0));
             (conn, batch, checked.map(Ok))
         })
@@ -753,10 +753,10 @@ impl Session {
         let caller = self.caller();
         // If the task dies, the stream stays failed.
         let (conn, outcome) = blocking(&self.state.node, move || {
-            let conn = match conn.for_caller(&caller) {
-                Ok(conn) => conn,
-                Err((conn, error)) => return (conn, Ok(Err(error))),
-            };
+            let (conn, ready) = conn.for_caller(&caller);
+            if let Err(error) = ready {
+                return (conn, Ok(Err(error)));
+            }
             let outcome = Run::start(&caller, &conn).and_then(|run| work(&run));
             (conn, outcome)
         })

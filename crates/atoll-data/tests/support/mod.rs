@@ -253,4 +253,3 @@ pub async fn request(socket: &mut Socket, request_id: i32, request: Value) -> Va
     assert_eq!(response["request_id"], request_id, "{response}");
     response
 }
-
