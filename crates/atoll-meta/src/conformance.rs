@@ -1345,7 +1345,11 @@ async fn login_tokens_can_all_be_revoked(store: Store) {
     store.insert_token(api).await.unwrap();
     // Read once so the credential cache holds them: revoking must not leave them there.
     for hash in hashes.iter().chain([&api_hash]) {
-        assert!(store.credential_by_secret_hash(hash).await.unwrap().is_some());
+        assert!(store
+            .credential_by_secret_hash(hash)
+            .await
+            .unwrap()
+            .is_some());
     }
 
     let before = crate::now_millis();
@@ -1398,7 +1402,10 @@ async fn dumps_are_counted_and_expire(store: Store) {
     assert_eq!((pending.count, pending.bytes), (2, 18 + 12));
     let oldest = pending.oldest_created_at.unwrap();
     assert!(oldest >= start);
-    assert_eq!(store.dump(&org.id, "a").await.unwrap().unwrap().created_at, oldest);
+    assert_eq!(
+        store.dump(&org.id, "a").await.unwrap().unwrap().created_at,
+        oldest
+    );
     // Dumps uploaded at or before the cutoff are no longer pending.
     let later = crate::now_millis() + 1;
     assert_eq!(store.pending_dumps(&org.id, later).await.unwrap().count, 0);
@@ -1409,7 +1416,10 @@ async fn dumps_are_counted_and_expire(store: Store) {
     assert!(!store.delete_dump(&org.id, "c").await.unwrap());
     assert_eq!(store.pending_dumps(&org.id, 0).await.unwrap().bytes, 18);
 
-    assert_eq!(store.delete_dumps_created_before(start - 1).await.unwrap(), 0);
+    assert_eq!(
+        store.delete_dumps_created_before(start - 1).await.unwrap(),
+        0
+    );
     assert_eq!(store.delete_dumps_created_before(later).await.unwrap(), 2);
     assert!(store.dump(&org.id, "a").await.unwrap().is_none());
     assert!(store.dump(&other.id, "c").await.unwrap().is_none());

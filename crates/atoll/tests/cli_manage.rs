@@ -635,7 +635,11 @@ async fn logging_out_everywhere_ends_every_session() {
     let ci = ci.trim();
 
     // An API token cannot end sessions; nothing is forgotten.
-    let output = atoll_env(&laptop, &["auth", "logout", "--all"], &[("ATOLL_API_TOKEN", ci)]);
+    let output = atoll_env(
+        &laptop,
+        &["auth", "logout", "--all"],
+        &[("ATOLL_API_TOKEN", ci)],
+    );
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("only a login token"), "{stderr}");

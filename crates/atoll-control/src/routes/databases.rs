@@ -741,7 +741,10 @@ async fn upload_dump(
             &state,
             &pending,
             now,
-            format!("organization {} already holds {} dumps", org.slug, pending.count),
+            format!(
+                "organization {} already holds {} dumps",
+                org.slug, pending.count
+            ),
         ));
     }
     let mut sql = None;

@@ -57,12 +57,7 @@ impl Reply {
 
     /// The `Retry-After` header, in seconds.
     pub fn retry_after(&self) -> Option<u64> {
-        self.headers
-            .get("retry-after")?
-            .to_str()
-            .ok()?
-            .parse()
-            .ok()
+        self.headers.get("retry-after")?.to_str().ok()?.parse().ok()
     }
 
     async fn of(response: reqwest::Response) -> Reply {

@@ -24,7 +24,9 @@ pub enum AuthCommand {
     /// here and expires on its own. `--all` revokes every login token of the user, on every
     /// machine, before forgetting this one (API tokens are revoked with
     /// `atoll auth api-tokens revoke`).
-    #[command(after_help = "Examples:\n  atoll auth logout\n  atoll auth logout --all   # ends every session of the user, everywhere")]
+    #[command(
+        after_help = "Examples:\n  atoll auth logout\n  atoll auth logout --all   # ends every session of the user, everywhere"
+    )]
     Logout(LogoutArgs),
     /// Show the user the token belongs to.
     #[command(after_help = "Example:\n  atoll auth whoami")]

@@ -28,12 +28,21 @@ async fn two_groups(app: &TestApp) -> Groups {
     app.database(&prefix, &owner, "secret", &group_b).await;
     app.database(&prefix, &owner, "mine", &group_a).await;
     let url = http_url(app, &prefix, "secret", &owner).await;
-    let token = mint(app, &format!("{prefix}/databases/secret"), &owner, json!({})).await;
+    let token = mint(
+        app,
+        &format!("{prefix}/databases/secret"),
+        &owner,
+        json!({}),
+    )
+    .await;
     let (status, body) = pipeline(
         app,
         &url,
         &token,
-        &["CREATE TABLE s (v)", "INSERT INTO s VALUES ('group B only')"],
+        &[
+            "CREATE TABLE s (v)",
+            "INSERT INTO s VALUES ('group B only')",
+        ],
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -73,7 +82,12 @@ async fn a_group_token_cannot_copy_a_database_of_another_group() {
                    "seed": {"type": "database", "name": "secret"}}),
         )
         .await;
-    assert_eq!((copy.status, copy.code()), (403, "forbidden"), "{}", copy.body);
+    assert_eq!(
+        (copy.status, copy.code()),
+        (403, "forbidden"),
+        "{}",
+        copy.body
+    );
     // The Turso CLI names the source in `value`.
     let copy = app
         .post(
@@ -137,7 +151,12 @@ async fn a_group_token_cannot_mint_attach_rights_on_another_group() {
         let reply = app
             .post(&path, &world.group_a_token, attach(&["secret"]))
             .await;
-        assert_eq!((reply.status, reply.code()), (403, "forbidden"), "{path}: {}", reply.body);
+        assert_eq!(
+            (reply.status, reply.code()),
+            (403, "forbidden"),
+            "{path}: {}",
+            reply.body
+        );
         // One forbidden name spoils the list.
         let reply = app
             .post(&path, &world.group_a_token, attach(&["mine", "secret"]))

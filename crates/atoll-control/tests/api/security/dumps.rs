@@ -40,7 +40,12 @@ async fn dumps_expire_and_the_lifecycle_job_deletes_them() {
         .unwrap();
     assert_eq!(report.expired_dumps, 1);
     let reply = create_from(&app, "too-late", &url).await;
-    assert_eq!((reply.status, reply.code()), (400, "dump_not_found"), "{}", reply.body);
+    assert_eq!(
+        (reply.status, reply.code()),
+        (400, "dump_not_found"),
+        "{}",
+        reply.body
+    );
     let message = reply.body["error"].as_str().unwrap();
     assert!(message.contains("kept 24 h after upload"), "{message}");
 }
@@ -60,8 +65,16 @@ async fn a_dump_past_its_lifetime_is_refused_before_the_job_runs() {
         .unwrap()
         .to_string();
     let reply = create_from(&app, "expired", &url).await;
-    assert_eq!((reply.status, reply.code()), (400, "dump_expired"), "{}", reply.body);
-    assert!(reply.body["error"].as_str().unwrap().contains("upload it again"));
+    assert_eq!(
+        (reply.status, reply.code()),
+        (400, "dump_expired"),
+        "{}",
+        reply.body
+    );
+    assert!(reply.body["error"]
+        .as_str()
+        .unwrap()
+        .contains("upload it again"));
 }
 
 #[tokio::test]
@@ -78,7 +91,12 @@ async fn an_organization_holds_a_bounded_number_and_size_of_dumps() {
     let first = upload(&app, &app.admin_token, DUMP).await.expect(200);
     upload(&app, &app.admin_token, DUMP).await.expect(200);
     let third = upload(&app, &app.admin_token, DUMP).await;
-    assert_eq!((third.status, third.code()), (429, "too_many_requests"), "{}", third.body);
+    assert_eq!(
+        (third.status, third.code()),
+        (429, "too_many_requests"),
+        "{}",
+        third.body
+    );
     // The wait is until the oldest expires: within a day.
     let wait = third.retry_after().expect("Retry-After");
     assert!((1..=24 * 3600).contains(&wait), "{wait}");
@@ -98,9 +116,19 @@ async fn an_organization_holds_a_bounded_number_and_size_of_dumps() {
     // not fit beside the others waits (429).
     let big = format!("-- {}\nSELECT 1;\n", "x".repeat(1000));
     let reply = upload(&app, &other, &big).await;
-    assert_eq!((reply.status, reply.code()), (413, "payload_too_large"), "{}", reply.body);
+    assert_eq!(
+        (reply.status, reply.code()),
+        (413, "payload_too_large"),
+        "{}",
+        reply.body
+    );
     let half = format!("-- {}\nSELECT 1;\n", "x".repeat(600));
     upload(&app, &other, &half).await.expect(200);
     let reply = upload(&app, &other, &half).await;
-    assert_eq!((reply.status, reply.code()), (429, "too_many_requests"), "{}", reply.body);
+    assert_eq!(
+        (reply.status, reply.code()),
+        (429, "too_many_requests"),
+        "{}",
+        reply.body
+    );
 }

@@ -28,7 +28,10 @@ async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
             reply.body
         );
         let message = reply.body["error"].as_str().unwrap();
-        assert!(message.contains("not available on this server"), "{message}");
+        assert!(
+            message.contains("not available on this server"),
+            "{message}"
+        );
         assert_eq!(
             app.get("/v1/databases/secret-diary", &app.admin_token)
                 .await
@@ -52,7 +55,10 @@ async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
     for (name, remote_encryption) in [
         ("plain-null", json!(null)),
         ("plain-empty", json!({})),
-        ("plain-blank", json!({"encryption_key": "", "encryption_cipher": ""})),
+        (
+            "plain-blank",
+            json!({"encryption_key": "", "encryption_cipher": ""}),
+        ),
     ] {
         app.post(
             "/v1/databases",

@@ -105,13 +105,25 @@ async fn logging_out_everywhere_revokes_every_login_token_and_nothing_else() {
     let other_user = app.user(&unique("bystander")).await;
 
     // An API token cannot end the user's sessions.
-    let reply = app.post("/v1/auth/invalidate", &ci, serde_json::json!({})).await;
-    assert_eq!((reply.status, reply.code()), (403, "forbidden"), "{:?}", reply.body);
+    let reply = app
+        .post("/v1/auth/invalidate", &ci, serde_json::json!({}))
+        .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (403, "forbidden"),
+        "{:?}",
+        reply.body
+    );
     app.get("/v1/user", &phone).await.expect(200);
 
     let before = atoll_meta::now_millis() / 1000;
     let reply = app
-        .call(reqwest::Method::POST, "/v1/auth/invalidate", Some(&laptop), None)
+        .call(
+            reqwest::Method::POST,
+            "/v1/auth/invalidate",
+            Some(&laptop),
+            None,
+        )
         .await;
     let body = reply.expect(200);
     let valid_from = body["ValidFrom"].as_i64().expect("ValidFrom");

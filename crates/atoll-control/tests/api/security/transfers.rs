@@ -39,10 +39,17 @@ async fn a_transferred_database_refuses_the_tokens_minted_before() {
     let own = format!("/v1/organizations/{}", p.alice_name);
     app.database(&own, &p.alice, "moving", "default").await;
     let url = http_url(&app, &own, "moving", &p.alice).await;
-    let db_token = mint(&app, &format!("{own}/databases/moving"), &p.alice, json!({})).await;
+    let db_token = mint(
+        &app,
+        &format!("{own}/databases/moving"),
+        &p.alice,
+        json!({}),
+    )
+    .await;
     let group_token = mint(&app, &format!("{own}/groups/default"), &p.alice, json!({})).await;
     for token in [&db_token, &group_token] {
-        let (status, body) = pipeline(&app, &url, token, &["CREATE TABLE IF NOT EXISTS t (v)"]).await;
+        let (status, body) =
+            pipeline(&app, &url, token, &["CREATE TABLE IF NOT EXISTS t (v)"]).await;
         assert_eq!(status, 200, "{body}");
     }
 
@@ -61,12 +68,23 @@ async fn a_transferred_database_refuses_the_tokens_minted_before() {
         assert_eq!(status, 401, "the old owner's {name} still works: {body}");
     }
     // The new owner's tokens work, on the same data.
-    let new_token = mint(&app, &format!("{theirs}/databases/moving"), &p.bob, json!({})).await;
+    let new_token = mint(
+        &app,
+        &format!("{theirs}/databases/moving"),
+        &p.bob,
+        json!({}),
+    )
+    .await;
     let (status, body) = pipeline(&app, &new_url, &new_token, &["SELECT count(*) FROM t"]).await;
     assert_eq!(status, 200, "{body}");
     let new_group_token = mint(&app, &format!("{theirs}/groups/default"), &p.bob, json!({})).await;
-    let (status, body) =
-        pipeline(&app, &new_url, &new_group_token, &["SELECT count(*) FROM t"]).await;
+    let (status, body) = pipeline(
+        &app,
+        &new_url,
+        &new_group_token,
+        &["SELECT count(*) FROM t"],
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
 }
 
@@ -109,7 +127,13 @@ async fn a_transferred_group_refuses_its_database_and_group_tokens_minted_before
         assert_eq!(status, 401, "the old group token still works: {body}");
     }
     let new_group_token = mint(&app, &format!("{theirs}/groups/moving"), &p.bob, json!({})).await;
-    let new_db_token = mint(&app, &format!("{theirs}/databases/second"), &p.bob, json!({})).await;
+    let new_db_token = mint(
+        &app,
+        &format!("{theirs}/databases/second"),
+        &p.bob,
+        json!({}),
+    )
+    .await;
     for (url, token) in [
         (&new_urls[0], &new_group_token),
         (&new_urls[1], &new_group_token),
