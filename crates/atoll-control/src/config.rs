@@ -89,7 +89,22 @@ pub struct ControlConfig {
     /// How long a JSON body may take to arrive in full; also how long a dump upload may
     /// go without sending anything.
     pub body_read_timeout: std::time::Duration,
+    /// How failed logins are slowed (per username and client address).
+    pub login_throttle: crate::login_throttle::LoginThrottleSettings,
+    /// How long an uploaded dump stays usable; the lifecycle jobs delete it after.
+    pub dump_lifetime: std::time::Duration,
+    /// Dumps an organization may hold at once (not yet used nor expired).
+    pub max_dumps_per_org: u64,
+    /// Bytes of dumps an organization may hold at once.
+    pub max_dump_bytes_per_org: u64,
 }
+
+/// Uploaded dumps stay usable a day.
+pub const DEFAULT_DUMP_LIFETIME: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// Dumps one organization may hold at once.
+pub const DEFAULT_MAX_DUMPS_PER_ORG: u64 = 10;
+/// Bytes of dumps one organization may hold at once: 1 GiB.
+pub const DEFAULT_MAX_DUMP_BYTES_PER_ORG: u64 = 1 << 30;
 
 /// Default request rate per API token: a ceiling above what one server can serve (and
 /// what `atoll bench` drives), so only a lowered limit ever answers 429.
@@ -232,6 +247,10 @@ impl Default for ControlConfig {
             rate_per_address: Some(DEFAULT_RATE_PER_ADDRESS),
             header_read_timeout: atoll_data::listener::DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: std::time::Duration::from_secs(60),
+            login_throttle: crate::login_throttle::LoginThrottleSettings::default(),
+            dump_lifetime: DEFAULT_DUMP_LIFETIME,
+            max_dumps_per_org: DEFAULT_MAX_DUMPS_PER_ORG,
+            max_dump_bytes_per_org: DEFAULT_MAX_DUMP_BYTES_PER_ORG,
         }
     }
 }

@@ -2,10 +2,11 @@
 //! minting. Rotating a key means every token it signed stops working as soon as the node
 //! has the new configuration.
 
+use crate::auth::{Access, Action};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use atoll_data::jwt::{self, Claims, Namespaces, Permissions};
-use atoll_meta::{Group, Organization};
+use atoll_meta::{Database, DatabaseChanges, Group};
 use atoll_types::databases::CreateDatabaseTokenRequest;
 use atoll_types::ErrorCode;
 use serde::Deserialize;
@@ -29,6 +30,28 @@ pub async fn group_with_key(state: &AppState, group: Group) -> ApiResult<Group> 
         .await?)
 }
 
+/// Gives the database a new signing key: every token it signed stops working as soon as
+/// its node has the new configuration (the caller pushes it).
+pub async fn rotate_database_key(state: &AppState, database_id: &str) -> ApiResult<Database> {
+    let changes = DatabaseChanges {
+        signing_key: Some(new_signing_key()),
+        ..Default::default()
+    };
+    Ok(state.store.update_database(database_id, changes).await?)
+}
+
+/// Gives the group, and each of its databases, a new signing key: no token signed for the
+/// group or any of its databases works once the nodes have the new configuration (the
+/// caller pushes it).
+pub async fn rotate_group_keys(state: &AppState, group: &Group) -> ApiResult<Group> {
+    let (secret, kid) = new_signing_key();
+    let rotated = state.store.set_group_key(&group.id, &secret, &kid).await?;
+    for db in state.store.databases_in_group(&group.id).await? {
+        rotate_database_key(state, &db.id).await?;
+    }
+    Ok(rotated)
+}
+
 /// `?expiration=…&authorization=…` of the token routes.
 #[derive(Debug, Deserialize)]
 pub struct TokenQuery {
@@ -45,7 +68,7 @@ pub enum Subject<'a> {
 /// Validates the request and signs a token for `subject` with `(secret, kid)`.
 pub async fn mint(
     state: &AppState,
-    org: &Organization,
+    access: &Access,
     subject: Subject<'_>,
     signing: (&str, &str),
     query: &TokenQuery,
@@ -63,7 +86,7 @@ pub async fn mint(
             })?
             .map(|seconds| now.saturating_add(i64::try_from(seconds).unwrap_or(i64::MAX))),
     };
-    let access = match query.authorization.as_deref() {
+    let rights = match query.authorization.as_deref() {
         None | Some("") | Some("full-access") => "rw",
         Some("read-only") => "ro",
         Some(other) => {
@@ -73,7 +96,10 @@ pub async fn mint(
         }
     };
     // Attach permissions name databases; the token carries their ids, so a database
-    // created later under a reused name is not covered.
+    // created later under a reused name is not covered. A token may only attach what its
+    // minter could read: a group-scoped minter, databases of its own group (another
+    // group's answers 403, as `GET` of that database would).
+    let org = access.org();
     let mut attach = Vec::new();
     let names = body
         .permissions
@@ -93,6 +119,19 @@ pub async fn mint(
                 format!("read_attach: could not find database with name {name}: record not found"),
             )
                 })?;
+        let group = state
+            .store
+            .group_by_id(&target.group_id)
+            .await?
+            .ok_or_else(|| ApiError::Internal("database without a group".into()))?;
+        access
+            .require_in_group(Action::ReadDatabase, &group)
+            .map_err(|e| match e {
+                ApiError::Forbidden(why) => {
+                    ApiError::Forbidden(format!("read_attach: database {name}: {why}"))
+                }
+                other => other,
+            })?;
         attach.push(target.id);
     }
     let (id, gid) = match subject {
@@ -100,7 +139,7 @@ pub async fn mint(
         Subject::Group(id) => (None, Some(id.to_string())),
     };
     let claims = Claims {
-        a: access.to_string(),
+        a: rights.to_string(),
         id,
         gid,
         p: if attach.is_empty() {

@@ -1,5 +1,5 @@
 //! Lifecycle jobs: archive idle free-plan groups, purge deleted databases whose restore
-//! window ended, report uploads never finished.
+//! window ended, delete expired dumps, report uploads never finished.
 //!
 //! Each run takes a lease in the metadata store first, so any number of control-plane
 //! replicas can run the jobs: one does the work at a time. `now` is a parameter (the
@@ -29,6 +29,8 @@ pub struct JobReport {
     pub archived_groups: Vec<String>,
     pub purged_databases: Vec<String>,
     pub unfinished_uploads: Vec<String>,
+    /// Dumps deleted because they outlived `ControlConfig::dump_lifetime`.
+    pub expired_dumps: u64,
 }
 
 pub async fn run_once(state: &AppState, holder: &str, now: i64) -> ApiResult<JobReport> {
@@ -66,6 +68,16 @@ pub async fn run_once(state: &AppState, holder: &str, now: i64) -> ApiResult<Job
         state.store.delete_database(&db.id).await?;
         tracing::info!(database = %db.id, name = %db.name, "purged a deleted database after its restore window");
         report.purged_databases.push(db.id);
+    }
+
+    // Dumps take room in the metadata store: one not used within its lifetime goes.
+    let lifetime_ms = i64::try_from(state.config.dump_lifetime.as_millis()).unwrap_or(i64::MAX);
+    report.expired_dumps = state
+        .store
+        .delete_dumps_created_before(now.saturating_sub(lifetime_ms))
+        .await?;
+    if report.expired_dumps > 0 {
+        tracing::info!(count = report.expired_dumps, "deleted expired dumps");
     }
 
     for db in state

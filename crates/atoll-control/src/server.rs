@@ -20,10 +20,6 @@ use std::sync::Arc;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-/// Failed logins allowed per username in 15 minutes before it is locked out for the rest
-/// of the window.
-pub const LOGIN_FAILURES_ALLOWED: usize = 10;
-
 /// Login tokens live a week, as Turso's do.
 pub const LOGIN_TOKEN_LIFETIME_MS: i64 = 7 * 24 * 3600 * 1000;
 
@@ -38,7 +34,11 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(store: Store, config: ControlConfig, data_plane: DataPlane) -> AppState {
+        let login_throttle = Arc::new(crate::login_throttle::LoginThrottle::new(
+            config.login_throttle,
+        ));
         AppState {
+            login_throttle,
             rate_limits: Arc::new(RateLimits::new(
                 config.rate_per_credential,
                 config.rate_per_address,
@@ -46,10 +46,6 @@ impl AppState {
             store,
             config: Arc::new(config),
             data_plane: Arc::new(data_plane),
-            login_throttle: Arc::new(crate::login_throttle::LoginThrottle::new(
-                LOGIN_FAILURES_ALLOWED,
-                std::time::Duration::from_secs(15 * 60),
-            )),
         }
     }
 }

@@ -54,6 +54,12 @@ pub fn checks() -> Vec<(&'static str, Check)> {
             Box::pin(leases_and_idle_groups(s))
         }),
         ("audit_log", |s| Box::pin(audit_log(s))),
+        ("login_tokens_can_all_be_revoked", |s| {
+            Box::pin(login_tokens_can_all_be_revoked(s))
+        }),
+        ("dumps_are_counted_and_expire", |s| {
+            Box::pin(dumps_are_counted_and_expire(s))
+        }),
     ]
 }
 
@@ -1024,7 +1030,12 @@ async fn idempotency_and_dumps(store: Store) {
         .await
         .unwrap();
     assert_eq!(
-        store.dump(&org.id, "d1").await.unwrap().as_deref(),
+        store
+            .dump(&org.id, "d1")
+            .await
+            .unwrap()
+            .map(|d| d.sql)
+            .as_deref(),
         Some("CREATE TABLE t(x);")
     );
     assert!(store.dump("other-org", "d1").await.unwrap().is_none());
@@ -1310,4 +1321,106 @@ async fn audit_log(store: Store) {
         .unwrap();
     assert_eq!(store.list_audit(&again.id, 1, 100).await.unwrap().1, 0);
     assert_eq!(store.list_audit(&personal.id, 1, 100).await.unwrap().1, 1);
+}
+
+async fn login_tokens_can_all_be_revoked(store: Store) {
+    let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
+    let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
+    let login = |user_id: &str| {
+        let mut token = new_token(user_id, "login", TokenRestriction::Unrestricted);
+        token.kind = TokenKind::Login;
+        token
+    };
+    let (first, second, bobs) = (login(&alice.id), login(&alice.id), login(&bob.id));
+    let hashes = [
+        first.secret_hash.clone(),
+        second.secret_hash.clone(),
+        bobs.secret_hash.clone(),
+    ];
+    for token in [first, second, bobs] {
+        store.insert_token(token).await.unwrap();
+    }
+    let api = new_token(&alice.id, "ci", TokenRestriction::Unrestricted);
+    let api_hash = api.secret_hash.clone();
+    store.insert_token(api).await.unwrap();
+    // Read once so the credential cache holds them: revoking must not leave them there.
+    for hash in hashes.iter().chain([&api_hash]) {
+        assert!(store
+            .credential_by_secret_hash(hash)
+            .await
+            .unwrap()
+            .is_some());
+    }
+
+    let before = crate::now_millis();
+    let (valid_from, revoked) = store.revoke_login_tokens(&alice.id).await.unwrap();
+    assert!(valid_from >= before);
+    assert_eq!(revoked, 2);
+    let revoked_at = |hash: String| {
+        let store = store.clone();
+        async move {
+            store
+                .credential_by_secret_hash(&hash)
+                .await
+                .unwrap()
+                .unwrap()
+                .token
+                .revoked_at
+        }
+    };
+    assert!(revoked_at(hashes[0].clone()).await.is_some());
+    assert!(revoked_at(hashes[1].clone()).await.is_some());
+    // Another user's sessions and the user's API tokens stay.
+    assert!(revoked_at(hashes[2].clone()).await.is_none());
+    assert!(revoked_at(api_hash).await.is_none());
+    // Nothing left to revoke.
+    assert_eq!(store.revoke_login_tokens(&alice.id).await.unwrap().1, 0);
+}
+
+async fn dumps_are_counted_and_expire(store: Store) {
+    let (_, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let (_, other, _) = store.create_user(new_user("bob"), None).await.unwrap();
+    assert_eq!(
+        store.pending_dumps(&org.id, 0).await.unwrap(),
+        crate::PendingDumps::default()
+    );
+    let start = crate::now_millis();
+    store
+        .insert_dump("a", &org.id, "CREATE TABLE t(x);".into())
+        .await
+        .unwrap();
+    // Sizes are bytes, not characters.
+    store
+        .insert_dump("b", &org.id, "SELECT 'é';".into())
+        .await
+        .unwrap();
+    store
+        .insert_dump("c", &other.id, "SELECT 1;".into())
+        .await
+        .unwrap();
+    let pending = store.pending_dumps(&org.id, 0).await.unwrap();
+    assert_eq!((pending.count, pending.bytes), (2, 18 + 12));
+    let oldest = pending.oldest_created_at.unwrap();
+    assert!(oldest >= start);
+    assert_eq!(
+        store.dump(&org.id, "a").await.unwrap().unwrap().created_at,
+        oldest
+    );
+    // Dumps uploaded at or before the cutoff are no longer pending.
+    let later = crate::now_millis() + 1;
+    assert_eq!(store.pending_dumps(&org.id, later).await.unwrap().count, 0);
+
+    assert!(store.delete_dump(&org.id, "b").await.unwrap());
+    assert!(!store.delete_dump(&org.id, "b").await.unwrap());
+    // Another organization's dump is not this one's to delete.
+    assert!(!store.delete_dump(&org.id, "c").await.unwrap());
+    assert_eq!(store.pending_dumps(&org.id, 0).await.unwrap().bytes, 18);
+
+    assert_eq!(
+        store.delete_dumps_created_before(start - 1).await.unwrap(),
+        0
+    );
+    assert_eq!(store.delete_dumps_created_before(later).await.unwrap(), 2);
+    assert!(store.dump(&org.id, "a").await.unwrap().is_none());
+    assert!(store.dump(&other.id, "c").await.unwrap().is_none());
 }

@@ -271,3 +271,20 @@ pub struct NewAuditEntry {
     /// A JSON object; the store keeps it as text.
     pub data: String,
 }
+
+/// An uploaded SQL dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dump {
+    pub sql: String,
+    pub created_at: i64,
+}
+
+/// What an organization holds in dumps not yet expired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingDumps {
+    pub count: u64,
+    /// Their total size.
+    pub bytes: u64,
+    /// Upload time of the oldest, when there is one.
+    pub oldest_created_at: Option<i64>,
+}

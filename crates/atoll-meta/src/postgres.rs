@@ -19,6 +19,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("migrations/postgres/0004_usage.sql")),
     (5, include_str!("migrations/postgres/0005_audit_logs.sql")),
     (6, include_str!("migrations/postgres/0006_jobs.sql")),
+    (
+        7,
+        include_str!("migrations/postgres/0007_isolation_control.sql"),
+    ),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).

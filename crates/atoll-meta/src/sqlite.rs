@@ -17,6 +17,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("migrations/sqlite/0004_usage.sql")),
     (5, include_str!("migrations/sqlite/0005_audit_logs.sql")),
     (6, include_str!("migrations/sqlite/0006_jobs.sql")),
+    (
+        7,
+        include_str!("migrations/sqlite/0007_isolation_control.sql"),
+    ),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

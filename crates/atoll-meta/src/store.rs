@@ -3,6 +3,7 @@
 mod audit;
 mod credential_cache;
 mod databases;
+mod dumps;
 mod groups;
 mod invites;
 mod jobs;

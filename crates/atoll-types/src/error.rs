@@ -39,6 +39,8 @@ pub enum ErrorCode {
     TokenNotFound,
     DatabaseNotFound,
     DumpNotFound,
+    /// The dump was uploaded too long ago: upload it again.
+    DumpExpired,
     RouteNotFound,
     OrganizationAlreadyExists,
     UserAlreadyExists,
@@ -63,6 +65,9 @@ pub enum ErrorCode {
     FeatureNotAvailableForStarterPlan,
     /// A feature this server does not offer (for example multi-factor authentication).
     NotAvailable,
+    /// Encryption at rest with a client-provided key (`remote_encryption`) was asked for;
+    /// this server cannot provide it and refuses rather than store the data in the clear.
+    EncryptionNotAvailable,
     PayloadTooLarge,
     /// The client took too long to send its request body.
     RequestTimeout,
@@ -96,6 +101,7 @@ impl ErrorCode {
             Self::TokenNotFound => "token_not_found",
             Self::DatabaseNotFound => "database_not_found",
             Self::DumpNotFound => "dump_not_found",
+            Self::DumpExpired => "dump_expired",
             Self::RouteNotFound => "route_not_found",
             Self::OrganizationAlreadyExists => "organization_already_exists",
             Self::UserAlreadyExists => "user_already_exists",
@@ -111,6 +117,7 @@ impl ErrorCode {
             Self::PrimaryLocation => "primary_location",
             Self::FeatureNotAvailableForStarterPlan => "feature_not_available_for_starter_plan",
             Self::NotAvailable => "not_available",
+            Self::EncryptionNotAvailable => "encryption_not_available",
             Self::DataPlane => "data_plane_error",
             Self::PayloadTooLarge => "payload_too_large",
             Self::RequestTimeout => "request_timeout",

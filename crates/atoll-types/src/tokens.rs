@@ -97,3 +97,11 @@ pub struct ApiTokenRevoked {
 pub struct TokenValidation {
     pub exp: i64,
 }
+
+/// `POST /v1/auth/invalidate` (`turso auth logout --all`): every login token of the caller
+/// issued before `ValidFrom` (unix seconds) is revoked.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LoginTokensInvalidated {
+    #[serde(rename = "ValidFrom", alias = "validFrom", alias = "valid_from")]
+    pub valid_from: i64,
+}

@@ -129,6 +129,15 @@ pub struct ApiLimitArgs {
     /// go without sending.
     #[arg(long, env = "ATOLL_BODY_TIMEOUT", default_value_t = 60)]
     body_timeout: u64,
+    /// SQL dumps (`POST …/databases/dumps`) one organization may hold at once; over it: 429
+    /// with Retry-After. A create seeded from a dump deletes it; unused dumps expire after
+    /// a day.
+    #[arg(long, env = "ATOLL_MAX_DUMPS_PER_ORG", default_value_t = atoll_control::config::DEFAULT_MAX_DUMPS_PER_ORG)]
+    max_dumps_per_org: u64,
+    /// Bytes of SQL dumps one organization may hold at once (`1073741824`, `512mb`,
+    /// `1gib`); over it: 429 with Retry-After.
+    #[arg(long, env = "ATOLL_MAX_DUMP_BYTES_PER_ORG", default_value = "1gib", value_parser = atoll_types::sizes::parse_size)]
+    max_dump_bytes_per_org: u64,
 }
 
 impl ApiLimitArgs {
@@ -136,6 +145,8 @@ impl ApiLimitArgs {
         config.rate_per_credential = self.api_rate_limit.0;
         config.rate_per_address = self.api_rate_limit_per_ip.0;
         config.body_read_timeout = seconds(self.body_timeout);
+        config.max_dumps_per_org = self.max_dumps_per_org;
+        config.max_dump_bytes_per_org = self.max_dump_bytes_per_org;
         config.header_read_timeout = seconds(connections.header_timeout);
     }
 }

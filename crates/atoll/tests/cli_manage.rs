@@ -625,6 +625,51 @@ async fn login_prompts_for_the_password_on_a_terminal() {
     let _ = std::fs::remove_dir_all(&config);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn logging_out_everywhere_ends_every_session() {
+    let server = start_dev("cli-logout-all-data").await;
+    let (laptop, phone) = (temp_dir("cli-logout-laptop"), temp_dir("cli-logout-phone"));
+    login(&server, &laptop);
+    login(&server, &phone);
+    let ci = ok(&laptop, &["auth", "api-tokens", "mint", "ci"]);
+    let ci = ci.trim();
+
+    // An API token cannot end sessions; nothing is forgotten.
+    let output = atoll_env(
+        &laptop,
+        &["auth", "logout", "--all"],
+        &[("ATOLL_API_TOKEN", ci)],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("only a login token"), "{stderr}");
+    assert_eq!(ok(&phone, &["auth", "whoami"]).trim(), "admin");
+
+    let out = ok(&laptop, &["auth", "logout", "--all"]);
+    assert!(out.contains("Logged out everywhere"), "{out}");
+    // This machine forgot its token; the other one's was revoked on the server.
+    let line = fails(&laptop, &["auth", "whoami"]);
+    assert!(line.contains("not logged in"), "{line}");
+    let line = fails(&phone, &["auth", "whoami"]);
+    assert!(line.contains("token has been revoked"), "{line}");
+    // The API token stays.
+    let who = atoll_env(&laptop, &["auth", "whoami"], &[("ATOLL_API_TOKEN", ci)]);
+    assert!(who.status.success());
+
+    // `--all` with a token that no longer works forgets it and says sessions were not
+    // ended.
+    let line = fails(&phone, &["auth", "logout", "--all"]);
+    assert!(line.contains("could not be ended"), "{line}");
+    let line = fails(&phone, &["auth", "whoami"]);
+    assert!(line.contains("not logged in"), "{line}");
+
+    // Logging in again works.
+    login(&server, &laptop);
+    assert_eq!(ok(&laptop, &["auth", "whoami"]).trim(), "admin");
+    let _ = std::fs::remove_dir_all(&laptop);
+    let _ = std::fs::remove_dir_all(&phone);
+}
+
 #[test]
 fn every_management_command_has_help_with_an_example() {
     let config = temp_dir("cli-manage-help");
@@ -646,6 +691,7 @@ fn every_management_command_has_help_with_an_example() {
         vec!["db", "restore"],
         vec!["db", "list-deleted"],
         vec!["db", "tokens", "invalidate"],
+        vec!["auth", "logout"],
     ] {
         let mut with_help = args.clone();
         with_help.push("--help");

@@ -35,6 +35,8 @@ pub enum Action {
     // The caller's own account.
     ReadUser,
     ValidateToken,
+    /// Revoking every login token of the caller (`turso auth logout --all`).
+    InvalidateLoginTokens,
     ListOwnApiTokens,
     CreateApiToken,
     RevokeOwnApiToken,
@@ -106,6 +108,10 @@ pub enum Target {
 pub enum TokenRule {
     /// Any valid token.
     Any,
+    /// Login tokens only: actions on the user's sessions. Not even an unrestricted API
+    /// token: a credential made for automation must not end (or keep ending) the
+    /// person's sessions.
+    LoginOnly,
     /// Login tokens and unrestricted API tokens only: actions on the user's own
     /// credentials and account, which a scoped token must never widen.
     UserLevel,
@@ -150,6 +156,7 @@ impl Action {
                 rule(Account, Any, Viewer)
             }
             Action::ReadLocations => rule(Account, Any, Viewer),
+            Action::InvalidateLoginTokens => rule(Account, LoginOnly, Viewer),
             Action::ListOwnApiTokens
             | Action::CreateApiToken
             | Action::RevokeOwnApiToken
@@ -274,6 +281,15 @@ impl Access {
             TokenRestriction::Group { group_id, .. } => Some(group_id),
             _ => None,
         }
+    }
+
+    /// Checks `action` on another group of the same organization: what the caller could do
+    /// there if its path named that group. Reading a database of that group (to copy it,
+    /// or to let a token attach it) answers as `GET` of the database would.
+    pub fn require_in_group(&self, action: Action, group: &Group) -> Result<(), ApiError> {
+        let rule = action.rule();
+        check_token(&self.principal, rule, self.org.as_ref(), Some(group))?;
+        check_role(rule, self.role)
     }
 
     /// Checks a further action on the same target (for handlers whose need depends on the
@@ -416,6 +432,11 @@ fn check_token(
 ) -> Result<(), ApiError> {
     let restriction = &principal.token.restriction;
     match (rule.tokens, restriction) {
+        (TokenRule::LoginOnly, _) if principal.is_login() => Ok(()),
+        (TokenRule::LoginOnly, _) => Err(ApiError::Forbidden(
+            "only a login token can do this (log in with `atoll auth login`); API tokens are revoked one by one"
+                .into(),
+        )),
         (_, TokenRestriction::Unrestricted) | (TokenRule::Any, _) => Ok(()),
         (TokenRule::UserLevel, _) => Err(ApiError::Forbidden(
             "a token restricted to an organization or group cannot do this; use a login token"

@@ -7,7 +7,9 @@ use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::{parse_lenient, LenientJson, Query};
 use crate::data_plane::node_config;
-use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
+use crate::database_tokens::{
+    group_with_key, mint, new_signing_key, rotate_database_key, Subject, TokenQuery,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::server::{AppState, BodyReadTimeout};
 use crate::wire;
@@ -399,6 +401,13 @@ async fn create(
 
     atoll_types::names::validate_resource_name("database", &request.name)
         .map_err(|e| ApiError::Invalid(ErrorCode::InvalidName, e))?;
+    if request
+        .remote_encryption
+        .as_ref()
+        .is_some_and(asks_for_encryption)
+    {
+        return Err(encryption_not_available());
+    }
     let limit = size_limit(request.size_limit.as_deref().unwrap_or(""))?;
     let group_name = request
         .group
@@ -440,7 +449,11 @@ async fn create(
 
     crate::quotas::check_database(&state, &org).await?;
     let node = state.data_plane.place(&group.primary_location)?;
-    let (seed, parent) = seed_for(&state, &org.id, &request, &node).await?;
+    let PlannedSeed {
+        seed,
+        parent,
+        dump_id,
+    } = seed_for(&state, &access, &request, &node).await?;
     let group = group_with_key(&state, group).await?;
     let (signing_key, key_id) = new_signing_key();
     let final_state = if seed == Seed::Upload {
@@ -507,6 +520,13 @@ async fn create(
             },
         )
         .await?;
+    if let Some(id) = dump_id {
+        // A dump seeds one database: forgetting it now frees the organization's allowance
+        // (a failed create keeps it, to be fixed and retried until it expires).
+        if let Err(e) = state.store.delete_dump(&org.id, &id).await {
+            tracing::warn!(error = %e, dump = %id, "could not delete a used dump; it expires on its own");
+        }
+    }
     let mut data = json!({"database": record.name, "group": group.name});
     if let Some(seed) = &request.seed {
         data["seed"] = json!(seed.kind);
@@ -543,18 +563,62 @@ async fn create(
     Ok(Json(response))
 }
 
-/// The node seed and the parent record for a create request.
+/// Whether a create's `remote_encryption` asks for anything: `null`, `{}` and empty
+/// fields ask for nothing; any key or cipher does.
+fn asks_for_encryption(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => false,
+        serde_json::Value::String(text) => !text.is_empty(),
+        serde_json::Value::Object(fields) => fields.values().any(asks_for_encryption),
+        _ => true,
+    }
+}
+
+/// Refused, never ignored: a user who asked for encryption must not believe they have it.
+pub(crate) fn encryption_not_available() -> ApiError {
+    ApiError::Invalid(
+        ErrorCode::EncryptionNotAvailable,
+        "encryption at rest with a client-provided key (remote_encryption) is not available on this server: \
+         its libSQL is built without cipher support, so the database would be stored unencrypted. \
+         Create it without remote_encryption, or encrypt the disk that holds the data directory"
+            .into(),
+    )
+}
+
+/// What a create request seeds its database with.
+struct PlannedSeed {
+    seed: Seed,
+    /// The database copied, for a `database` seed: `(id, name, branched at)`.
+    parent: Option<(String, String, i64)>,
+    /// The dump used, for a `dump` seed: deleted once the database exists.
+    dump_id: Option<String>,
+}
+
+impl PlannedSeed {
+    fn just(seed: Seed) -> PlannedSeed {
+        PlannedSeed {
+            seed,
+            parent: None,
+            dump_id: None,
+        }
+    }
+}
+
+/// The node seed, the parent record and the dump used for a create request. A copy is
+/// of a database the caller could read itself: one of the organization (the only place
+/// names are looked up), and of the pinned group for a group-scoped token.
 async fn seed_for(
     state: &AppState,
-    org_id: &str,
+    access: &Access,
     request: &CreateDatabaseRequest,
     node: &str,
-) -> ApiResult<(Seed, Option<(String, String, i64)>)> {
+) -> ApiResult<PlannedSeed> {
+    let org_id = &access.org().id;
     let Some(seed) = &request.seed else {
-        return Ok((Seed::Empty, None));
+        return Ok(PlannedSeed::just(Seed::Empty));
     };
     match seed.kind.as_str() {
-        "database_upload" => Ok((Seed::Upload, None)),
+        "database_upload" => Ok(PlannedSeed::just(Seed::Upload)),
         "database" => {
             if seed.timestamp.as_deref().is_some_and(|t| !t.is_empty()) {
                 return Err(ApiError::NotAvailable(
@@ -584,6 +648,21 @@ async fn seed_for(
                         ),
                     )
                 })?;
+            // Before anything else about the source is told: a token that may not read it
+            // learns only what `GET` of it would answer (403, another group).
+            let source_group = state
+                .store
+                .group_by_id(&source.group_id)
+                .await?
+                .ok_or_else(|| ApiError::Internal("database without a group".into()))?;
+            access
+                .require_in_group(Action::ReadDatabase, &source_group)
+                .map_err(|e| match e {
+                    ApiError::Forbidden(why) => ApiError::Forbidden(format!(
+                        "seed: cannot copy database {source_name}: {why}"
+                    )),
+                    other => other,
+                })?;
             if source.state != DatabaseState::Active {
                 return Err(ApiError::Invalid(
                     ErrorCode::InvalidSeed,
@@ -596,12 +675,13 @@ async fn seed_for(
                     format!("database {source_name} lives in another location: create the copy in a group in {}", source.location),
                 ));
             }
-            Ok((
-                Seed::Copy {
+            Ok(PlannedSeed {
+                seed: Seed::Copy {
                     source_id: source.id.clone(),
                 },
-                Some((source.id, source.name, atoll_meta::now_millis())),
-            ))
+                parent: Some((source.id, source.name, atoll_meta::now_millis())),
+                dump_id: None,
+            })
         }
         "dump" => {
             let url = seed.url.clone().unwrap_or_default();
@@ -611,13 +691,24 @@ async fn seed_for(
                 .next()
                 .unwrap_or_default()
                 .to_string();
-            let sql = state.store.dump(org_id, &id).await?.ok_or_else(|| {
+            let hours = state.config.dump_lifetime.as_secs() / 3600;
+            let dump = state.store.dump(org_id, &id).await?.ok_or_else(|| {
                 ApiError::Invalid(
                     ErrorCode::DumpNotFound,
-                    format!("dump {url:?} not found: upload it first with POST /v1/organizations/{{org}}/databases/dumps"),
+                    format!("dump {url:?} not found: dumps are kept {hours} h after upload and until a database is created from them; upload it (again) with POST /v1/organizations/{{org}}/databases/dumps"),
                 )
             })?;
-            Ok((Seed::Dump { sql }, None))
+            if dump_expired(state, dump.created_at, atoll_meta::now_millis()) {
+                return Err(ApiError::Invalid(
+                    ErrorCode::DumpExpired,
+                    format!("dump {url:?} expired: dumps are kept {hours} h after upload; upload it again"),
+                ));
+            }
+            Ok(PlannedSeed {
+                seed: Seed::Dump { sql: dump.sql },
+                parent: None,
+                dump_id: Some(id),
+            })
         }
         other => Err(ApiError::Invalid(
             ErrorCode::InvalidSeed,
@@ -636,6 +727,26 @@ async fn upload_dump(
     let mut multipart = multipart
         .map_err(|e| ApiError::invalid(format!("expected a multipart/form-data body: {e}")))?;
     let org = access.org();
+    let now = atoll_meta::now_millis();
+    let pending = state
+        .store
+        .pending_dumps(&org.id, now - dump_lifetime_ms(&state))
+        .await?;
+    let limits = (
+        state.config.max_dumps_per_org,
+        state.config.max_dump_bytes_per_org,
+    );
+    if pending.count >= limits.0 {
+        return Err(too_many_dumps(
+            &state,
+            &pending,
+            now,
+            format!(
+                "organization {} already holds {} dumps",
+                org.slug, pending.count
+            ),
+        ));
+    }
     let mut sql = None;
     while let Some(mut field) = multipart
         .next_field()
@@ -654,11 +765,26 @@ async fn upload_dump(
                 let Some(chunk) = chunk else {
                     break;
                 };
-                if bytes.len() + chunk.len() > state.config.max_dump_bytes {
+                let size = bytes.len() + chunk.len();
+                let allowed = state
+                    .config
+                    .max_dump_bytes
+                    .min(usize::try_from(limits.1).unwrap_or(usize::MAX));
+                if size > allowed {
                     return Err(ApiError::PayloadTooLarge(format!(
-                        "the dump is larger than {} bytes",
-                        state.config.max_dump_bytes
+                        "the dump is larger than {allowed} bytes"
                     )));
+                }
+                if pending.bytes.saturating_add(size as u64) > limits.1 {
+                    return Err(too_many_dumps(
+                        &state,
+                        &pending,
+                        now,
+                        format!(
+                            "organization {}'s dumps would take more than {} bytes",
+                            org.slug, limits.1
+                        ),
+                    ));
                 }
                 bytes.extend_from_slice(&chunk);
             }
@@ -689,6 +815,37 @@ async fn upload_dump(
             state.config.public_url, org.slug
         ),
     }))
+}
+
+/// Milliseconds an uploaded dump stays usable.
+fn dump_lifetime_ms(state: &AppState) -> i64 {
+    i64::try_from(state.config.dump_lifetime.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn dump_expired(state: &AppState, created_at: i64, now: i64) -> bool {
+    created_at.saturating_add(dump_lifetime_ms(state)) <= now
+}
+
+/// An organization at its dump allowance waits until its oldest dump expires (or uses
+/// its dumps: a create deletes the dump it used).
+fn too_many_dumps(
+    state: &AppState,
+    pending: &atoll_meta::PendingDumps,
+    now: i64,
+    why: String,
+) -> ApiError {
+    let frees_at = pending
+        .oldest_created_at
+        .map_or(now, |at| at.saturating_add(dump_lifetime_ms(state)));
+    let wait = u64::try_from((frees_at - now).max(0) / 1000 + 1).unwrap_or(1);
+    ApiError::TooManyRequests(
+        format!(
+            "{why}: an organization may hold {} dumps and {} bytes of dumps at once; \
+             create databases from them (which deletes them) or wait until the oldest expires",
+            state.config.max_dumps_per_org, state.config.max_dump_bytes_per_org
+        ),
+        wait,
+    )
 }
 
 use crate::jobs::RESTORE_WINDOW_MS;
@@ -991,8 +1148,27 @@ async fn transfer(
             "group {group_name} of {slug} is in another location"
         )));
     }
+    let exists = || {
+        ApiError::Conflict(
+            ErrorCode::DatabaseAlreadyExists,
+            format!("database with name {} already exists in {slug}", db.name),
+        )
+    };
+    // Checked here as well as by the store, so the usual refusal changes nothing.
+    if state
+        .store
+        .database_by_name(&target.id, &db.name)
+        .await?
+        .is_some()
+    {
+        return Err(exists());
+    }
     let group = group_with_key(&state, group).await?;
-    let moved = state
+    // The new owner decides who holds credentials: the database gets a new key before it
+    // moves, so no token minted by the old owner survives, whatever happens next. (The
+    // group tokens of its old group already do not cover it in its new group.)
+    let rotated = rotate_database_key(&state, &db.id).await?;
+    let moved = match state
         .store
         .move_database(
             &db.id,
@@ -1001,13 +1177,20 @@ async fn transfer(
             &format!("{}-{}", db.name, target.slug),
         )
         .await
-        .map_err(|e| match e {
-            StoreError::AlreadyExists(_) => ApiError::Conflict(
-                ErrorCode::DatabaseAlreadyExists,
-                format!("database with name {} already exists in {slug}", db.name),
-            ),
-            other => other.into(),
-        })?;
+    {
+        Ok(moved) => moved,
+        Err(e) => {
+            // It stays, with its new key: its node must learn that key all the same.
+            let config = node_config(&rotated, access.group(), access.org());
+            if let Err(push) = state.data_plane.configure(&rotated.node, config).await {
+                tracing::warn!(error = %push, database = %db.id, "could not push a rotated key after a failed transfer");
+            }
+            return Err(match e {
+                StoreError::AlreadyExists(_) => exists(),
+                other => other.into(),
+            });
+        }
+    };
     state
         .data_plane
         .configure(&moved.node, node_config(&moved, &group, &target))
@@ -1018,7 +1201,10 @@ async fn transfer(
         &access,
         &source.id,
         AuditCode::DbTransfer,
-        format!("transferred database {} to {}", db.name, target.slug),
+        format!(
+            "transferred database {} to {}: its tokens stopped working",
+            db.name, target.slug
+        ),
         json!({"database": db.name, "group": group_name, "to": target.slug}),
     )
     .await;
@@ -1045,7 +1231,7 @@ async fn create_token(
     let db = access.database();
     let jwt = mint(
         &state,
-        access.org(),
+        &access,
         Subject::Database(&db.id),
         (&db.signing_key, &db.key_id),
         &query,
@@ -1070,11 +1256,7 @@ async fn create_token(
 
 async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json<Empty>> {
     let db = access.database();
-    let changes = DatabaseChanges {
-        signing_key: Some(new_signing_key()),
-        ..Default::default()
-    };
-    let updated = state.store.update_database(&db.id, changes).await?;
+    let updated = rotate_database_key(&state, &db.id).await?;
     state
         .data_plane
         .configure(

@@ -6,7 +6,9 @@ use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::{LenientJson, Query};
 use crate::data_plane::push_group_databases;
-use crate::database_tokens::{group_with_key, mint, new_signing_key, Subject, TokenQuery};
+use crate::database_tokens::{
+    group_with_key, mint, new_signing_key, rotate_group_keys, Subject, TokenQuery,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
@@ -344,21 +346,56 @@ async fn transfer(
         ));
     }
     crate::quotas::check_group(&state, &target).await?;
-    let moved = state
-        .store
-        .transfer_group(&group.id, &target.id)
-        .await
-        .map_err(|e| match e {
-            StoreError::AlreadyExists(Entity::Database) => ApiError::Conflict(
-                ErrorCode::DatabaseAlreadyExists,
-                format!(
-                    "organization {} already has a database named like one of group {}",
-                    target.slug, group.name
-                ),
+    let database_taken = || {
+        ApiError::Conflict(
+            ErrorCode::DatabaseAlreadyExists,
+            format!(
+                "organization {} already has a database named like one of group {}",
+                target.slug, group.name
             ),
-            other => group_exists(&group.name)(other),
-        })?;
-    // Its databases answer under their new hostnames from now on.
+        )
+    };
+    // Checked here as well as by the store, so the usual refusals change nothing.
+    if state
+        .store
+        .group_by_name(&target.id, &group.name)
+        .await?
+        .is_some()
+    {
+        return Err(group_exists(&group.name)(StoreError::AlreadyExists(
+            Entity::Group,
+        )));
+    }
+    for db in state.store.databases_in_group(&group.id).await? {
+        if state
+            .store
+            .database_by_name(&target.id, &db.name)
+            .await?
+            .is_some()
+        {
+            return Err(database_taken());
+        }
+    }
+    // The new owner decides who holds credentials: the group and each of its databases
+    // get new keys before they move, so no database or group token minted by the old
+    // owner survives, whatever happens next. Turso keeps old tokens working for a
+    // transition period; Atoll deliberately does not (docs/API.md, deviations).
+    let rotated = rotate_group_keys(&state, group).await?;
+    let moved = match state.store.transfer_group(&group.id, &target.id).await {
+        Ok(moved) => moved,
+        Err(e) => {
+            // It stays, with new keys: its nodes must learn them all the same.
+            if let Err(push) = push_group_databases(&state.data_plane, &state.store, &rotated).await
+            {
+                tracing::warn!(error = %push, group = %group.id, "could not push rotated keys after a failed transfer");
+            }
+            return Err(match e {
+                StoreError::AlreadyExists(Entity::Database) => database_taken(),
+                other => group_exists(&group.name)(other),
+            });
+        }
+    };
+    // Its databases answer under their new hostnames, with their new keys, from now on.
     push_group_databases(&state.data_plane, &state.store, &moved).await?;
     let source = access.org();
     audit::record(
@@ -366,7 +403,10 @@ async fn transfer(
         &access,
         &source.id,
         AuditCode::GroupTransfer,
-        format!("transferred group {} to {}", moved.name, target.slug),
+        format!(
+            "transferred group {} to {}: its database and group tokens stopped working",
+            moved.name, target.slug
+        ),
         json!({"group": moved.name, "to": target.slug}),
     )
     .await;
@@ -422,7 +462,7 @@ async fn create_token(
     }
     let jwt = mint(
         &state,
-        access.org(),
+        &access,
         Subject::Group(&group.id),
         (&group.signing_key, &group.key_id),
         &query,

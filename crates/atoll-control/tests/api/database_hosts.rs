@@ -477,14 +477,27 @@ async fn deleted_and_transferred_databases_move_on_the_data_plane() {
         .expect(200);
     let new_url = moved["database"]["http_url"].as_str().unwrap().to_string();
     assert_ne!(new_url, url);
-    // Same database, same key: the data is there under the new hostname.
+    // Same database under the new hostname, with a new key: the tokens minted before the
+    // transfer stop working (docs/SECURITY.md, "Credentials follow access").
+    assert_eq!(
+        execute(&app, &new_url, &token, "SELECT count(*) FROM t")
+            .await
+            .0,
+        401
+    );
+    assert_eq!(execute(&app, &url, &token, "SELECT 1").await.0, 404);
+    let token = self::token(
+        &app,
+        &format!("/v1/organizations/{team}/databases/leaving"),
+        "",
+    )
+    .await;
     assert_eq!(
         execute(&app, &new_url, &token, "SELECT count(*) FROM t")
             .await
             .0,
         200
     );
-    assert_eq!(execute(&app, &url, &token, "SELECT 1").await.0, 404);
 
     app.delete(
         &format!("/v1/organizations/{team}/databases/leaving"),

@@ -31,11 +31,12 @@ fn uuid_like() -> String {
     )
 }
 
-/// An answer: status and JSON body (`Value::Null` when the body is not JSON).
+/// An answer: status, headers and JSON body (`Value::Null` when the body is not JSON).
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
     pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
 }
 
 impl Reply {
@@ -53,6 +54,46 @@ impl Reply {
     pub fn code(&self) -> &str {
         self.body["code"].as_str().unwrap_or("")
     }
+
+    /// The `Retry-After` header, in seconds.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.headers.get("retry-after")?.to_str().ok()?.parse().ok()
+    }
+
+    async fn of(response: reqwest::Response) -> Reply {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// The configuration [`TestApp::start`] uses; tests that need other settings change it
+/// and call [`TestApp::start_with`].
+pub fn test_config() -> ControlConfig {
+    // Tests create far more than a plan allows; quota tests choose their own plans.
+    let unlimited = ControlConfig::default()
+        .plans
+        .keys()
+        .map(|name| (name.clone(), atoll_types::usage::PlanQuotas::default()))
+        .collect();
+    ControlConfig {
+        plans: unlimited,
+        ..ControlConfig::default()
+    }
+}
+
+/// A client whose connections come from `address` (any of 127.0.0.0/8 reaches the
+/// loopback server on Linux): for per-address limits.
+pub fn client_from(address: std::net::IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(address)
+        .build()
+        .expect("client")
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -70,17 +111,7 @@ impl TestApp {
     /// Starts a server with a fresh store and the bootstrap administrator. `None` (after
     /// a loud warning) when the PostgreSQL backend is asked for but unreachable.
     pub async fn start() -> Option<TestApp> {
-        // Tests create far more than a plan allows; quota tests choose their own plans.
-        let unlimited = ControlConfig::default()
-            .plans
-            .keys()
-            .map(|name| (name.clone(), atoll_types::usage::PlanQuotas::default()))
-            .collect();
-        TestApp::start_with(ControlConfig {
-            plans: unlimited,
-            ..ControlConfig::default()
-        })
-        .await
+        TestApp::start_with(test_config()).await
     }
 
     /// Starts a server with this configuration.
@@ -162,13 +193,23 @@ impl TestApp {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.expect("request");
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
-        Reply {
-            status,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Reply::of(request.send().await.expect("request")).await
+    }
+
+    /// `POST /v1/auth/login` with `client` (see [`client_from`]).
+    pub async fn login_with(
+        &self,
+        client: &reqwest::Client,
+        username: &str,
+        password: &str,
+    ) -> Reply {
+        let response = client
+            .post(format!("{}/v1/auth/login", self.url))
+            .json(&json!({"username": username, "password": password}))
+            .send()
+            .await
+            .expect("request");
+        Reply::of(response).await
     }
 
     pub async fn get(&self, path: &str, token: &str) -> Reply {
@@ -256,12 +297,7 @@ impl TestApp {
             .send()
             .await
             .expect("request");
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
-        Reply {
-            status,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Reply::of(response).await
     }
 
     /// Creates a database; returns its name.

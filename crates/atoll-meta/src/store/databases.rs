@@ -380,33 +380,4 @@ impl Store {
         })
         .await
     }
-
-    pub async fn insert_dump(&self, id: &str, org_id: &str, sql: String) -> Result<()> {
-        let (id, org_id) = (id.to_string(), org_id.to_string());
-        self.write("insert_dump", move |c| {
-            c.execute(
-                "INSERT INTO dumps (id, org_id, sql, created_at) VALUES ($1, $2, $3, $4)",
-                &[
-                    id.into(),
-                    org_id.into(),
-                    sql.into(),
-                    crate::now_millis().into(),
-                ],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn dump(&self, org_id: &str, id: &str) -> Result<Option<String>> {
-        let (org_id, id) = (org_id.to_string(), id.to_string());
-        self.read("dump", move |c| {
-            Ok(c.query_opt(
-                "SELECT sql FROM dumps WHERE org_id = $1 AND id = $2",
-                &[org_id.into(), id.into()],
-            )?
-            .map(|row| row.text(0)))
-        })
-        .await
-    }
 }

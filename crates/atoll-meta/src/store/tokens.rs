@@ -207,6 +207,23 @@ impl Store {
         .await
     }
 
+    /// Revokes every login token the user holds (`POST /v1/auth/invalidate`): each
+    /// session ends, API tokens stay. Answers the time from which logins count again
+    /// (now) and how many tokens were revoked.
+    pub async fn revoke_login_tokens(&self, user_id: &str) -> Result<(i64, u64)> {
+        let user_id = user_id.to_string();
+        self.write_affecting_credentials("revoke_login_tokens", move |c| {
+            let now = crate::now_millis();
+            let revoked = c.execute(
+                "UPDATE api_tokens SET revoked_at = $2
+                 WHERE user_id = $1 AND kind = 'login' AND revoked_at IS NULL",
+                &[user_id.into(), now.into()],
+            )?;
+            Ok((now, revoked))
+        })
+        .await
+    }
+
     /// Active organization- and group-scoped tokens of an organization; only those minted
     /// by `minted_by` when given.
     pub async fn list_org_tokens(

@@ -2,6 +2,7 @@
 
 use super::client::{CliError, Client};
 use super::config::Settings;
+use atoll_types::tokens::LoginTokensInvalidated;
 use atoll_types::users::{LoginRequest, LoginResponse, UserResponse};
 use clap::{Args, Subcommand};
 use std::io::IsTerminal;
@@ -17,13 +18,16 @@ pub enum AuthCommand {
   ATOLL_PASSWORD=secret atoll auth login --api-url http://atoll.internal:8080 --username alice
   atoll auth login --token \"$(cat atoll-data/admin.token)\"")]
     Login(LoginArgs),
-    /// Forget the stored token.
+    /// Forget the stored token; with `--all`, first end every session of the user.
     ///
-    /// Logging out is local, as with the turso CLI: the platform has no route to revoke a
-    /// login token, which expires on its own (API tokens are revoked with
+    /// Without `--all` logging out is local, as with the turso CLI: the token is forgotten
+    /// here and expires on its own. `--all` revokes every login token of the user, on every
+    /// machine, before forgetting this one (API tokens are revoked with
     /// `atoll auth api-tokens revoke`).
-    #[command(after_help = "Example:\n  atoll auth logout")]
-    Logout,
+    #[command(
+        after_help = "Examples:\n  atoll auth logout\n  atoll auth logout --all   # ends every session of the user, everywhere"
+    )]
+    Logout(LogoutArgs),
     /// Show the user the token belongs to.
     #[command(after_help = "Example:\n  atoll auth whoami")]
     Whoami,
@@ -38,6 +42,14 @@ pub enum AuthCommand {
         after_help = "Example:\n  atoll auth api-tokens mint ci --org acme"
     )]
     ApiTokens(super::api_tokens::ApiTokensCommand),
+}
+
+#[derive(Args)]
+pub struct LogoutArgs {
+    /// Revoke every login token of the user (all sessions, on every machine), not only
+    /// forget this one. Needs a login token: API tokens cannot end sessions.
+    #[arg(long)]
+    all: bool,
 }
 
 #[derive(Args)]
@@ -66,7 +78,10 @@ pub async fn run(command: AuthCommand) -> Result<(), CliError> {
     match command {
         AuthCommand::Login(args) => login(&mut settings, args).await,
         AuthCommand::ApiTokens(command) => super::api_tokens::run(command).await,
-        AuthCommand::Logout => {
+        AuthCommand::Logout(args) => {
+            if args.all {
+                return logout_everywhere(&mut settings).await;
+            }
             let had = settings.token.take().is_some();
             settings.username = None;
             settings.organization.clear();
@@ -95,6 +110,42 @@ pub async fn run(command: AuthCommand) -> Result<(), CliError> {
             println!("{token}");
             Ok(())
         }
+    }
+}
+
+/// Forgets the stored token and who it belongs to.
+fn forget_token(settings: &mut Settings) -> Result<(), CliError> {
+    settings.token = None;
+    settings.username = None;
+    settings.organization.clear();
+    settings.save()
+}
+
+/// `auth logout --all`: `POST /v1/auth/invalidate` (what `turso auth logout --all` calls),
+/// then forgets the local token, which the call revoked too.
+async fn logout_everywhere(settings: &mut Settings) -> Result<(), CliError> {
+    let client = Client::new(settings)?;
+    client.require_token()?;
+    let url = client.url(&["v1", "auth", "invalidate"]);
+    match client
+        .post::<LoginTokensInvalidated, _>(url, &serde_json::json!({}))
+        .await
+    {
+        Ok(_) => {
+            forget_token(settings)?;
+            println!("Logged out everywhere: every login token of the user is revoked.");
+            Ok(())
+        }
+        // A token that no longer works is of no use here either: forget it, but say
+        // plainly that the other sessions were not ended.
+        Err(e) if e.code == "unauthorized" => {
+            forget_token(settings)?;
+            Err(CliError::local(
+                format!("the stored token no longer works ({}), so other sessions could not be ended; it is forgotten", e.message),
+                "log in again with `atoll auth login`, then run `atoll auth logout --all`",
+            ))
+        }
+        Err(e) => Err(e),
     }
 }
 
