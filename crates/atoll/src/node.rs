@@ -3,8 +3,8 @@
 use crate::server::{
     hostname_suffix, open_node, shutdown_signal, url_scheme, DbLimitArgs, HostArgs, TlsArgs,
 };
-use atoll_data::listener::Listener;
 use anyhow::{bail, Context};
+use atoll_data::listener::Listener;
 use atoll_types::node::NodeInfo;
 use clap::Args;
 use std::net::SocketAddr;

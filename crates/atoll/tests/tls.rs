@@ -145,7 +145,12 @@ async fn dev_with_tls_serves_https_and_the_cli_prints_libsql_urls() {
     cli(
         &config,
         &certificate,
-        &["db", "shell", "shop", "CREATE TABLE t (x); INSERT INTO t VALUES (7)"],
+        &[
+            "db",
+            "shell",
+            "shop",
+            "CREATE TABLE t (x); INSERT INTO t VALUES (7)",
+        ],
     );
     let rows = cli(
         &config,
@@ -283,8 +288,7 @@ async fn serve_manages_a_node_over_https() {
         .await
         .unwrap();
     assert_eq!(
-        answer["results"][0]["response"]["result"]["rows"][0][0]["value"],
-        "42",
+        answer["results"][0]["response"]["result"]["rows"][0][0]["value"], "42",
         "{answer}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -142,14 +142,10 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
             path.display(),
             url
         ),
-        (Some(Source::Database(source)), _) => println!(
-            "Created database {name} as a copy of {source} at {}.",
-            url
-        ),
-        _ => println!(
-            "Created database {name} at {}.",
-            url
-        ),
+        (Some(Source::Database(source)), _) => {
+            println!("Created database {name} as a copy of {source} at {}.", url)
+        }
+        _ => println!("Created database {name} at {}.", url),
     }
     Ok(())
 }

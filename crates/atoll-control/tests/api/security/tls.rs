@@ -197,9 +197,8 @@ async fn the_api_and_the_database_hosts_speak_tls() {
     assert!(answers(&app.client, &app.db_url).await);
 }
 
-type TlsSocket = tokio_tungstenite::WebSocketStream<
-    tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
->;
+type TlsSocket =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
 
 /// Opens a Hrana 3 WebSocket over TLS to the database at `http_url` (`https://…/db/<x>/`).
 async fn websocket(certificate: &TestCertificate, http_url: &str) -> TlsSocket {
@@ -253,7 +252,13 @@ async fn hrana_websockets_work_over_tls() {
     };
     let (url, token) = database(&app, "sockets").await;
     pipeline(&app.client, &url, &token, "CREATE TABLE t (x)").await;
-    pipeline(&app.client, &url, &token, "INSERT INTO t VALUES ('over wss')").await;
+    pipeline(
+        &app.client,
+        &url,
+        &token,
+        "INSERT INTO t VALUES ('over wss')",
+    )
+    .await;
 
     let mut socket = websocket(&certificate, &url).await;
     assert_eq!(
@@ -322,12 +327,18 @@ async fn a_broken_renewal_keeps_the_working_certificate() {
     let broken: [(&str, &str); 3] = [
         (&other.certificate_pem, &old.key_pem),
         ("not a certificate", &old.key_pem),
-        (&other.certificate_pem, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"),
+        (
+            &other.certificate_pem,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        ),
     ];
     for (certificate_pem, key_pem) in broken {
         files.replace(certificate_pem, key_pem);
         assert!(answers(&old.client(), &app.url).await, "{certificate_pem}");
-        assert!(answers(&old.client(), &app.db_url).await, "{certificate_pem}");
+        assert!(
+            answers(&old.client(), &app.db_url).await,
+            "{certificate_pem}"
+        );
         assert!(!answers(&other.client(), &app.url).await);
     }
     std::fs::remove_file(files.key()).unwrap();
@@ -350,7 +361,6 @@ async fn a_server_does_not_start_on_unusable_certificate_files() {
     files.replace("", &certificate.key_pem);
     let empty = ServerTls::from_files(&files.certificate(), &files.key()).unwrap_err();
     assert!(empty.to_string().contains("no certificate"), "{empty}");
-    let missing =
-        ServerTls::from_files(&files.dir.join("absent.pem"), &files.key()).unwrap_err();
+    let missing = ServerTls::from_files(&files.dir.join("absent.pem"), &files.key()).unwrap_err();
     assert!(missing.to_string().contains("absent.pem"), "{missing}");
 }
