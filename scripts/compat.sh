@@ -24,7 +24,10 @@
 #   extra arguments       passed to `node --test` (e.g. --test-name-pattern=groups)
 #
 # The tests get ATOLL_URL (platform API), ATOLL_DB_URL (data plane), ATOLL_TOKEN (the
-# admin's login token) and ATOLL_PASSWORD.
+# admin's login token) and ATOLL_PASSWORD. A second `atoll dev` runs with TLS on both
+# listeners (a self-signed certificate made with openssl for 127.0.0.1 and localhost):
+# ATOLL_TLS_URL and ATOLL_TLS_TOKEN, and NODE_EXTRA_CA_CERTS trusts its certificate.
+# Without openssl that server is not started and its tests say they are skipped.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -87,7 +90,21 @@ fi
 DATA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/atoll-compat.XXXXXX")"
 SERVER_LOG="$DATA_DIR/server.log"
 SERVER_PID=""
+TLS_SERVER_PID=""
 TEST_PID=""
+
+stop_process() {
+  local pid="$1"
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+}
 
 cleanup() {
   local status=$?
@@ -95,15 +112,8 @@ cleanup() {
     kill "$TEST_PID" 2>/dev/null || true
     wait "$TEST_PID" 2>/dev/null || true
   fi
-  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
+  stop_process "$SERVER_PID"
+  stop_process "$TLS_SERVER_PID"
   if [[ "${ATOLL_COMPAT_KEEP:-}" == 1 ]]; then
     log "kept the data directory $DATA_DIR"
   else
@@ -186,6 +196,55 @@ export ATOLL_URL ATOLL_DB_URL ATOLL_TOKEN ATOLL_PASSWORD
 # The data plane starts with the platform API; make sure it answers too.
 healthy "$ATOLL_DB_URL" || { log "server log:"; cat "$SERVER_LOG" >&2; die "the data plane at $ATOLL_DB_URL does not answer /health"; }
 log "server ready at $ATOLL_URL, data plane at $ATOLL_DB_URL (log: $SERVER_LOG)"
+
+# --- a second server, with TLS ---------------------------------------------------------
+TLS_DIR="$DATA_DIR/tls"
+TLS_LOG="$DATA_DIR/server-tls.log"
+ATOLL_TLS_URL=""
+ATOLL_TLS_TOKEN=""
+if want node && command -v openssl >/dev/null; then
+  mkdir -p "$TLS_DIR"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$TLS_DIR/key.pem" -out "$TLS_DIR/cert.pem" 2>/dev/null \
+    || die "openssl could not make a test certificate"
+  # Node reads it at start: every node process below trusts the test certificate.
+  export NODE_EXTRA_CA_CERTS="$TLS_DIR/cert.pem"
+  for attempt in 1 2 3; do
+    TLS_PORT="$(free_port)"
+    TLS_DB_PORT="$(free_port)"
+    rm -rf "$TLS_DIR/data"
+    log "starting $ATOLL_BIN dev with TLS on 127.0.0.1:$TLS_PORT (attempt $attempt)"
+    env -u ATOLL_USERNAME -u ATOLL_PASSWORD -u ATOLL_LOCATIONS -u ATOLL_LOCATION \
+        -u ATOLL_DATA_DIR -u ATOLL_LISTEN -u ATOLL_DB_LISTEN \
+      "$ATOLL_BIN" dev \
+        --data-dir "$TLS_DIR/data" \
+        --listen "127.0.0.1:$TLS_PORT" \
+        --db-listen "127.0.0.1:$TLS_DB_PORT" \
+        --tls-cert "$TLS_DIR/cert.pem" \
+        --tls-key "$TLS_DIR/key.pem" \
+        >"$TLS_LOG" 2>&1 &
+    TLS_SERVER_PID=$!
+    deadline=$((SECONDS + HEALTH_TIMEOUT_S))
+    while (( SECONDS < deadline )) && kill -0 "$TLS_SERVER_PID" 2>/dev/null; do
+      if healthy "https://127.0.0.1:$TLS_PORT"; then
+        ATOLL_TLS_URL="https://127.0.0.1:$TLS_PORT"
+        break
+      fi
+      sleep 0.2
+    done
+    [[ -n "$ATOLL_TLS_URL" ]] && break
+    stop_process "$TLS_SERVER_PID"
+    TLS_SERVER_PID=""
+    log "the TLS server did not start:"; cat "$TLS_LOG" >&2
+  done
+  [[ -n "$ATOLL_TLS_URL" ]] || die "could not start the server with TLS"
+  ATOLL_TLS_TOKEN="$(tr -d '[:space:]' <"$TLS_DIR/data/admin.token")"
+  log "server with TLS ready at $ATOLL_TLS_URL (log: $TLS_LOG)"
+elif want node; then
+  log "WARNING: no openssl: the TLS tests of the node suite are skipped"
+fi
+export ATOLL_TLS_URL ATOLL_TLS_TOKEN
 
 # --- run the tests -------------------------------------------------------------------
 # Each suite runs in the background and is waited for, so that a signal to this script runs

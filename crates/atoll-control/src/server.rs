@@ -118,9 +118,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the control plane on `listener` until `shutdown` resolves.
+/// Serves the control plane on `listener` (a `TcpListener` for plain HTTP, or an
+/// `atoll_data::listener::Listener` with TLS) until `shutdown` resolves.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: impl Into<atoll_data::listener::Listener>,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

@@ -168,9 +168,10 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| DataError::Internal(e.to_string()))?
 }
 
-/// Serves the admin API on `listener` until `shutdown` resolves.
+/// Serves the admin API on `listener` (plain, or a [`crate::listener::Listener`] with TLS)
+/// until `shutdown` resolves.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: impl Into<crate::listener::Listener>,
     state: Arc<AdminState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

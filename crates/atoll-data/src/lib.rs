@@ -29,6 +29,7 @@ pub mod node;
 pub mod rate_limit;
 pub mod sandbox;
 pub mod sql_pool;
+pub mod tls;
 pub mod upload;
 pub mod write_lock;
 
@@ -185,9 +186,10 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         .with_state(state)
 }
 
-/// Serves the database hosts on `listener` until `shutdown` resolves.
+/// Serves the database hosts on `listener` (a `TcpListener` for plain HTTP, or a
+/// [`listener::Listener`] with TLS) until `shutdown` resolves.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: impl Into<listener::Listener>,
     state: Arc<DataPlaneState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

@@ -164,6 +164,10 @@ pub struct Instance {
     pub kind: String,
     pub region: String,
     pub hostname: String,
+    /// As the database's `http_url` (an Atoll extension): the instance's URL in the path
+    /// form, `https://` when its node has TLS.
+    #[serde(default)]
+    pub http_url: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

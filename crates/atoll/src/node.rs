@@ -1,7 +1,10 @@
 //! `atoll node`: one data node, for production set-ups where `atoll serve` manages many.
 
-use crate::server::{hostname_suffix, open_node, shutdown_signal, DbLimitArgs, HostArgs};
+use crate::server::{
+    hostname_suffix, open_node, shutdown_signal, url_scheme, DbLimitArgs, HostArgs, TlsArgs,
+};
 use anyhow::{bail, Context};
+use atoll_data::listener::Listener;
 use atoll_types::node::NodeInfo;
 use clap::Args;
 use std::net::SocketAddr;
@@ -30,13 +33,16 @@ pub struct NodeArgs {
     #[arg(long, env = "ATOLL_NODE_SECRET", hide_env_values = true)]
     node_secret: Option<String>,
     /// Base URL clients use to reach this node's database hosts; defaults to
-    /// `http://<listen>`.
+    /// `http://<listen>` (`https://` with `--tls-cert`).
     #[arg(long, env = "ATOLL_PUBLIC_URL")]
     public_url: Option<String>,
     #[command(flatten)]
     hosts: HostArgs,
     #[command(flatten)]
     limits: DbLimitArgs,
+    /// TLS of both listeners: the database hosts and the node admin API.
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Log filter.
     #[arg(long, env = "ATOLL_LOG", default_value = "info")]
     log: String,
@@ -56,6 +62,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     atoll_types::names::validate_resource_name("location", &args.location)
         .map_err(anyhow::Error::msg)?;
     let limits = args.limits.limits()?;
+    let tls = args.tls.server_tls()?;
     let node = open_node(&args.data_dir, limits.node.clone()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -71,7 +78,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         http_url: args
             .public_url
             .clone()
-            .unwrap_or_else(|| format!("http://{address}")),
+            .unwrap_or_else(|| format!("{}://{address}", url_scheme(&tls))),
         databases: node.database_count(),
     };
     tracing::info!(
@@ -79,17 +86,18 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         location = %info.location,
         databases = %address,
         admin = %admin_listener.local_addr()?,
+        tls = tls.is_some(),
         "data node listening"
     );
     let data_state =
         atoll_data::DataPlaneState::with_limits(Arc::clone(&node), &args.hosts.db_domain, limits);
     let admin_state = atoll_data::admin::AdminState::new(node, info, &secret);
     let admin = tokio::spawn(atoll_data::admin::serve(
-        admin_listener,
+        Listener::new(admin_listener, tls.clone()),
         admin_state,
         shutdown_signal(),
     ));
-    atoll_data::serve(listener, data_state, shutdown_signal()).await?;
+    atoll_data::serve(Listener::new(listener, tls), data_state, shutdown_signal()).await?;
     admin.abort();
     Ok(())
 }

@@ -3,10 +3,12 @@
 
 use anyhow::{bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane, Location};
+use atoll_data::listener::Listener;
 use atoll_data::node::NodeSettings;
 use atoll_data::rate_limit::RateLimitSetting;
 use atoll_data::sandbox::SandboxSettings;
 use atoll_data::sql_pool::SqlPool;
+use atoll_data::tls::ServerTls;
 use atoll_data::DataLimits;
 use atoll_meta::Store;
 use clap::Args;
@@ -41,6 +43,8 @@ pub struct DevArgs {
     api_limits: ApiLimitArgs,
     #[command(flatten)]
     db_limits: DbLimitArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -89,6 +93,8 @@ pub struct ServeArgs {
     api_limits: ApiLimitArgs,
     #[command(flatten)]
     db_limits: DbLimitArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -254,6 +260,40 @@ impl DbLimitArgs {
     }
 }
 
+/// TLS of the process's listeners (see docs/OPERATIONS.md, "TLS"): the platform API and
+/// the database hosts of `dev` and `serve`, the database hosts and the node admin API of
+/// `node`.
+#[derive(Args, Clone)]
+pub struct TlsArgs {
+    /// PEM certificate chain (the server's certificate first) to serve over TLS (with
+    /// `--tls-key`); without it the listeners speak plain HTTP. Re-read when the file
+    /// changes: renewals need no restart.
+    #[arg(long, env = "ATOLL_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "ATOLL_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The listeners' TLS, or `None` for plain HTTP; an error when the files cannot be used.
+    pub(crate) fn server_tls(&self) -> anyhow::Result<Option<ServerTls>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(certificate), Some(key)) => Ok(Some(ServerTls::from_files(certificate, key)?)),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `https` when the listener has TLS, else `http`.
+pub(crate) fn url_scheme(tls: &Option<ServerTls>) -> &'static str {
+    if tls.is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
 /// A timeout flag: whole seconds, at least one.
 fn seconds(value: u64) -> std::time::Duration {
     std::time::Duration::from_secs(value.max(1))
@@ -331,16 +371,21 @@ async fn start_in_process_node(
     db_listen: SocketAddr,
     db_domain: &str,
     limits: DataLimits,
+    tls: Option<ServerTls>,
 ) -> anyhow::Result<InProcessNode> {
     let node = open_node(data_dir, limits.node.clone()).await?;
     let listener = tokio::net::TcpListener::bind(db_listen)
         .await
         .with_context(|| format!("cannot listen on {db_listen} for the database hosts"))?;
     let address = listener.local_addr()?;
-    let db_url = format!("http://{address}");
+    let db_url = format!("{}://{address}", url_scheme(&tls));
     let hostname_suffix = hostname_suffix(db_domain, address);
     let state = atoll_data::DataPlaneState::with_limits(Arc::clone(&node), db_domain, limits);
-    let task = tokio::spawn(atoll_data::serve(listener, state, shutdown_signal()));
+    let task = tokio::spawn(atoll_data::serve(
+        Listener::new(listener, tls),
+        state,
+        shutdown_signal(),
+    ));
     Ok(InProcessNode {
         data_plane: DataPlane::in_process(node, &db_url, &hostname_suffix),
         db_url,
@@ -356,6 +401,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
     let db_limits = args.db_limits.limits()?;
+    let tls = args.tls.server_tls()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     let store = Store::open_sqlite(&args.data_dir.join("meta.db"))
@@ -364,12 +410,13 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let api_url = format!("http://{}", listener.local_addr()?);
+    let api_url = format!("{}://{}", url_scheme(&tls), listener.local_addr()?);
     let node = start_in_process_node(
         &args.data_dir,
         args.db_listen,
         &args.hosts.db_domain,
         db_limits,
+        tls.clone(),
     )
     .await?;
     config.public_url = api_url.clone();
@@ -406,6 +453,13 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         "  Databases: {}/db/<db>-<org>/ (or the host <db>-<org>.{})",
         node.db_url, node.hostname_suffix
     )?;
+    if let Some(certificate) = &args.tls.tls_cert {
+        writeln!(
+            out,
+            "  TLS:       {} (re-read when it changes)",
+            certificate.display()
+        )?;
+    }
     writeln!(
         out,
         "  User:      {}{}",
@@ -433,7 +487,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     )?;
     drop(out);
 
-    atoll_control::serve(listener, state, shutdown_signal()).await?;
+    atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
     node.task.abort();
     Ok(())
 }
@@ -446,13 +500,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
     let db_limits = args.db_limits.limits()?;
+    let tls = args.tls.server_tls()?;
     let store = Store::open(&args.database_url)
         .await
         .context("cannot open the metadata store")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    config.public_url = format!("http://{}", listener.local_addr()?);
+    config.public_url = format!("{}://{}", url_scheme(&tls), listener.local_addr()?);
     let nodes: Vec<String> = args
         .nodes
         .iter()
@@ -466,6 +521,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.db_listen,
             &args.hosts.db_domain,
             db_limits,
+            tls.clone(),
         )
         .await?;
         let data_plane = node.data_plane;
@@ -505,8 +561,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(user = %outcome.username, created = outcome.created, "instance administrator ready");
     }
 
-    tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), "control plane listening");
-    atoll_control::serve(listener, state, shutdown_signal()).await?;
+    tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), tls = tls.is_some(), "control plane listening");
+    atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
     if let Some(task) = own_node {
         task.abort();
     }

@@ -353,10 +353,7 @@ async fn databases_are_configured_inspected_and_restored() {
         &config,
         &["db", "show", "shop", "--instance-urls", "--json"],
     );
-    assert_eq!(
-        format!("libsql://{}", instances[0]["hostname"].as_str().unwrap()),
-        libsql.trim()
-    );
+    assert_eq!(instances[0]["http_url"].as_str().unwrap(), libsql.trim());
 
     // Configuration: printed without flags; each flag changes what the data plane does.
     let shown = ok(&config, &["db", "config", "shop"]);

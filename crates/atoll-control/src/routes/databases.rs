@@ -1047,6 +1047,7 @@ fn instance_of(state: &AppState, db: &Database) -> atoll_types::databases::Insta
         kind: "primary".to_string(),
         region: db.location.clone(),
         hostname: state.data_plane.hostname(&db.node, &db.label),
+        http_url: state.data_plane.http_url(&db.node, &db.label),
     }
 }
 

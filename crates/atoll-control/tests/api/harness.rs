@@ -116,6 +116,27 @@ impl TestApp {
 
     /// Starts a server with this configuration.
     pub async fn start_with(config: ControlConfig) -> Option<TestApp> {
+        TestApp::start_serving(config, None).await
+    }
+
+    /// Starts a server whose platform API and database hosts both speak TLS with `tls`;
+    /// `client` (which must trust its certificate) becomes the app's client.
+    pub async fn start_with_tls(
+        tls: atoll_data::tls::ServerTls,
+        client: reqwest::Client,
+    ) -> Option<TestApp> {
+        TestApp::start_serving(ControlConfig::default(), Some((tls, client))).await
+    }
+
+    async fn start_serving(
+        config: ControlConfig,
+        tls: Option<(atoll_data::tls::ServerTls, reqwest::Client)>,
+    ) -> Option<TestApp> {
+        let (tls, client) = match tls {
+            Some((tls, client)) => (Some(tls), client),
+            None => (None, reqwest::Client::new()),
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let store = match backend().as_str() {
             "postgres" => fresh_postgres_store().await?,
             "sqlite" => fresh_sqlite_store().await.0,
@@ -126,9 +147,10 @@ impl TestApp {
         let node = std::sync::Arc::new(atoll_data::node::Node::open(&node_dir).expect("open node"));
         let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let db_port = db_listener.local_addr().unwrap().port();
-        let db_url = format!("http://127.0.0.1:{db_port}");
+        let db_url = format!("{scheme}://127.0.0.1:{db_port}");
         let data_state = atoll_data::DataPlaneState::new(std::sync::Arc::clone(&node), "localhost");
         let (db_tx, db_rx) = tokio::sync::oneshot::channel::<()>();
+        let db_listener = atoll_data::listener::Listener::new(db_listener, tls.clone());
         tokio::spawn(atoll_data::serve(db_listener, data_state, async {
             let _ = db_rx.await;
         }));
@@ -142,7 +164,8 @@ impl TestApp {
                 .await
                 .expect("bootstrap");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
+        let listener = atoll_data::listener::Listener::new(listener, tls);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server_state = state.clone();
         tokio::spawn(async move {
@@ -156,7 +179,7 @@ impl TestApp {
             url,
             db_url,
             state,
-            client: reqwest::Client::new(),
+            client,
             admin_token: outcome.token,
             _shutdown: tx,
             _db_shutdown: db_tx,

@@ -231,10 +231,13 @@ impl Client {
         request: reqwest::RequestBuilder,
     ) -> Result<T, CliError> {
         let response = request.send().await.map_err(|e| {
-            CliError::local(
-                format!("cannot reach {}: {}", self.base, root_cause(&e)),
-                "is the server running? Point at it with `atoll auth login --api-url URL` or ATOLL_API_URL",
-            )
+            let cause = root_cause(&e);
+            let hint = if cause.contains("certificate") {
+                UNTRUSTED_CERTIFICATE_HINT
+            } else {
+                "is the server running? Point at it with `atoll auth login --api-url URL` or ATOLL_API_URL"
+            };
+            CliError::local(format!("cannot reach {}: {cause}", self.base), hint)
         })?;
         let status = response.status();
         let bytes = response
@@ -252,6 +255,11 @@ impl Client {
         })
     }
 }
+
+/// What to do when the server's TLS certificate is not trusted (a self-signed or private
+/// CA's certificate): the client trusts the system's roots, or those of SSL_CERT_FILE.
+pub const UNTRUSTED_CERTIFICATE_HINT: &str =
+    "the server's TLS certificate is not trusted here: set SSL_CERT_FILE to a PEM file with it (or its CA's certificate)";
 
 pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = error;

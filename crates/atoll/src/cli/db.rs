@@ -5,7 +5,7 @@ use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
 use super::{export, import, shell};
-use atoll_types::databases::{Database, DatabaseList, DatabaseResponse, DatabaseToken};
+use atoll_types::databases::{DatabaseList, DatabaseResponse, DatabaseToken};
 use clap::{ArgGroup, Subcommand};
 
 #[derive(Subcommand)]
@@ -91,12 +91,13 @@ pub enum DbCommand {
     /// Show a database, or just its URL.
     #[command(
         group(ArgGroup::new("only").args(["url", "http_url", "instance_urls"])),
-        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # libsql://shop-admin.localhost:8081\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/\n  atoll db show shop --instance-urls --json"
+        after_help = "Examples:\n  atoll db show shop\n  atoll db show shop --url        # http://127.0.0.1:8081/db/shop-admin/ (libsql://… with TLS)\n  atoll db show shop --http-url   # http://127.0.0.1:8081/db/shop-admin/\n  atoll db show shop --instance-urls --json"
     )]
     Show {
         /// Name of the database.
         name: String,
-        /// Print only the libSQL URL (`libsql://<hostname>`).
+        /// Print only the URL to give a libSQL client: `libsql://…` when the database
+        /// hosts have TLS, else `http://…`.
         #[arg(long)]
         url: bool,
         /// Print only the HTTP URL (works without wildcard DNS).
@@ -176,7 +177,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
                         db.name.clone(),
                         db.group.clone(),
                         db.regions.join(","),
-                        libsql_url(db),
+                        client_url(&db.http_url),
                     ]
                 })
                 .collect();
@@ -260,7 +261,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
                 client.get(client.org_url(&["databases", &name])).await?;
             let db = answer.database;
             if url {
-                println!("{}", libsql_url(&db));
+                println!("{}", client_url(&db.http_url));
             } else if http_url {
                 println!("{}", db.http_url);
             } else if json {
@@ -272,8 +273,9 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
                     ("Group", db.group.clone()),
                     ("Locations", db.regions.join(",")),
                     ("State", db.state.clone()),
-                    ("URL", libsql_url(&db)),
+                    ("URL", client_url(&db.http_url)),
                     ("HTTP URL", db.http_url.clone()),
+                    ("Hostname", db.hostname.clone()),
                     ("Delete protection", on_off(db.delete_protection)),
                     ("Block reads", on_off(db.block_reads)),
                     ("Block writes", on_off(db.block_writes)),
@@ -317,8 +319,17 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
     }
 }
 
-fn libsql_url(db: &Database) -> String {
-    format!("libsql://{}", db.hostname)
+/// The URL to give a libSQL client, derived from the database's `http_url`: the path
+/// form (`…/db/<db>-<org>/`), which works without wildcard DNS (`*.localhost` does not
+/// resolve everywhere), as `libsql://` when the database hosts have TLS and as the plain
+/// `http://` URL when they do not: every client takes `libsql://` to mean TLS, so it
+/// would fail against a plain server. `Hostname` (the Turso form, `libsql://<Hostname>`)
+/// is printed next to it for set-ups with wildcard DNS.
+pub(super) fn client_url(http_url: &str) -> String {
+    match http_url.strip_prefix("https://") {
+        Some(rest) => format!("libsql://{rest}"),
+        None => http_url.to_string(),
+    }
 }
 
 fn on_off(value: bool) -> String {

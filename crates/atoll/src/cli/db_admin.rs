@@ -241,7 +241,7 @@ pub async fn print_instance_urls(client: &Client, name: &str, json: bool) -> Res
             vec![
                 i.name.clone(),
                 i.kind.clone(),
-                format!("libsql://{}", i.hostname),
+                super::db::client_url(&i.http_url),
             ]
         })
         .collect();
@@ -409,8 +409,9 @@ async fn restore(
         )
         .await?;
     println!(
-        "Restored database {} at libsql://{}.",
-        restored.database.name, restored.database.hostname
+        "Restored database {} at {}.",
+        restored.database.name,
+        super::db::client_url(&restored.database.http_url)
     );
     Ok(())
 }

@@ -12,7 +12,9 @@ use super::client::{CliError, Client};
 use super::data_plane::{failure_of, DataPlane};
 use super::progress::{megabytes, Progress};
 use super::sql_session::{SessionError, SqlSession};
-use atoll_types::databases::{CreateDatabaseRequest, CreateDatabaseResponse, DumpUploaded, Seed};
+use atoll_types::databases::{
+    CreateDatabaseRequest, CreateDatabaseResponse, DatabaseResponse, DumpUploaded, Seed,
+};
 use futures_util::StreamExt;
 use reqwest::{Method, StatusCode};
 use std::io::Read;
@@ -124,26 +126,26 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
     if options.wait {
         wait_until_queryable(client, &name).await?;
     }
+    // Create answers only `DbId`, `Hostname` and `Name` (the contract); the URL a client
+    // can use comes with the database itself.
+    let database: DatabaseResponse = client.get(client.org_url(&["databases", &name])).await?;
+    let url = super::db::client_url(&database.database.http_url);
     match (&options.source, &upload) {
         (Some(Source::File(path)), Some(prepared)) => println!(
-            "Created database {name} from {} ({} uploaded) at libsql://{}.",
+            "Created database {name} from {} ({} uploaded) at {}.",
             path.display(),
             megabytes(prepared.size),
-            created.database.hostname
+            url
         ),
         (Some(Source::Dump(path)), _) => println!(
-            "Created database {name} from the dump {} at libsql://{}.",
+            "Created database {name} from the dump {} at {}.",
             path.display(),
-            created.database.hostname
+            url
         ),
-        (Some(Source::Database(source)), _) => println!(
-            "Created database {name} as a copy of {source} at libsql://{}.",
-            created.database.hostname
-        ),
-        _ => println!(
-            "Created database {name} at libsql://{}.",
-            created.database.hostname
-        ),
+        (Some(Source::Database(source)), _) => {
+            println!("Created database {name} as a copy of {source} at {}.", url)
+        }
+        _ => println!("Created database {name} at {}.", url),
     }
     Ok(())
 }

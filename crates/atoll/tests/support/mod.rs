@@ -62,6 +62,17 @@ impl Server {
 
 /// Starts `atoll dev` in a temporary data directory and waits until it is healthy.
 pub async fn start_dev(name: &str) -> Server {
+    start_dev_with(name, &[], "http", reqwest::Client::new()).await
+}
+
+/// As [`start_dev`], with more flags; the API is at `<scheme>://…` and `client` (which
+/// must trust the server's certificate with `https`) asks whether it is healthy.
+pub async fn start_dev_with(
+    name: &str,
+    args: &[&str],
+    scheme: &str,
+    client: reqwest::Client,
+) -> Server {
     let data_dir = temp_dir(name);
     let port = free_port();
     let mut child = Command::new(BIN)
@@ -70,16 +81,17 @@ pub async fn start_dev(name: &str) -> Server {
         .arg(&data_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--db-listen", "127.0.0.1:0"])
+        .args(args)
         .env_remove("ATOLL_PASSWORD")
         .env_remove("ATOLL_USERNAME")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start atoll dev");
-    let url = format!("http://127.0.0.1:{port}");
+    let url = format!("{scheme}://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(response) = reqwest::get(format!("{url}/health")).await {
+        if let Ok(response) = client.get(format!("{url}/health")).send().await {
             if response.status() == 200 {
                 break;
             }

@@ -8,6 +8,7 @@ mod dumps;
 mod encryption_at_rest;
 mod login_abuse;
 mod tenant_sql;
+mod tls;
 mod transfers;
 
 use crate::harness::TestApp;
