@@ -183,9 +183,11 @@ impl Bench {
             Some(url) => Store::open(url)
                 .await
                 .context("cannot open the metadata store")?,
+            // Sealing signing keys as `atoll dev` does, so the figures include it.
             None => Store::open_sqlite(&dir.join("meta.db"))
                 .await
-                .context("cannot open the metadata store")?,
+                .context("cannot open the metadata store")?
+                .with_secrets(atoll_meta::SecretsKeyring::random()),
         };
         let node = crate::server::open_node(dir).await?;
         let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

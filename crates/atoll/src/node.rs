@@ -43,6 +43,7 @@ pub struct NodeArgs {
 }
 
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    crate::file_modes::restrict_new_files();
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -56,6 +57,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     atoll_types::names::validate_resource_name("location", &args.location)
         .map_err(anyhow::Error::msg)?;
     let limits = args.limits.limits()?;
+    crate::file_modes::tighten_data_dir(&args.data_dir);
     let node = open_node(&args.data_dir).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
