@@ -10,3 +10,4 @@ mod database_hosts;
 mod lifecycle;
 mod limits;
 mod routes;
+mod security;
