@@ -1357,16 +1357,25 @@ async fn signing_keys_are_sealed_at_rest(store: Store) {
         .await
         .unwrap();
     for sealed in [&sealed_db, &sealed_group] {
-        assert!(sealed.starts_with(&format!("v1:{}:", first.id())), "{sealed}");
+        assert!(
+            sealed.starts_with(&format!("v1:{}:", first.id())),
+            "{sealed}"
+        );
         assert!(!sealed.contains(PRIVATE_KEY));
     }
     // In use: the private key.
     let read = store.database_by_id(&db.id).await.unwrap().unwrap();
     assert_eq!(read.signing_key, PRIVATE_KEY);
-    assert!(!format!("{read:?}").contains(PRIVATE_KEY), "Debug hides the key");
+    assert!(
+        !format!("{read:?}").contains(PRIVATE_KEY),
+        "Debug hides the key"
+    );
     let read = store.group_by_id(&group.id).await.unwrap().unwrap();
     assert_eq!(read.signing_key, PRIVATE_KEY);
-    assert!(!format!("{read:?}").contains(PRIVATE_KEY), "Debug hides the key");
+    assert!(
+        !format!("{read:?}").contains(PRIVATE_KEY),
+        "Debug hides the key"
+    );
     // A change that does not touch the key leaves its sealed value as it was.
     store
         .update_database(
@@ -1408,7 +1417,10 @@ async fn signing_keys_are_sealed_at_rest(store: Store) {
     assert!(matches!(error, SecretsError::UnknownKey { .. }), "{error}");
     let keyless = store.clone().with_secrets(SecretsKeyring::plaintext());
     let error = secrets_error(keyless.group_by_id(&group.id).await.unwrap_err());
-    assert!(matches!(error, SecretsError::NoKeyConfigured { .. }), "{error}");
+    assert!(
+        matches!(error, SecretsError::NoKeyConfigured { .. }),
+        "{error}"
+    );
     assert_eq!(
         store.stored_signing_key("databases", &db.id).await.unwrap(),
         sealed_db,
@@ -1422,16 +1434,28 @@ async fn signing_keys_are_sealed_at_rest(store: Store) {
         .await
         .unwrap();
     assert_eq!(
-        store.database_by_id(&db.id).await.unwrap().unwrap().signing_key,
+        store
+            .database_by_id(&db.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_key,
         PRIVATE_KEY
     );
     let report = store.seal_signing_keys().await.unwrap();
     // `db` was plaintext; `other` holds "key" in the clear too.
-    assert_eq!((report.sealed_plaintext, report.resealed), (2, 0), "{report:?}");
+    assert_eq!(
+        (report.sealed_plaintext, report.resealed),
+        (2, 0),
+        "{report:?}"
+    );
     let resealed = store.stored_signing_key("databases", &db.id).await.unwrap();
     assert!(resealed.starts_with(&format!("v1:{}:", first.id())));
     let again = store.seal_signing_keys().await.unwrap();
-    assert_eq!((again.sealed_plaintext, again.resealed, again.unchanged), (0, 0, 3));
+    assert_eq!(
+        (again.sealed_plaintext, again.resealed, again.unchanged),
+        (0, 0, 3)
+    );
 
     // Rotation: the new key seals, the old one still opens until the pass re-seals
     // everything under the new key; then the old key alone no longer opens anything.
@@ -1440,17 +1464,34 @@ async fn signing_keys_are_sealed_at_rest(store: Store) {
         .clone()
         .with_secrets(SecretsKeyring::new(second.clone(), vec![first.clone()]));
     assert_eq!(
-        rotated.database_by_id(&db.id).await.unwrap().unwrap().signing_key,
+        rotated
+            .database_by_id(&db.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_key,
         PRIVATE_KEY
     );
     let report = rotated.seal_signing_keys().await.unwrap();
-    assert_eq!((report.sealed_plaintext, report.resealed), (0, 3), "{report:?}");
+    assert_eq!(
+        (report.sealed_plaintext, report.resealed),
+        (0, 3),
+        "{report:?}"
+    );
     for (table, id) in [("databases", &db.id), ("org_groups", &group.id)] {
         let sealed = rotated.stored_signing_key(table, id).await.unwrap();
-        assert!(sealed.starts_with(&format!("v1:{}:", second.id())), "{sealed}");
+        assert!(
+            sealed.starts_with(&format!("v1:{}:", second.id())),
+            "{sealed}"
+        );
     }
     assert_eq!(
-        rotated.group_by_id(&group.id).await.unwrap().unwrap().signing_key,
+        rotated
+            .group_by_id(&group.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_key,
         PRIVATE_KEY
     );
     let error = secrets_error(store.database_by_id(&db.id).await.unwrap_err());

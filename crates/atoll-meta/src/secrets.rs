@@ -326,7 +326,10 @@ mod tests {
         let keyring = SecretsKeyring::new(key(1), Vec::new());
         let record = SealedRecord::Database("db-1");
         let sealed = keyring.seal(record, SIGNING_KEY);
-        assert!(sealed.starts_with(&format!("v1:{}:", key(1).id())), "{sealed}");
+        assert!(
+            sealed.starts_with(&format!("v1:{}:", key(1).id())),
+            "{sealed}"
+        );
         assert!(!sealed.contains(SIGNING_KEY));
         assert_eq!(keyring.open(record, &sealed).unwrap(), SIGNING_KEY);
         // A random nonce per value: sealing twice gives two different texts.
@@ -337,8 +340,8 @@ mod tests {
 
     #[test]
     fn a_wrong_key_fails_loudly() {
-        let sealed = SecretsKeyring::new(key(1), Vec::new())
-            .seal(SealedRecord::Group("g-1"), SIGNING_KEY);
+        let sealed =
+            SecretsKeyring::new(key(1), Vec::new()).seal(SealedRecord::Group("g-1"), SIGNING_KEY);
         let error = SecretsKeyring::new(key(2), Vec::new())
             .open(SealedRecord::Group("g-1"), &sealed)
             .unwrap_err();
@@ -410,7 +413,10 @@ mod tests {
         let encoded = SecretsKey::generate_base64();
         let parsed = SecretsKey::from_base64(&format!("  {encoded}\n")).unwrap();
         let url_safe = URL_SAFE_NO_PAD.encode(STANDARD.decode(&encoded).unwrap());
-        assert_eq!(SecretsKey::from_base64(&url_safe).unwrap().id(), parsed.id());
+        assert_eq!(
+            SecretsKey::from_base64(&url_safe).unwrap().id(),
+            parsed.id()
+        );
         assert_eq!(parsed.id().len(), 8);
         assert!(!format!("{parsed:?}").contains(&encoded));
         let short = SecretsKey::from_base64(&STANDARD.encode([7u8; 16])).unwrap_err();

@@ -150,7 +150,11 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn mode(path: &Path) -> u32 {
-        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
     }
 
     fn set_mode(path: &Path, mode: u32) {

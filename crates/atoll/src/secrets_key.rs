@@ -74,7 +74,11 @@ impl SecretsArgs {
             }
             return Ok(None);
         }
-        for key in self.previous_secrets_keys.iter().filter(|k| !k.trim().is_empty()) {
+        for key in self
+            .previous_secrets_keys
+            .iter()
+            .filter(|k| !k.trim().is_empty())
+        {
             keys.push(parse_key(key, "--previous-secrets-keys")?);
         }
         let current = keys.remove(0);
@@ -252,7 +256,10 @@ mod tests {
             .keyring()
             .unwrap_err();
         let text = format!("{error:#}");
-        assert!(text.contains("--secrets-key") && text.contains("5 bytes"), "{text}");
+        assert!(
+            text.contains("--secrets-key") && text.contains("5 bytes"),
+            "{text}"
+        );
         assert!(!text.contains("c2hvcnQ"), "{text}");
         let error = args(None, None, vec![SecretsKey::generate_base64()])
             .keyring()

@@ -128,7 +128,10 @@ async fn two_nodes_in_two_locations() {
         ])
         .args(["--node", &east.admin_url, "--node", &west.admin_url])
         .env("ATOLL_NODE_SECRET", SECRET)
-        .env("ATOLL_SECRETS_KEY", atoll_meta::SecretsKey::generate_base64())
+        .env(
+            "ATOLL_SECRETS_KEY",
+            atoll_meta::SecretsKey::generate_base64(),
+        )
         .env("ATOLL_USERNAME", "root")
         .env("ATOLL_PASSWORD", "a-long-password")
         .stdout(Stdio::null())
@@ -232,8 +235,8 @@ async fn two_nodes_in_two_locations() {
     for node in [&east, &west] {
         assert_owner_only(&node.dir);
     }
-    let config = std::fs::read_to_string(east.dir.join("dbs").join(&urls[0].1).join("config.json"))
-        .unwrap();
+    let config =
+        std::fs::read_to_string(east.dir.join("dbs").join(&urls[0].1).join("config.json")).unwrap();
     let config: Value = serde_json::from_str(&config).unwrap();
     let keys = config["keys"].as_array().unwrap();
     assert!(!keys.is_empty(), "{config}");

@@ -71,9 +71,7 @@ fn dev_command(data_dir: &Path, port: u16, db_port: u16, extra: &[&str]) -> Comm
 }
 
 async fn start_dev(data_dir: &Path, port: u16, db_port: u16, extra: &[&str]) -> Dev {
-    let mut child = dev_command(data_dir, port, db_port, extra)
-        .spawn()
-        .unwrap();
+    let mut child = dev_command(data_dir, port, db_port, extra).spawn().unwrap();
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -236,7 +234,11 @@ fn admin_token(data_dir: &Path) -> String {
 }
 
 fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 /// Every directory under `dir` (itself included) is 0700 and every file 0600. Answers
@@ -352,7 +354,10 @@ async fn dev_keeps_files_owner_only_and_signing_keys_sealed() {
     // are anywhere in meta.db or its WAL, while their sealed form is.
     let (key_id, keys) = private_keys(&data_dir, &tenant.db_id).await;
     for key in &keys {
-        assert!(!store_holds(&data_dir, key), "a private key is in the clear");
+        assert!(
+            !store_holds(&data_dir, key),
+            "a private key is in the clear"
+        );
     }
     assert!(contains(
         &store_bytes(&data_dir),
@@ -494,8 +499,14 @@ fn serve_needs_a_secrets_key_unless_told_to_keep_keys_in_the_clear() {
         command
     };
     let refused = start_fails(serve(&[]), &log);
-    assert!(refused.contains("atoll serve needs a secrets key"), "{refused}");
-    assert!(refused.contains("--insecure-plaintext-secrets"), "{refused}");
+    assert!(
+        refused.contains("atoll serve needs a secrets key"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("--insecure-plaintext-secrets"),
+        "{refused}"
+    );
     assert!(!store.exists(), "refused before touching the store");
 
     // With the explicit opt-out it starts (and says what it means).

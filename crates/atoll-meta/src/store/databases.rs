@@ -355,7 +355,8 @@ impl Store {
         let id = id.to_string();
         let secrets = self.secrets();
         self.write("delete_database", move |c| {
-            let db = database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))?;
+            let db =
+                database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))?;
             c.execute("DELETE FROM databases WHERE id = $1", &[id.into()])?;
             Ok(db)
         })

@@ -35,7 +35,9 @@ pub(crate) fn group_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Grou
 }
 
 pub(crate) fn groups_from_rows(rows: &[Row], secrets: &SecretsKeyring) -> Result<Vec<Group>> {
-    rows.iter().map(|row| group_from_row(row, secrets)).collect()
+    rows.iter()
+        .map(|row| group_from_row(row, secrets))
+        .collect()
 }
 
 pub(crate) fn insert_group(c: &mut dyn Conn, org_id: &str, new: &NewGroup) -> Result<Group> {
@@ -164,7 +166,8 @@ impl Store {
         let group_id = group_id.to_string();
         let secrets = self.secrets();
         self.write_affecting_credentials("delete_group", move |c| {
-            let group = group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))?;
+            let group =
+                group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))?;
             revoke_group_tokens(c, &group_id)?;
             c.execute("DELETE FROM org_groups WHERE id = $1", &[group_id.into()])?;
             Ok(group)

@@ -49,7 +49,10 @@ impl Store {
                  WHERE g.archived = 0 AND o.plan_id = $1 AND g.last_activity_at < $2 ORDER BY g.id",
                 super::groups::GROUP_COLUMNS
             );
-            super::groups::groups_from_rows(&c.query(&sql, &[plan.into(), before.into()])?, &secrets)
+            super::groups::groups_from_rows(
+                &c.query(&sql, &[plan.into(), before.into()])?,
+                &secrets,
+            )
         })
         .await
     }

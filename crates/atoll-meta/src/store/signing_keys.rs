@@ -6,7 +6,9 @@ use crate::error::Result;
 use crate::secrets::{SealReport, SealedRecord, SecretsKeyring, StoredForm};
 
 /// The tables holding signing keys, and the record each row's key belongs to.
-const SIGNING_KEY_TABLES: [(&str, fn(&str) -> SealedRecord<'_>); 2] =
+type RecordOf = fn(&str) -> SealedRecord<'_>;
+
+const SIGNING_KEY_TABLES: [(&str, RecordOf); 2] =
     [("databases", database_record), ("org_groups", group_record)];
 
 fn database_record(id: &str) -> SealedRecord<'_> {

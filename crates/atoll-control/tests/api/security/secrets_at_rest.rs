@@ -40,7 +40,8 @@ async fn assert_no_key_without_the_secrets_key(thief: &Store, db_id: &str, group
 async fn a_copy_of_the_store_without_the_secrets_key_yields_no_signing_key() {
     let app = app!();
     let org = "/v1/organizations/admin";
-    app.database(org, &app.admin_token, "vault", "default").await;
+    app.database(org, &app.admin_token, "vault", "default")
+        .await;
     let path = format!("{org}/databases/vault");
     let token = mint(&app, &path).await;
     let group_token = mint(&app, &format!("{org}/groups/default")).await;
@@ -55,12 +56,21 @@ async fn a_copy_of_the_store_without_the_secrets_key_yields_no_signing_key() {
         .await
         .unwrap()
         .unwrap();
-    assert!(!db.signing_key.is_empty(), "the server itself opens the key");
+    assert!(
+        !db.signing_key.is_empty(),
+        "the server itself opens the key"
+    );
 
     // The store read without a key, or with a key of the attacker's choosing.
     for thief in [
-        app.state.store.clone().with_secrets(SecretsKeyring::plaintext()),
-        app.state.store.clone().with_secrets(SecretsKeyring::random()),
+        app.state
+            .store
+            .clone()
+            .with_secrets(SecretsKeyring::plaintext()),
+        app.state
+            .store
+            .clone()
+            .with_secrets(SecretsKeyring::random()),
     ] {
         assert_no_key_without_the_secrets_key(&thief, &db.id, &db.group_id).await;
     }
@@ -72,6 +82,10 @@ async fn a_copy_of_the_store_without_the_secrets_key_yields_no_signing_key() {
     assert_eq!(select_one(&app, &token).await, 401);
     let fresh = mint(&app, &path).await;
     assert_eq!(select_one(&app, &fresh).await, 200);
-    let thief = app.state.store.clone().with_secrets(SecretsKeyring::plaintext());
+    let thief = app
+        .state
+        .store
+        .clone()
+        .with_secrets(SecretsKeyring::plaintext());
     assert_no_key_without_the_secrets_key(&thief, &db.id, &db.group_id).await;
 }
