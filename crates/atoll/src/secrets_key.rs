@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The secrets key flags of `atoll dev` and `atoll serve`.
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Default)]
 pub struct SecretsArgs {
     /// Key sealing the signing keys in the metadata store: base64 of 32 random bytes
     /// (`head -c 32 /dev/urandom | base64`). `dev` default: `<data-dir>/secrets.key`,

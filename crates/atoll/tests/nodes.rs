@@ -20,6 +20,7 @@ fn free_port() -> u16 {
 struct Process(Child);
 
 /// Every directory under `dir` (itself included) is 0700 and every file 0600.
+#[cfg(unix)]
 fn assert_owner_only(dir: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
@@ -232,6 +233,7 @@ async fn two_nodes_in_two_locations() {
     assert!(west.dir.join("dbs").join(&urls[1].1).exists());
     // A node keeps its files owner-only, and holds only the public halves of the signing
     // keys (the private ones stay sealed in the control plane's store).
+    #[cfg(unix)]
     for node in [&east, &west] {
         assert_owner_only(&node.dir);
     }

@@ -3,6 +3,7 @@
 //! a data directory from an older version (0644 files, plaintext keys) is tightened and
 //! sealed at start; a wrong key stops the start with a clear message; `atoll serve` will
 //! not run without a key unless told to keep keys in the clear.
+#![cfg(unix)]
 
 use atoll_meta::{SecretsKey, SecretsKeyring, Store};
 use serde_json::{json, Value};
@@ -344,7 +345,6 @@ async fn dev_keeps_files_owner_only_and_signing_keys_sealed() {
         data_dir.join("admin.password"),
         data_dir.join("secrets.key"),
         db_dir.join("data"),
-        db_dir.join("data-wal"),
         db_dir.join("config.json"),
     ] {
         assert!(files.contains(&expected), "{} missing", expected.display());
