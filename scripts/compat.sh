@@ -143,6 +143,7 @@ start_server() {
   local port="$1" db_port="$2"
   env -u ATOLL_USERNAME -u ATOLL_PASSWORD -u ATOLL_LOCATIONS -u ATOLL_LOCATION \
       -u ATOLL_DATA_DIR -u ATOLL_LISTEN -u ATOLL_DB_LISTEN \
+      -u ATOLL_SECRETS_KEY -u ATOLL_SECRETS_KEY_FILE -u ATOLL_PREVIOUS_SECRETS_KEYS \
     "$ATOLL_BIN" dev \
       --data-dir "$DATA_DIR/data" \
       --listen "127.0.0.1:$port" \

@@ -152,6 +152,9 @@ impl From<StoreError> for ApiError {
                 ApiError::Internal(format!("unexpected duplicate: {what}"))
             }
             StoreError::Unavailable(cause) => ApiError::Internal(cause),
+            // A signing key this process cannot open (another replica runs with a key it
+            // lacks): the operator's problem, logged by the store, never the caller's.
+            StoreError::Secrets(cause) => ApiError::Internal(cause.to_string()),
         }
     }
 }

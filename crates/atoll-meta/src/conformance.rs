@@ -1,6 +1,7 @@
 //! The conformance suite: the behaviour every backend must show. Each check gets a fresh,
 //! empty, migrated store; `tests/conformance.rs` runs them all on SQLite and PostgreSQL.
 
+use crate::secrets::{SecretsError, SecretsKey, SecretsKeyring};
 use crate::{
     AuditEntry, Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity, Invitee,
     NewAuditEntry, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError, TokenKind,
@@ -59,6 +60,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         }),
         ("dumps_are_counted_and_expire", |s| {
             Box::pin(dumps_are_counted_and_expire(s))
+        }),
+        ("signing_keys_are_sealed_at_rest", |s| {
+            Box::pin(signing_keys_are_sealed_at_rest(s))
         }),
     ]
 }
@@ -1423,4 +1427,193 @@ async fn dumps_are_counted_and_expire(store: Store) {
     assert_eq!(store.delete_dumps_created_before(later).await.unwrap(), 2);
     assert!(store.dump(&org.id, "a").await.unwrap().is_none());
     assert!(store.dump(&other.id, "c").await.unwrap().is_none());
+}
+
+/// A private key as the control plane makes them (URL-safe base64 of 32 bytes).
+const PRIVATE_KEY: &str = "nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A";
+
+fn secrets_key() -> SecretsKey {
+    SecretsKey::from_base64(&SecretsKey::generate_base64()).unwrap()
+}
+
+fn secrets_error(error: StoreError) -> SecretsError {
+    match error {
+        StoreError::Secrets(error) => error,
+        other => panic!("expected a secrets error, got {other:?}"),
+    }
+}
+
+async fn signing_keys_are_sealed_at_rest(store: Store) {
+    let first = secrets_key();
+    let store = store.with_secrets(SecretsKeyring::new(first.clone(), Vec::new()));
+    let (_, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let mut db = new_database(&org.id, &group.id, "app", "app-alice");
+    db.signing_key = PRIVATE_KEY.to_string();
+    let db = store.insert_database(db).await.unwrap();
+    let other = store
+        .insert_database(new_database(&org.id, &group.id, "other", "other-alice"))
+        .await
+        .unwrap();
+    store
+        .set_group_key(&group.id, PRIVATE_KEY, "gk")
+        .await
+        .unwrap();
+
+    // At rest: sealed under the current key, the private key nowhere in it.
+    let sealed_db = store.stored_signing_key("databases", &db.id).await.unwrap();
+    let sealed_group = store
+        .stored_signing_key("org_groups", &group.id)
+        .await
+        .unwrap();
+    for sealed in [&sealed_db, &sealed_group] {
+        assert!(
+            sealed.starts_with(&format!("v1:{}:", first.id())),
+            "{sealed}"
+        );
+        assert!(!sealed.contains(PRIVATE_KEY));
+    }
+    // In use: the private key.
+    let read = store.database_by_id(&db.id).await.unwrap().unwrap();
+    assert_eq!(read.signing_key, PRIVATE_KEY);
+    assert!(
+        !format!("{read:?}").contains(PRIVATE_KEY),
+        "Debug hides the key"
+    );
+    let read = store.group_by_id(&group.id).await.unwrap().unwrap();
+    assert_eq!(read.signing_key, PRIVATE_KEY);
+    assert!(
+        !format!("{read:?}").contains(PRIVATE_KEY),
+        "Debug hides the key"
+    );
+    // A change that does not touch the key leaves its sealed value as it was.
+    store
+        .update_database(
+            &db.id,
+            DatabaseChanges {
+                block_reads: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.stored_signing_key("databases", &db.id).await.unwrap(),
+        sealed_db
+    );
+
+    // A sealed value copied onto another database's row does not open there.
+    store
+        .overwrite_stored_signing_key("databases", &other.id, &sealed_db)
+        .await
+        .unwrap();
+    let error = secrets_error(store.database_by_id(&other.id).await.unwrap_err());
+    assert!(matches!(error, SecretsError::Tampered { .. }), "{error}");
+    let error = secrets_error(store.seal_signing_keys().await.unwrap_err());
+    assert!(matches!(error, SecretsError::Tampered { .. }), "{error}");
+    store
+        .overwrite_stored_signing_key("databases", &other.id, "key")
+        .await
+        .unwrap();
+
+    // The wrong key, or none, fails loudly and names the key the value needs.
+    let wrong = store
+        .clone()
+        .with_secrets(SecretsKeyring::new(secrets_key(), Vec::new()));
+    let error = secrets_error(wrong.database_by_id(&db.id).await.unwrap_err());
+    assert!(matches!(error, SecretsError::UnknownKey { .. }), "{error}");
+    assert!(error.to_string().contains(first.id()), "{error}");
+    let error = secrets_error(wrong.seal_signing_keys().await.unwrap_err());
+    assert!(matches!(error, SecretsError::UnknownKey { .. }), "{error}");
+    let keyless = store.clone().with_secrets(SecretsKeyring::plaintext());
+    let error = secrets_error(keyless.group_by_id(&group.id).await.unwrap_err());
+    assert!(
+        matches!(error, SecretsError::NoKeyConfigured { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        store.stored_signing_key("databases", &db.id).await.unwrap(),
+        sealed_db,
+        "a failed pass changes nothing"
+    );
+
+    // Plaintext from an older version is read, then sealed by the pass; a second pass
+    // has nothing to do.
+    store
+        .overwrite_stored_signing_key("databases", &db.id, PRIVATE_KEY)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .database_by_id(&db.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_key,
+        PRIVATE_KEY
+    );
+    let report = store.seal_signing_keys().await.unwrap();
+    // `db` was plaintext; `other` holds "key" in the clear too.
+    assert_eq!(
+        (report.sealed_plaintext, report.resealed),
+        (2, 0),
+        "{report:?}"
+    );
+    let resealed = store.stored_signing_key("databases", &db.id).await.unwrap();
+    assert!(resealed.starts_with(&format!("v1:{}:", first.id())));
+    let again = store.seal_signing_keys().await.unwrap();
+    assert_eq!(
+        (again.sealed_plaintext, again.resealed, again.unchanged),
+        (0, 0, 3)
+    );
+
+    // Rotation: the new key seals, the old one still opens until the pass re-seals
+    // everything under the new key; then the old key alone no longer opens anything.
+    let second = secrets_key();
+    let rotated = store
+        .clone()
+        .with_secrets(SecretsKeyring::new(second.clone(), vec![first.clone()]));
+    assert_eq!(
+        rotated
+            .database_by_id(&db.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_key,
+        PRIVATE_KEY
+    );
+    let report = rotated.seal_signing_keys().await.unwrap();
+    assert_eq!(
+        (report.sealed_plaintext, report.resealed),
+        (0, 3),
+        "{report:?}"
+    );
+    for (table, id) in [("databases", &db.id), ("org_groups", &group.id)] {
+        let sealed = rotated.stored_signing_key(table, id).await.unwrap();
+        assert!(
+            sealed.starts_with(&format!("v1:{}:", second.id())),
+            "{sealed}"
+        );
+    }
+    assert_eq!(
+        rotated
+            .group_by_id(&group.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_key,
+        PRIVATE_KEY
+    );
+    let error = secrets_error(store.database_by_id(&db.id).await.unwrap_err());
+    assert!(matches!(error, SecretsError::UnknownKey { .. }), "{error}");
+    let only_new = store
+        .clone()
+        .with_secrets(SecretsKeyring::new(second, Vec::new()));
+    assert_eq!(
+        only_new.list_groups(&org.id).await.unwrap()[0].signing_key,
+        PRIVATE_KEY
+    );
 }

@@ -42,6 +42,9 @@ pub enum StoreError {
     /// The backend failed (connection lost, disk full, corrupt data, bad migration).
     #[error("metadata store unavailable: {0}")]
     Unavailable(String),
+    /// A sealed signing key that the configured secrets keys cannot open.
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 impl StoreError {

@@ -13,6 +13,7 @@ pub mod conformance;
 mod error;
 mod model;
 mod postgres;
+pub mod secrets;
 mod sqlite;
 mod store;
 pub mod testing;
@@ -20,6 +21,7 @@ pub mod testing;
 pub use backend::{Conn, Row, Value};
 pub use error::{Entity, StoreError};
 pub use model::*;
+pub use secrets::{SealReport, SecretsKey, SecretsKeyring};
 pub use store::{
     hour_bucket, BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, NewGroup, NewUser,
     Store, Usage, UsageEntry,

@@ -89,7 +89,7 @@ pub enum Invitee {
     Username(String),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Group {
     pub id: String,
     pub org_id: String,
@@ -103,9 +103,38 @@ pub struct Group {
     pub created_at: i64,
     pub last_activity_at: i64,
     /// Ed25519 key signing the group's database tokens (URL-safe base64); empty until the
-    /// first token or database needs it.
+    /// first token or database needs it. Sealed at rest (see [`crate::secrets`]); `Debug`
+    /// does not show it.
     pub signing_key: String,
     pub key_id: String,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("id", &self.id)
+            .field("org_id", &self.org_id)
+            .field("name", &self.name)
+            .field("primary_location", &self.primary_location)
+            .field("locations", &self.locations)
+            .field("version", &self.version)
+            .field("delete_protection", &self.delete_protection)
+            .field("archived", &self.archived)
+            .field("created_at", &self.created_at)
+            .field("last_activity_at", &self.last_activity_at)
+            .field("signing_key", &redacted(&self.signing_key))
+            .field("key_id", &self.key_id)
+            .finish()
+    }
+}
+
+/// What `Debug` shows of a private key.
+fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() {
+        ""
+    } else {
+        "<redacted>"
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +244,7 @@ impl DatabaseState {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Database {
     pub id: String,
     pub org_id: String,
@@ -235,12 +264,39 @@ pub struct Database {
     pub allowed_ips: Vec<String>,
     /// The database it was copied from: id, name, when.
     pub parent: Option<(String, String, i64)>,
-    /// Ed25519 key signing its database tokens (URL-safe base64).
+    /// Ed25519 key signing its database tokens (URL-safe base64). Sealed at rest (see
+    /// [`crate::secrets`]); `Debug` does not show it.
     pub signing_key: String,
     pub key_id: String,
     pub created_at: i64,
     /// When it was deleted, for a database that can still be restored.
     pub deleted_at: Option<i64>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("id", &self.id)
+            .field("org_id", &self.org_id)
+            .field("group_id", &self.group_id)
+            .field("name", &self.name)
+            .field("label", &self.label)
+            .field("state", &self.state)
+            .field("location", &self.location)
+            .field("node", &self.node)
+            .field("size_limit", &self.size_limit)
+            .field("block_reads", &self.block_reads)
+            .field("block_writes", &self.block_writes)
+            .field("delete_protection", &self.delete_protection)
+            .field("allow_attach", &self.allow_attach)
+            .field("allowed_ips", &self.allowed_ips)
+            .field("parent", &self.parent)
+            .field("signing_key", &redacted(&self.signing_key))
+            .field("key_id", &self.key_id)
+            .field("created_at", &self.created_at)
+            .field("deleted_at", &self.deleted_at)
+            .finish()
+    }
 }
 
 /// One entry of an organization's audit log.

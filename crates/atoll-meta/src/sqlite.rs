@@ -51,6 +51,17 @@ impl SqliteBackend {
         })
     }
 
+    /// Rewrites the file without free pages and empties the WAL, so rows replaced by the
+    /// last transactions (plaintext signing keys before they were sealed) no longer sit
+    /// in the files on disk.
+    pub(crate) fn erase_replaced_content(&self) -> Result<()> {
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        writer.execute_batch("VACUUM").map_err(map_error)?;
+        writer
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(map_error)
+    }
+
     pub(crate) fn transaction<R>(
         &self,
         access: Access,

@@ -9,6 +9,7 @@ mod invites;
 mod jobs;
 mod members;
 mod organizations;
+mod signing_keys;
 mod tokens;
 mod usage;
 mod users;
@@ -21,6 +22,7 @@ pub use users::{NewGroup, NewUser};
 use crate::backend::{Access, Conn, Value};
 use crate::error::{Result, StoreError};
 use crate::postgres::PostgresBackend;
+use crate::secrets::SecretsKeyring;
 use crate::sqlite::SqliteBackend;
 use credential_cache::CredentialCache;
 use std::path::Path;
@@ -43,6 +45,8 @@ enum Backend {
 pub struct Store {
     backend: Arc<Backend>,
     credentials: Arc<CredentialCache>,
+    /// Seals signing keys on their way in and opens them on their way out.
+    secrets: Arc<SecretsKeyring>,
 }
 
 impl Store {
@@ -53,7 +57,21 @@ impl Store {
                 credential_cache::CAPACITY,
                 credential_cache::TTL,
             )),
+            secrets: Arc::new(SecretsKeyring::plaintext()),
         }
+    }
+
+    /// This store, sealing signing keys with `keyring` from now on (a new store keeps
+    /// them in the clear until given one). Run [`Store::seal_signing_keys`] after it so
+    /// what older versions or previous keys wrote is sealed under the current key.
+    pub fn with_secrets(mut self, keyring: SecretsKeyring) -> Store {
+        self.secrets = Arc::new(keyring);
+        self
+    }
+
+    /// The keyring, for an operation's closure.
+    fn secrets(&self) -> Arc<SecretsKeyring> {
+        Arc::clone(&self.secrets)
     }
 
     /// Opens (creating if needed) the embedded SQLite store at `path` and migrates it.
@@ -147,8 +165,14 @@ impl Store {
             Backend::Postgres(b) => b.transaction(access, f),
         })
         .await;
-        if let Err(StoreError::Unavailable(cause)) = &result {
-            tracing::error!(operation = op, %cause, "metadata store operation failed");
+        match &result {
+            Err(StoreError::Unavailable(cause)) => {
+                tracing::error!(operation = op, %cause, "metadata store operation failed");
+            }
+            Err(StoreError::Secrets(cause)) => {
+                tracing::error!(operation = op, %cause, "cannot open a sealed signing key");
+            }
+            _ => {}
         }
         result
     }

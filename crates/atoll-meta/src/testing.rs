@@ -1,6 +1,6 @@
 //! Fresh, isolated stores for tests: a temporary SQLite file, or a new PostgreSQL schema.
 
-use crate::Store;
+use crate::{SecretsKeyring, Store};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -11,12 +11,14 @@ pub fn postgres_test_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
-/// A migrated store in a new temporary directory.
+/// A migrated store in a new temporary directory, sealing signing keys with a random
+/// secrets key as the servers do.
 pub async fn fresh_sqlite_store() -> (Store, PathBuf) {
     let dir = std::env::temp_dir().join(format!("atoll-test-{}", uuid::Uuid::new_v4().simple()));
     let store = Store::open_sqlite(&dir.join("meta.db"))
         .await
-        .expect("open SQLite store");
+        .expect("open SQLite store")
+        .with_secrets(SecretsKeyring::random());
     (store, dir)
 }
 
@@ -28,13 +30,15 @@ pub async fn fresh_postgres_url() -> Option<String> {
         .expect("schema task")
 }
 
-/// A migrated store in a new PostgreSQL schema, or `None` when PostgreSQL is unreachable.
+/// A migrated store in a new PostgreSQL schema, sealing signing keys with a random
+/// secrets key, or `None` when PostgreSQL is unreachable.
 pub async fn fresh_postgres_store() -> Option<Store> {
     let url = fresh_postgres_url().await?;
     Some(
         Store::connect_postgres(&url)
             .await
-            .expect("connect to the test schema"),
+            .expect("connect to the test schema")
+            .with_secrets(SecretsKeyring::random()),
     )
 }
 

@@ -183,9 +183,15 @@ impl Bench {
             Some(url) => Store::open(url)
                 .await
                 .context("cannot open the metadata store")?,
-            None => Store::open_sqlite(&dir.join("meta.db"))
-                .await
-                .context("cannot open the metadata store")?,
+            // Sealing signing keys with `<dir>/secrets.key`, as `atoll dev` does (the
+            // figures include it, and `rss_idle` starts `atoll dev` on this directory).
+            None => {
+                let store = Store::open_sqlite(&dir.join("meta.db"))
+                    .await
+                    .context("cannot open the metadata store")?;
+                let (keyring, _) = crate::secrets_key::dev_keyring(&Default::default(), dir)?;
+                store.with_secrets(keyring)
+            }
         };
         let node = crate::server::open_node(dir, Default::default()).await?;
         let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -3,8 +3,10 @@
 
 mod bench;
 mod cli;
+mod file_modes;
 mod load;
 mod node;
+mod secrets_key;
 mod server;
 
 use clap::{Parser, Subcommand};

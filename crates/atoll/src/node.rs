@@ -49,6 +49,7 @@ pub struct NodeArgs {
 }
 
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    crate::file_modes::restrict_new_files();
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -63,6 +64,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     let limits = args.limits.limits()?;
     let tls = args.tls.server_tls()?;
+    crate::file_modes::tighten_data_dir(&args.data_dir);
     let node = open_node(&args.data_dir, limits.node.clone()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

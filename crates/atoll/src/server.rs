@@ -45,6 +45,8 @@ pub struct DevArgs {
     db_limits: DbLimitArgs,
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    secrets: crate::secrets_key::SecretsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -95,6 +97,8 @@ pub struct ServeArgs {
     db_limits: DbLimitArgs,
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    secrets: crate::secrets_key::ServeSecretsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -396,17 +400,20 @@ async fn start_in_process_node(
 
 /// `atoll dev`: the control plane and a data node on an embedded store in `--data-dir`.
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    crate::file_modes::restrict_new_files();
     args.common.init_logging();
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
     let db_limits = args.db_limits.limits()?;
     let tls = args.tls.server_tls()?;
+    crate::file_modes::tighten_data_dir(&args.data_dir);
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     let store = Store::open_sqlite(&args.data_dir.join("meta.db"))
         .await
         .context("cannot open the metadata store")?;
+    let store = seal_dev_store(store, &args).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -495,15 +502,24 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 /// `atoll serve`: the control plane on PostgreSQL (or SQLite), with `atoll node`s or a data
 /// node of its own.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    crate::file_modes::restrict_new_files();
     args.common.init_logging();
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
     let db_limits = args.db_limits.limits()?;
     let tls = args.tls.server_tls()?;
+    let keyring = crate::secrets_key::serve_keyring(&args.secrets)?;
+    if let Some(path) = sqlite_store_path(&args.database_url) {
+        crate::file_modes::tighten_sqlite_store(path);
+    }
+    if args.nodes.is_empty() {
+        crate::file_modes::tighten_data_dir(&args.data_dir);
+    }
     let store = Store::open(&args.database_url)
         .await
         .context("cannot open the metadata store")?;
+    let store = crate::secrets_key::seal_store(store, keyring, None).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -571,12 +587,45 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// `atoll migrate`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    crate::file_modes::restrict_new_files();
+    if let Some(path) = sqlite_store_path(&args.database_url) {
+        crate::file_modes::tighten_sqlite_store(path);
+    }
     let store = Store::open(&args.database_url)
         .await
         .context("cannot open the metadata store")?;
     store.migrate().await?;
     println!("metadata store is up to date ({:?})", store.kind());
     Ok(())
+}
+
+/// The file of a SQLite store URL (as [`Store::open`] reads it), `None` for PostgreSQL.
+fn sqlite_store_path(database_url: &str) -> Option<&Path> {
+    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        return None;
+    }
+    Some(Path::new(
+        database_url
+            .strip_prefix("sqlite://")
+            .unwrap_or(database_url),
+    ))
+}
+
+/// `atoll dev`'s store with its keyring, everything in it sealed under the current key.
+async fn seal_dev_store(store: Store, args: &DevArgs) -> anyhow::Result<Store> {
+    let (keyring, generated) = crate::secrets_key::dev_keyring(&args.secrets, &args.data_dir)?;
+    let key_path = crate::secrets_key::dev_key_path(&args.data_dir);
+    let hint = generated.then(|| {
+        format!(
+            "{} was missing, so a new key was made, but the store's signing keys were sealed              with another: restore that file from your backup (the new one was removed)",
+            key_path.display()
+        )
+    });
+    let sealed = crate::secrets_key::seal_store(store, keyring, hint).await;
+    if sealed.is_err() && generated {
+        let _ = std::fs::remove_file(&key_path);
+    }
+    sealed
 }
 
 /// Writes a secret readable by its owner only (mode 0600).

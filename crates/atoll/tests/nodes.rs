@@ -19,6 +19,24 @@ fn free_port() -> u16 {
 
 struct Process(Child);
 
+/// Every directory under `dir` (itself included) is 0700 and every file 0600.
+#[cfg(unix)]
+fn assert_owner_only(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", dir.display());
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let metadata = std::fs::symlink_metadata(&path).unwrap();
+        if metadata.is_dir() {
+            assert_owner_only(&path);
+        } else {
+            let mode = metadata.permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", path.display());
+        }
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -111,6 +129,10 @@ async fn two_nodes_in_two_locations() {
         ])
         .args(["--node", &east.admin_url, "--node", &west.admin_url])
         .env("ATOLL_NODE_SECRET", SECRET)
+        .env(
+            "ATOLL_SECRETS_KEY",
+            atoll_meta::SecretsKey::generate_base64(),
+        )
         .env("ATOLL_USERNAME", "root")
         .env("ATOLL_PASSWORD", "a-long-password")
         .stdout(Stdio::null())
@@ -209,6 +231,21 @@ async fn two_nodes_in_two_locations() {
     assert!(east.dir.join("dbs").join(&urls[0].1).exists());
     assert!(!west.dir.join("dbs").join(&urls[0].1).exists());
     assert!(west.dir.join("dbs").join(&urls[1].1).exists());
+    // A node keeps its files owner-only, and holds only the public halves of the signing
+    // keys (the private ones stay sealed in the control plane's store).
+    #[cfg(unix)]
+    for node in [&east, &west] {
+        assert_owner_only(&node.dir);
+    }
+    let config =
+        std::fs::read_to_string(east.dir.join("dbs").join(&urls[0].1).join("config.json")).unwrap();
+    let config: Value = serde_json::from_str(&config).unwrap();
+    let keys = config["keys"].as_array().unwrap();
+    assert!(!keys.is_empty(), "{config}");
+    for key in keys {
+        let fields: Vec<&String> = key.as_object().unwrap().keys().collect();
+        assert_eq!(fields, ["kid", "public_key"], "{config}");
+    }
 
     // An upload through the second node.
     let created = call(

@@ -228,7 +228,10 @@ async fn serve_and_migrate_on_postgres() {
             "--data-dir",
             node_dir.to_str().unwrap(),
         ],
-        &[],
+        &[(
+            "ATOLL_SECRETS_KEY",
+            atoll_meta::SecretsKey::generate_base64(),
+        )],
         port,
     )
     .await;

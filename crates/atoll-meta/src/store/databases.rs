@@ -2,18 +2,22 @@ use super::Store;
 use crate::backend::{Conn, Row, Value};
 use crate::error::{Entity, Result, StoreError};
 use crate::model::{Database, DatabaseState};
+use crate::secrets::{SealedRecord, SecretsKeyring};
 
 const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
      d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
      d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at";
 
-fn database_from_row(row: &Row) -> Database {
+/// A database from its row, its signing key opened.
+fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
+    let id = row.text(0);
+    let signing_key = secrets.open(SealedRecord::Database(&id), &row.text(17))?;
     let parent = match (row.opt_text(14), row.opt_text(15)) {
         (Some(id), Some(name)) => Some((id, name, row.int(16))),
         _ => None,
     };
-    Database {
-        id: row.text(0),
+    Ok(Database {
+        id,
         org_id: row.text(1),
         group_id: row.text(2),
         name: row.text(3),
@@ -33,17 +37,28 @@ fn database_from_row(row: &Row) -> Database {
             .map(String::from)
             .collect(),
         parent,
-        signing_key: row.text(17),
+        signing_key,
         key_id: row.text(18),
         created_at: row.int(19),
         deleted_at: row.opt_int(20),
-    }
+    })
 }
 
-fn database_by_id(c: &mut dyn Conn, id: &str) -> Result<Option<Database>> {
+fn databases_from_rows(rows: &[Row], secrets: &SecretsKeyring) -> Result<Vec<Database>> {
+    rows.iter()
+        .map(|row| database_from_row(row, secrets))
+        .collect()
+}
+
+fn database_by_id(
+    c: &mut dyn Conn,
+    id: &str,
+    secrets: &SecretsKeyring,
+) -> Result<Option<Database>> {
     let sql = format!("SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.id = $1");
-    Ok(c.query_opt(&sql, &[id.into()])?
-        .map(|row| database_from_row(&row)))
+    c.query_opt(&sql, &[id.into()])?
+        .map(|row| database_from_row(&row, secrets))
+        .transpose()
 }
 
 /// Changes to a database; `None` leaves a field as it is (`size_limit: Some(None)` clears
@@ -75,7 +90,9 @@ impl Store {
     /// Stores a new database. A taken name, or a hostname label another organization's
     /// database already has, is `AlreadyExists(Database)`.
     pub async fn insert_database(&self, db: Database) -> Result<Database> {
+        let secrets = self.secrets();
         self.write("insert_database", move |c| {
+            let sealed_key = secrets.seal(SealedRecord::Database(&db.id), &db.signing_key);
             let (parent_id, parent_name, branched_at) = match &db.parent {
                 Some((id, name, at)) => (Some(id.clone()), Some(name.clone()), Some(*at)),
                 None => (None, None, None),
@@ -103,32 +120,35 @@ impl Store {
                     Value::from(parent_id),
                     Value::from(parent_name),
                     Value::from(branched_at),
-                    (&db.signing_key).into(),
+                    sealed_key.into(),
                     (&db.key_id).into(),
                     crate::now_millis().into(),
                 ],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
-            database_by_id(c, &db.id)?.ok_or(StoreError::NotFound(Entity::Database))
+            database_by_id(c, &db.id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
         })
         .await
     }
 
     pub async fn database_by_name(&self, org_id: &str, name: &str) -> Result<Option<Database>> {
         let (org_id, name) = (org_id.to_string(), name.to_string());
+        let secrets = self.secrets();
         self.read("database_by_name", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.org_id = $1 AND d.name = $2 AND d.deleted_at IS NULL"
             );
-            Ok(c.query_opt(&sql, &[org_id.into(), name.into()])?
-                .map(|row| database_from_row(&row)))
+            c.query_opt(&sql, &[org_id.into(), name.into()])?
+                .map(|row| database_from_row(&row, &secrets))
+                .transpose()
         })
         .await
     }
 
     pub async fn database_by_id(&self, id: &str) -> Result<Option<Database>> {
         let id = id.to_string();
-        self.read("database_by_id", move |c| database_by_id(c, &id))
+        let secrets = self.secrets();
+        self.read("database_by_id", move |c| database_by_id(c, &id, &secrets))
             .await
     }
 
@@ -139,6 +159,7 @@ impl Store {
         filter: DatabaseFilter,
     ) -> Result<Vec<Database>> {
         let org_id = org_id.to_string();
+        let secrets = self.secrets();
         self.read("list_databases", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d
@@ -160,7 +181,7 @@ impl Store {
                     limit.into(),
                 ],
             )?;
-            Ok(rows.iter().map(database_from_row).collect())
+            databases_from_rows(&rows, &secrets)
         })
         .await
     }
@@ -169,14 +190,12 @@ impl Store {
     /// them with it).
     pub async fn databases_in_group(&self, group_id: &str) -> Result<Vec<Database>> {
         let group_id = group_id.to_string();
+        let secrets = self.secrets();
         self.read("databases_in_group", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.group_id = $1 ORDER BY d.name"
             );
-            Ok(c.query(&sql, &[group_id.into()])?
-                .iter()
-                .map(database_from_row)
-                .collect())
+            databases_from_rows(&c.query(&sql, &[group_id.into()])?, &secrets)
         })
         .await
     }
@@ -184,14 +203,12 @@ impl Store {
     /// Every database of an organization, deleted ones included.
     pub async fn databases_in_org(&self, org_id: &str) -> Result<Vec<Database>> {
         let org_id = org_id.to_string();
+        let secrets = self.secrets();
         self.read("databases_in_org", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.org_id = $1 ORDER BY d.name"
             );
-            Ok(c.query(&sql, &[org_id.into()])?
-                .iter()
-                .map(database_from_row)
-                .collect())
+            databases_from_rows(&c.query(&sql, &[org_id.into()])?, &secrets)
         })
         .await
     }
@@ -199,23 +216,25 @@ impl Store {
     /// An organization's deleted databases, most recently deleted first.
     pub async fn deleted_databases(&self, org_id: &str) -> Result<Vec<Database>> {
         let org_id = org_id.to_string();
+        let secrets = self.secrets();
         self.read("deleted_databases", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d
                  WHERE d.org_id = $1 AND d.deleted_at IS NOT NULL ORDER BY d.deleted_at DESC, d.name"
             );
-            Ok(c.query(&sql, &[org_id.into()])?.iter().map(database_from_row).collect())
+            databases_from_rows(&c.query(&sql, &[org_id.into()])?, &secrets)
         })
         .await
     }
 
     /// Deleted databases whose restore window ended before `before`, in every organization.
     pub async fn databases_deleted_before(&self, before: i64) -> Result<Vec<Database>> {
+        let secrets = self.secrets();
         self.read("databases_deleted_before", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.deleted_at IS NOT NULL AND d.deleted_at < $1 ORDER BY d.id"
             );
-            Ok(c.query(&sql, &[before.into()])?.iter().map(database_from_row).collect())
+            databases_from_rows(&c.query(&sql, &[before.into()])?, &secrets)
         })
         .await
     }
@@ -223,6 +242,7 @@ impl Store {
     /// Marks a database deleted (restorable): its name and hostname are free again.
     pub async fn soft_delete_database(&self, id: &str) -> Result<Database> {
         let id = id.to_string();
+        let secrets = self.secrets();
         self.write("soft_delete_database", move |c| {
             let changed = c.execute(
                 "UPDATE databases SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL",
@@ -231,7 +251,7 @@ impl Store {
             if changed == 0 {
                 return Err(StoreError::NotFound(Entity::Database));
             }
-            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+            database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
         })
         .await
     }
@@ -240,6 +260,7 @@ impl Store {
     /// `AlreadyExists(Database)`.
     pub async fn restore_database(&self, id: &str) -> Result<Database> {
         let id = id.to_string();
+        let secrets = self.secrets();
         self.write("restore_database", move |c| {
             let changed = c
                 .execute("UPDATE databases SET deleted_at = NULL WHERE id = $1 AND deleted_at IS NOT NULL", &[(&id).into()])
@@ -247,37 +268,44 @@ impl Store {
             if changed == 0 {
                 return Err(StoreError::NotFound(Entity::Database));
             }
-            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+            database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
         })
         .await
     }
 
     /// Databases a crash left half-created.
     pub async fn databases_in_state(&self, state: DatabaseState) -> Result<Vec<Database>> {
+        let secrets = self.secrets();
         self.read("databases_in_state", move |c| {
             let sql = format!(
                 "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.state = $1 ORDER BY d.id"
             );
-            Ok(c.query(&sql, &[state.as_str().into()])?
-                .iter()
-                .map(database_from_row)
-                .collect())
+            databases_from_rows(&c.query(&sql, &[state.as_str().into()])?, &secrets)
         })
         .await
     }
 
     pub async fn update_database(&self, id: &str, changes: DatabaseChanges) -> Result<Database> {
         let id = id.to_string();
+        let secrets = self.secrets();
         self.write("update_database", move |c| {
-            let current = database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))?;
+            let current = database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))?;
             let size_limit = match changes.size_limit {
                 Some(limit) => limit,
                 None => current.size_limit,
             };
-            let (signing_key, key_id) = changes.signing_key.unwrap_or((current.signing_key, current.key_id));
+            // A new key is sealed; without one the stored value stays as it is.
+            let (signing_key, key_id) = match &changes.signing_key {
+                Some((key, key_id)) => (
+                    Some(secrets.seal(SealedRecord::Database(&id), key)),
+                    Some(key_id.clone()),
+                ),
+                None => (None, None),
+            };
             c.execute(
                 "UPDATE databases SET state = $2, size_limit = $3, block_reads = $4, block_writes = $5,
-                        delete_protection = $6, allow_attach = $7, allowed_ips = $8, signing_key = $9, key_id = $10
+                        delete_protection = $6, allow_attach = $7, allowed_ips = $8,
+                        signing_key = COALESCE(CAST($9 AS TEXT), signing_key), key_id = COALESCE(CAST($10 AS TEXT), key_id)
                  WHERE id = $1",
                 &[
                     (&id).into(),
@@ -288,11 +316,11 @@ impl Store {
                     changes.delete_protection.unwrap_or(current.delete_protection).into(),
                     changes.allow_attach.unwrap_or(current.allow_attach).into(),
                     changes.allowed_ips.unwrap_or(current.allowed_ips).join(",").into(),
-                    signing_key.into(),
-                    key_id.into(),
+                    Value::from(signing_key),
+                    Value::from(key_id),
                 ],
             )?;
-            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+            database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
         })
         .await
     }
@@ -311,21 +339,24 @@ impl Store {
             group_id.to_string(),
             label.to_string(),
         );
+        let secrets = self.secrets();
         self.write("move_database", move |c| {
             c.execute(
                 "UPDATE databases SET org_id = $2, group_id = $3, label = $4 WHERE id = $1",
                 &[(&id).into(), org_id.into(), group_id.into(), label.into()],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
-            database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))
+            database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
         })
         .await
     }
 
     pub async fn delete_database(&self, id: &str) -> Result<Database> {
         let id = id.to_string();
+        let secrets = self.secrets();
         self.write("delete_database", move |c| {
-            let db = database_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Database))?;
+            let db =
+                database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))?;
             c.execute("DELETE FROM databases WHERE id = $1", &[id.into()])?;
             Ok(db)
         })

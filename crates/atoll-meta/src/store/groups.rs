@@ -3,14 +3,18 @@ use super::{new_uuid, Store};
 use crate::backend::{Conn, Row, Value};
 use crate::error::{Entity, Result, StoreError};
 use crate::model::Group;
+use crate::secrets::{SealedRecord, SecretsKeyring};
 
 pub(crate) const GROUP_COLUMNS: &str =
     "g.id, g.org_id, g.name, g.primary_location, g.locations, g.version, \
      g.delete_protection, g.archived, g.created_at, g.last_activity_at, g.signing_key, g.key_id";
 
-pub(crate) fn group_from_row(row: &Row) -> Group {
-    Group {
-        id: row.text(0),
+/// A group from its row, its signing key opened.
+pub(crate) fn group_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Group> {
+    let id = row.text(0);
+    let signing_key = secrets.open(SealedRecord::Group(&id), &row.text(10))?;
+    Ok(Group {
+        id,
         org_id: row.text(1),
         name: row.text(2),
         primary_location: row.text(3),
@@ -25,9 +29,15 @@ pub(crate) fn group_from_row(row: &Row) -> Group {
         archived: row.bool(7),
         created_at: row.int(8),
         last_activity_at: row.int(9),
-        signing_key: row.text(10),
+        signing_key,
         key_id: row.text(11),
-    }
+    })
+}
+
+pub(crate) fn groups_from_rows(rows: &[Row], secrets: &SecretsKeyring) -> Result<Vec<Group>> {
+    rows.iter()
+        .map(|row| group_from_row(row, secrets))
+        .collect()
 }
 
 pub(crate) fn insert_group(c: &mut dyn Conn, org_id: &str, new: &NewGroup) -> Result<Group> {
@@ -47,13 +57,15 @@ pub(crate) fn insert_group(c: &mut dyn Conn, org_id: &str, new: &NewGroup) -> Re
         ],
     )
     .map_err(|e| e.duplicate_is(Entity::Group))?;
-    group_by_id(c, &id)?.ok_or(StoreError::NotFound(Entity::Group))
+    // A new group has no signing key yet: there is nothing to open.
+    group_by_id(c, &id, &SecretsKeyring::plaintext())?.ok_or(StoreError::NotFound(Entity::Group))
 }
 
-fn group_by_id(c: &mut dyn Conn, id: &str) -> Result<Option<Group>> {
+fn group_by_id(c: &mut dyn Conn, id: &str, secrets: &SecretsKeyring) -> Result<Option<Group>> {
     let sql = format!("SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.id = $1");
-    Ok(c.query_opt(&sql, &[id.into()])?
-        .map(|row| group_from_row(&row)))
+    c.query_opt(&sql, &[id.into()])?
+        .map(|row| group_from_row(&row, secrets))
+        .transpose()
 }
 
 /// Revokes every token pinned to the group: they must not outlive it, nor follow it to
@@ -84,37 +96,40 @@ impl Store {
 
     pub async fn list_groups(&self, org_id: &str) -> Result<Vec<Group>> {
         let org_id = org_id.to_string();
+        let secrets = self.secrets();
         self.read("list_groups", move |c| {
             let sql = format!(
                 "SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.org_id = $1 ORDER BY g.name"
             );
-            Ok(c.query(&sql, &[org_id.into()])?
-                .iter()
-                .map(group_from_row)
-                .collect())
+            groups_from_rows(&c.query(&sql, &[org_id.into()])?, &secrets)
         })
         .await
     }
 
     pub async fn group_by_name(&self, org_id: &str, name: &str) -> Result<Option<Group>> {
         let (org_id, name) = (org_id.to_string(), name.to_string());
+        let secrets = self.secrets();
         self.read("group_by_name", move |c| {
             let sql = format!(
                 "SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.org_id = $1 AND g.name = $2"
             );
-            Ok(c.query_opt(&sql, &[org_id.into(), name.into()])?
-                .map(|row| group_from_row(&row)))
+            c.query_opt(&sql, &[org_id.into(), name.into()])?
+                .map(|row| group_from_row(&row, &secrets))
+                .transpose()
         })
         .await
     }
 
     pub async fn group_by_id(&self, id: &str) -> Result<Option<Group>> {
         let id = id.to_string();
-        self.read("group_by_id", move |c| group_by_id(c, &id)).await
+        let secrets = self.secrets();
+        self.read("group_by_id", move |c| group_by_id(c, &id, &secrets))
+            .await
     }
 
     pub async fn update_group(&self, group_id: &str, changes: GroupChanges) -> Result<Group> {
         let group_id = group_id.to_string();
+        let secrets = self.secrets();
         self.write("update_group", move |c| {
             let locations = changes.locations.as_ref().map(|l| l.join(","));
             let primary = changes.locations.as_ref().and_then(|l| l.first().cloned());
@@ -141,7 +156,7 @@ impl Store {
             if updated == 0 {
                 return Err(StoreError::NotFound(Entity::Group));
             }
-            group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
+            group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))
         })
         .await
     }
@@ -149,8 +164,10 @@ impl Store {
     /// Deletes a group and revokes the tokens pinned to it.
     pub async fn delete_group(&self, group_id: &str) -> Result<Group> {
         let group_id = group_id.to_string();
+        let secrets = self.secrets();
         self.write_affecting_credentials("delete_group", move |c| {
-            let group = group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))?;
+            let group =
+                group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))?;
             revoke_group_tokens(c, &group_id)?;
             c.execute("DELETE FROM org_groups WHERE id = $1", &[group_id.into()])?;
             Ok(group)
@@ -193,12 +210,14 @@ impl Store {
             signing_key.to_string(),
             key_id.to_string(),
         );
+        let secrets = self.secrets();
         self.write("store_group_key", move |c| {
+            let sealed_key = secrets.seal(SealedRecord::Group(&group_id), &signing_key);
             c.execute(
                 "UPDATE org_groups SET signing_key = $2, key_id = $3 WHERE id = $1 AND ($4 = 0 OR signing_key = '')",
-                &[(&group_id).into(), signing_key.into(), key_id.into(), only_if_unset.into()],
+                &[(&group_id).into(), sealed_key.into(), key_id.into(), only_if_unset.into()],
             )?;
-            group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
+            group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))
         })
         .await
     }
@@ -207,6 +226,7 @@ impl Store {
     /// pinned to it.
     pub async fn transfer_group(&self, group_id: &str, to_org_id: &str) -> Result<Group> {
         let (group_id, to_org_id) = (group_id.to_string(), to_org_id.to_string());
+        let secrets = self.secrets();
         self.write_affecting_credentials("transfer_group", move |c| {
             revoke_group_tokens(c, &group_id)?;
             let moved = c
@@ -226,7 +246,7 @@ impl Store {
                 &[(&group_id).into(), to_org_id.into()],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
-            group_by_id(c, &group_id)?.ok_or(StoreError::NotFound(Entity::Group))
+            group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))
         })
         .await
     }

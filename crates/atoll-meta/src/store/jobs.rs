@@ -42,16 +42,17 @@ impl Store {
     /// Active groups of organizations on `plan` with no activity since `before`.
     pub async fn idle_groups(&self, plan: &str, before: i64) -> Result<Vec<Group>> {
         let plan = plan.to_string();
+        let secrets = self.secrets();
         self.read("idle_groups", move |c| {
             let sql = format!(
                 "SELECT {} FROM org_groups g JOIN organizations o ON o.id = g.org_id
                  WHERE g.archived = 0 AND o.plan_id = $1 AND g.last_activity_at < $2 ORDER BY g.id",
                 super::groups::GROUP_COLUMNS
             );
-            Ok(c.query(&sql, &[plan.into(), before.into()])?
-                .iter()
-                .map(super::groups::group_from_row)
-                .collect())
+            super::groups::groups_from_rows(
+                &c.query(&sql, &[plan.into(), before.into()])?,
+                &secrets,
+            )
         })
         .await
     }
