@@ -225,6 +225,11 @@ async fn serve_manages_a_node_over_https() {
         .env("ATOLL_USERNAME", "root")
         .env("ATOLL_PASSWORD", "a-long-password")
         .env("SSL_CERT_FILE", certificate.cert_path())
+        // `serve` refuses to start without a key sealing the signing keys.
+        .env(
+            "ATOLL_SECRETS_KEY",
+            "c2VjcmV0cy1rZXktb2YtdGhlLXRscy10ZXN0LTMyYmI=",
+        )
         .env_remove("ATOLL_TLS_CERT")
         .env_remove("ATOLL_TLS_KEY")
         .stdout(Stdio::null())
