@@ -140,6 +140,17 @@ impl DataPlane {
         match self {
             DataPlane::InProcess { node, .. } => {
                 let node = Arc::clone(node);
+                if request.seed.runs_tenant_sql() {
+                    // A dump is tenant SQL: on the node's SQL threads, never on the blocking
+                    // pool the metadata store needs.
+                    let sql_node = Arc::clone(&node);
+                    return sql_node
+                        .sql()
+                        .run(move || node.create_database(request).map(|_| ()))
+                        .await
+                        .and_then(|created| created)
+                        .map_err(data_error);
+                }
                 blocking(move || node.create_database(request).map(|_| ())).await
             }
             DataPlane::Remote { client, secret, .. } => {

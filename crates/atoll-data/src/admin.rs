@@ -102,7 +102,16 @@ async fn create(
     Json(request): Json<CreateDatabase>,
 ) -> Result<Json<serde_json::Value>, DataError> {
     let node = Arc::clone(&state.node);
-    blocking(move || node.create_database(request).map(|_| ())).await?;
+    if request.seed.runs_tenant_sql() {
+        // A dump is tenant SQL: on the node's SQL threads (`sql_pool`).
+        state
+            .node
+            .sql()
+            .run(move || node.create_database(request).map(|_| ()))
+            .await??;
+    } else {
+        blocking(move || node.create_database(request).map(|_| ())).await?;
+    }
     Ok(Json(serde_json::json!({})))
 }
 

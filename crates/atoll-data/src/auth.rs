@@ -42,6 +42,7 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
             .by_label(&label)
             .ok_or_else(|| DataError::UnknownDatabase(label.clone()))?;
         check_client_address(&db, parts)?;
+        refuse_encryption_key(&parts.headers)?;
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
@@ -88,6 +89,19 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
         .map(|roa| roa.ns)
         .unwrap_or_default();
     Ok(DbAccess { write, attach })
+}
+
+/// Turso clients send `x-turso-encryption-key` to reach a database encrypted at rest with
+/// the client's key. This build of libSQL has no cipher support, so Atoll never holds
+/// such a database: say so, on every route, rather than ignore the key and serve (or
+/// store) plain data the client believes encrypted.
+pub fn refuse_encryption_key(headers: &axum::http::HeaderMap) -> Result<(), DataError> {
+    if headers.contains_key("x-turso-encryption-key") {
+        return Err(DataError::BadRequest(
+            "encryption at rest with a client-provided key (x-turso-encryption-key) is not available on this server: send requests and uploads without it".into(),
+        ));
+    }
+    Ok(())
 }
 
 pub fn unix_now() -> i64 {

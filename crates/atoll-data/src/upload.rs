@@ -420,7 +420,7 @@ async fn upload_file(
     body: Body,
 ) -> Result<Json<Value>, DataError> {
     require_write(&req)?;
-    refuse_encryption(&headers)?;
+    crate::auth::refuse_encryption_key(&headers)?;
     require_awaiting_upload(&req.db)?;
     let (limit, too_large) = state.uploads.limit_for(&req.db);
     if content_length(&headers)?.is_some_and(|len| len > limit) {
@@ -553,7 +553,7 @@ async fn upload_chunk(
     body: Body,
 ) -> Result<Json<Value>, UploadError> {
     require_write(&req)?;
-    refuse_encryption(&headers)?;
+    crate::auth::refuse_encryption_key(&headers)?;
     let n: u64 = n.parse().map_err(|_| {
         DataError::BadRequest(format!(
             "chunk number {n:?} is not a number: chunks are numbered from 0"
@@ -710,17 +710,6 @@ fn require_awaiting_upload(db: &Database) -> Result<(), DataError> {
             config.name
         )))
     }
-}
-
-/// The Turso CLI sends its remote-encryption key with every chunk. Atoll stores files as
-/// they are and cannot serve an encrypted one, so say so rather than fail on its header.
-fn refuse_encryption(headers: &HeaderMap) -> Result<(), DataError> {
-    if headers.contains_key("x-turso-encryption-key") {
-        return Err(DataError::BadRequest(
-            "Atoll does not support encrypted databases: upload the file without a remote encryption key".into(),
-        ));
-    }
-    Ok(())
 }
 
 fn content_length(headers: &HeaderMap) -> Result<Option<u64>, DataError> {

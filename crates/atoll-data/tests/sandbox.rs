@@ -702,3 +702,38 @@ fn busy_sql_threads_leave_the_blocking_pool_alone() {
         }
     });
 }
+
+// Finding 12 (data plane): a client-provided encryption key was ignored. This build has no
+// cipher support, so every route refuses the key instead of serving plain data.
+#[tokio::test]
+async fn encryption_keys_are_refused_not_ignored() {
+    let node = start_node().await;
+    let db = node.create_db("plain");
+    for (method, path) in [
+        (reqwest::Method::POST, "/v2/pipeline"),
+        (reqwest::Method::POST, "/v3/pipeline"),
+        (reqwest::Method::GET, "/dump"),
+        (reqwest::Method::GET, "/export/1"),
+        (reqwest::Method::POST, "/v1/upload"),
+    ] {
+        let response = db
+            .http
+            .request(method, db.url(path))
+            .header("x-namespace", &db.config.label)
+            .header(
+                "x-turso-encryption-key",
+                "c2VjcmV0LWtleS1vZi0zMi1ieXRlcy1sb25nLi4uLi4=",
+            )
+            .bearer_auth(db.token())
+            .json(&json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("not available"),
+            "{path}: {body}"
+        );
+    }
+}

@@ -68,6 +68,14 @@ pub enum Seed {
     Dump { sql: String },
 }
 
+impl Seed {
+    /// Whether creating from this seed runs a tenant's SQL (a dump), which the node runs in
+    /// its SQL sandbox, on its SQL threads.
+    pub fn runs_tenant_sql(&self) -> bool {
+        matches!(self, Seed::Dump { .. })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateDatabase {
     pub config: DatabaseConfig,

@@ -64,6 +64,9 @@ pub(super) async fn upgrade(
     if let Err(error) = crate::auth::check_client_address(&db, &parts) {
         return error.into_response();
     }
+    if let Err(error) = crate::auth::refuse_encryption_key(&parts.headers) {
+        return error.into_response();
+    }
     if let Err(error) = db.ensure_queryable() {
         return error.into_response();
     }
