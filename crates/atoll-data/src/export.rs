@@ -66,6 +66,7 @@ async fn export(
     let node = Arc::clone(&state.node);
     let db = Arc::clone(&req.db);
     let (len, body) = stream_from_blocking(
+        &state.node,
         move || {
             let snapshot = snapshot(&node, &db)?;
             let len = snapshot.file.metadata()?.len();
@@ -114,6 +115,7 @@ async fn dump_sql(
     let node = Arc::clone(&state.node);
     let db = Arc::clone(&req.db);
     let ((), body) = stream_from_blocking(
+        &state.node,
         move || {
             let conn = node.pool.checkout(&db, Mode::ReadOnly)?;
             Ok(((node, db, conn), ()))
@@ -229,11 +231,16 @@ fn copy(from: &mut impl Read, out: &mut dyn Write) -> Result<(), DataError> {
     Ok(())
 }
 
-/// A response body fed from a blocking thread. `prepare` runs there first: its failure
+/// A response body fed from one of the node's SQL threads (a tenant's download must not
+/// hold the blocking pool the platform needs). `prepare` runs there first: its failure
 /// still becomes the response's status, and its `M` (a length, say) goes into the headers.
 /// Then `produce` writes the body; a failure there can only cut the body off, so the
 /// client sees a broken transfer rather than a complete-looking one.
-async fn stream_from_blocking<S, M, P, F>(prepare: P, produce: F) -> Result<(M, Body), DataError>
+async fn stream_from_blocking<S, M, P, F>(
+    node: &Node,
+    prepare: P,
+    produce: F,
+) -> Result<(M, Body), DataError>
 where
     S: Send + 'static,
     M: Send + 'static,
@@ -242,7 +249,7 @@ where
 {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    tokio::task::spawn_blocking(move || {
+    node.sql().spawn(move || {
         let (state, meta) = match prepare() {
             Ok(prepared) => prepared,
             Err(e) => {
