@@ -252,12 +252,17 @@ impl<'a> Run<'a> {
                 Err(e) => return Ok(Err(self.prepare_error(e))),
             };
             let text = stmt.expanded_sql().unwrap_or_default();
-            if StatementKind::of(&text) == StatementKind::Attach {
-                return Ok(Err(attach_alone()));
-            }
-            if let Err(error) =
-                self.run_prepared(Prepared::Once(stmt), &text, &no_arguments, &mut DiscardRows)?
-            {
+            // The authorizer compiled a raw ATTACH to nothing: run the rewritten one, which
+            // opens the file the node resolved for the named database, instead.
+            let stmt = if StatementKind::of(&text) == StatementKind::Attach {
+                match self.prepare_attach(&text)? {
+                    Ok(rewritten) => rewritten,
+                    Err(error) => return Ok(Err(error)),
+                }
+            } else {
+                Prepared::Once(stmt)
+            };
+            if let Err(error) = self.run_prepared(stmt, &text, &no_arguments, &mut DiscardRows)? {
                 return Ok(Err(error));
             }
         }
@@ -309,6 +314,13 @@ impl<'a> Run<'a> {
         while let Ok(Some(stmt)) = statements.next() {
             // A statement-level failure here is reported when the statement runs.
             let text = stmt.expanded_sql().unwrap_or_default();
+            if StatementKind::of(&text) == StatementKind::Attach {
+                // Its permission checks refuse the whole request.
+                if let Ok(rewritten) = self.prepare_attach(&text)? {
+                    let _ = self.admit(rewritten, &text)?;
+                }
+                continue;
+            }
             let _ = self.admit(Prepared::Once(stmt), &text)?;
         }
         Ok(())
@@ -1011,14 +1023,6 @@ fn columns_of(stmt: &Statement<'_>) -> Vec<proto::Col> {
             decltype: col.decl_type().map(str::to_string),
         })
         .collect()
-}
-
-/// ATTACH is rewritten before it is prepared, which only a statement of its own allows.
-fn attach_alone() -> proto::Error {
-    hrana_error(
-        "SQL_PARSE_ERROR",
-        "ATTACH must be sent as a statement of its own (an execute, or a step of a batch), not inside a sequence",
-    )
 }
 
 /// Collects one statement's columns and rows within the response budget.
