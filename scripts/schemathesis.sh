@@ -28,6 +28,9 @@
 #   DELETE /v1/organizations/{org}   with the value "admin" it would delete the admin's
 #                                    personal organization, and every later request on it
 #                                    would answer 404 instead of exercising the handler.
+#   POST /v1/auth/invalidate         revokes every login token of the caller, the run's
+#                                    own included: every later request would answer 401
+#                                    (it has its own tests in tests/api/security/).
 #
 # Environment:
 #   ATOLL_BIN                      server binary (default $CARGO_TARGET_DIR/debug/atoll or
@@ -134,6 +137,7 @@ cd "$WORK_DIR"
   --no-color \
   --suppress-health-check all \
   --exclude-operation-id delete_v1_organizations_org \
+  --exclude-operation-id post_v1_auth_invalidate \
   --generation-database none \
   --report junit --report-dir "$WORK_DIR/report" \
   "$@" || status=$?
