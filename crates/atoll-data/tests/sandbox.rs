@@ -335,6 +335,18 @@ async fn values_and_temporary_storage_are_bounded() {
 const ENDLESS: &str =
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
 
+/// Sends the endless statement to `db` in the background.
+fn start_endless(
+    db: &TestDb,
+) -> tokio::task::JoinHandle<Result<reqwest::Response, reqwest::Error>> {
+    let request = reqwest::Client::new()
+        .post(db.url("/v2/pipeline"))
+        .header("x-namespace", &db.config.label)
+        .bearer_auth(db.token())
+        .json(&json!({"requests": [{"type": "execute", "stmt": sql(ENDLESS)}]}));
+    tokio::spawn(request.send())
+}
+
 // Finding 4: endless statements burned CPU long after their clients left.
 #[tokio::test]
 async fn statements_end_at_their_deadline() {
@@ -417,29 +429,16 @@ async fn shutdown_interrupts_running_statements() {
     })
     .await;
     let db = node.create_db("shutdown");
-    let running = {
-        let db_url = db.url("/v2/pipeline");
-        let label = db.config.label.clone();
-        let token = db.token();
-        tokio::spawn(async move {
-            reqwest::Client::new()
-                .post(db_url)
-                .header("x-namespace", label)
-                .bearer_auth(token)
-                .json(&json!({"requests": [{"type": "execute", "stmt": sql(ENDLESS)}]}))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let running = start_endless(&db);
     tokio::time::sleep(Duration::from_millis(300)).await;
     node.node.begin_shutdown();
-    let body = tokio::time::timeout(Duration::from_secs(60), running)
+    let body: Value = tokio::time::timeout(Duration::from_secs(60), running)
         .await
         .expect("the statement ended")
+        .unwrap()
+        .unwrap()
+        .json()
+        .await
         .unwrap();
     assert_eq!(
         body["results"][0]["error"]["code"], "SQLITE_INTERRUPT",
@@ -674,18 +673,7 @@ fn busy_sql_threads_leave_the_blocking_pool_alone() {
         let db = node.create_db("hog");
         let mut hogs = Vec::new();
         for _ in 0..2 {
-            let db_url = db.url("/v2/pipeline");
-            let label = db.config.label.clone();
-            let token = db.token();
-            hogs.push(tokio::spawn(async move {
-                reqwest::Client::new()
-                    .post(db_url)
-                    .header("x-namespace", label)
-                    .bearer_auth(token)
-                    .json(&json!({"requests": [{"type": "execute", "stmt": sql(ENDLESS)}]}))
-                    .send()
-                    .await
-            }));
+            hogs.push(start_endless(&db));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         // Before, both blocking threads ran the endless statements for their 60 s.

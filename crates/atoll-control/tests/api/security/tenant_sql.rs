@@ -1,21 +1,14 @@
 //! Tenant SQL that reaches the platform through the API: dump seeds (finding 1) and
 //! engine-wide pragmas (finding 2).
 
+use super::{http_url, mint, pipeline};
 use crate::harness::{unique, TestApp};
 use serde_json::{json, Value};
 
+/// Runs one statement; answers its result (`ok` or `error`).
 async fn run(app: &TestApp, url: &str, token: &str, sql: &str) -> Value {
-    let body = json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
-    let response = app
-        .client
-        .post(format!("{url}v2/pipeline"))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "{sql}");
-    let body: Value = response.json().await.unwrap();
+    let (status, body) = pipeline(app, url, token, &[sql]).await;
+    assert_eq!(status, 200, "{sql}: {body}");
     body["results"][0].clone()
 }
 
@@ -84,11 +77,7 @@ async fn a_read_only_token_cannot_take_the_platform_down() {
     let name = app
         .database(&prefix, &token, &unique("db"), "default")
         .await;
-    let db = app
-        .get(&format!("{prefix}/databases/{name}"), &token)
-        .await
-        .expect(200);
-    let url = db["database"]["http_url"].as_str().unwrap().to_string();
+    let url = http_url(&app, &prefix, &name, &token).await;
     let reader = app
         .post(
             &format!("{prefix}/databases/{name}/auth/tokens?authorization=read-only"),
@@ -116,25 +105,14 @@ async fn a_read_only_token_cannot_take_the_platform_down() {
     let other = app
         .database(&prefix, &token, &unique("db"), "default")
         .await;
-    let other_db = app
-        .get(&format!("{prefix}/databases/{other}"), &token)
-        .await
-        .expect(200);
-    let other_url = other_db["database"]["http_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let writer = app
-        .post(
-            &format!("{prefix}/databases/{other}/auth/tokens"),
-            &token,
-            json!({}),
-        )
-        .await
-        .expect(200)["jwt"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other_url = http_url(&app, &prefix, &other, &token).await;
+    let writer = mint(
+        &app,
+        &format!("{prefix}/databases/{other}"),
+        &token,
+        json!({}),
+    )
+    .await;
     let created = run(
         &app,
         &other_url,
