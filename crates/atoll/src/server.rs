@@ -113,10 +113,14 @@ pub struct CommonArgs {
     /// Location catalog, `code=Description,…`. Default: `local` plus a few AWS codes.
     #[arg(long, env = "ATOLL_LOCATIONS")]
     locations: Option<String>,
-    /// Plans file (JSON: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …}}}`);
-    /// plans it does not name keep their defaults.
+    /// Plans file (JSON: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …},
+    /// "default": true}}`); plans it does not name keep their defaults.
     #[arg(long, env = "ATOLL_PLANS")]
     plans: Option<PathBuf>,
+    /// The plan new organizations start on (overrides the plans file's `default`).
+    /// Default: `enterprise`, which has no quotas; `starter` is the free plan.
+    #[arg(long, env = "ATOLL_DEFAULT_PLAN")]
+    default_plan: Option<String>,
     /// Location of this server: its "closest region" answer and new users' first group.
     #[arg(long, env = "ATOLL_LOCATION", default_value = "local")]
     location: String,
@@ -321,6 +325,16 @@ impl CommonArgs {
                 .with_context(|| format!("cannot read plans file {}", path.display()))?;
             atoll_control::config::apply_plans_file(&mut config, &text)
                 .map_err(anyhow::Error::msg)?;
+        }
+        if let Some(plan) = &self.default_plan {
+            config.default_plan = plan.clone();
+        }
+        if !config.plans.contains_key(&config.default_plan) {
+            bail!(
+                "the default plan {} is not a plan: give one of {} (or add it to the plans file)",
+                config.default_plan,
+                config.plans.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
         }
         Ok(config)
     }
