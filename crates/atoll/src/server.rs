@@ -127,6 +127,9 @@ pub struct CommonArgs {
     /// Log filter (`info`, `atoll_control=debug`, …).
     #[arg(long, env = "ATOLL_LOG", default_value = "info")]
     log: String,
+    /// Log format: `text` (coloured only on a terminal) or `json` (one object a line).
+    #[arg(long, env = "ATOLL_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    log_format: crate::logging::LogFormat,
 }
 
 /// Abuse limits of the platform API (see docs/OPERATIONS.md, "Limits").
@@ -340,12 +343,7 @@ impl CommonArgs {
     }
 
     fn init_logging(&self) {
-        let filter = tracing_subscriber::EnvFilter::try_new(&self.log)
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
+        crate::logging::init(&self.log, self.log_format);
     }
 }
 
@@ -510,6 +508,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
     node.task.abort();
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -596,6 +595,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(task) = own_node {
         task.abort();
     }
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -672,8 +672,11 @@ pub(crate) async fn shutdown_signal() {
     };
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
+    let signal = tokio::select! {
+        _ = ctrl_c => "SIGINT",
+        _ = terminate => "SIGTERM",
+    };
+    // Every listener of the process waits on this; one line says why they stop.
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| tracing::info!(signal, "shutting down"));
 }
