@@ -103,8 +103,8 @@ async function newTeamOrg(token = ADMIN_TOKEN) {
   const expected = name.toLowerCase().replace(/[^a-z0-9]+/g, '-');
   assert.equal(body.org.slug, expected);
   assert.equal(body.org.type, 'team');
-  // Team organizations start on the free plan (one group, no invites to spare): the
-  // instance administrator moves them to a paid one, as an operator would.
+  // Team organizations start on the instance's default plan; the instance administrator
+  // moves them to a paid one anyway, as an operator would.
   await ok('POST', `/v1/admin/organizations/${body.org.slug}/plan`, { token: ADMIN_TOKEN, body: { plan: 'scaler' } });
   return body.org.slug;
 }
@@ -393,12 +393,13 @@ describe('groups', () => {
   test('groups of a team organization', async () => {
     const team = await newTeamOrg();
     const groups = sdk(team, ADMIN_TOKEN).groups;
-    assert.deepEqual(await groups.list(), []);
+    // A new team organization has a `default` group, as a personal one does.
+    assert.deepEqual((await groups.list()).map((g) => g.name), ['default']);
     const name = uniq('grp');
     await groups.create(name, 'local');
     assert.deepEqual(
-      (await groups.list()).map((g) => g.name),
-      [name],
+      (await groups.list()).map((g) => g.name).sort(),
+      ['default', name].sort(),
     );
     // Group names are per organization.
     await rejectsWith(sdk(ADMIN, ADMIN_TOKEN).groups.get(name), 404);
@@ -565,8 +566,8 @@ describe('apiTokens', () => {
     const group = uniq('grp');
     assert.equal((await scoped.groups.create(group, 'local')).name, group);
     assert.deepEqual(
-      (await scoped.groups.list()).map((g) => g.name),
-      [group],
+      (await scoped.groups.list()).map((g) => g.name).sort(),
+      ['default', group].sort(),
     );
     assert.equal((await scoped.organizations.update({ overages: true })).overages, true);
     assert.equal((await scoped.groups.delete(group)).name, group);

@@ -33,5 +33,5 @@ pub async fn record(
 
 /// Audit logs are a feature of paid plans.
 pub fn available(org: &Organization) -> bool {
-    org.plan_id != "starter"
+    !crate::config::ControlConfig::is_free_plan(&org.plan_id)
 }

@@ -78,6 +78,8 @@ pub struct ControlConfig {
     pub jobs_interval: std::time::Duration,
     /// What each plan allows per billing cycle.
     pub plans: std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas>,
+    /// The plan new organizations (personal and team) start on.
+    pub default_plan: String,
     /// Monthly price of each plan, USD (e.g. `"29"`).
     pub plan_prices: std::collections::BTreeMap<String, String>,
     /// Requests per credential (the hash of the `Authorization` header); `None`: no limit.
@@ -119,6 +121,14 @@ pub const DEFAULT_RATE_PER_ADDRESS: RateLimit = RateLimit {
     period: std::time::Duration::from_secs(60),
 };
 
+/// The free plan: its organizations get Turso's free-tier behaviours (idle groups are
+/// archived, deletes are final, no audit logs) besides its quotas.
+pub const FREE_PLAN: &str = "starter";
+
+/// The plan new organizations start on unless the operator says otherwise: a self-hosted
+/// instance is the operator's, so nothing is limited until they choose limits.
+pub const DEFAULT_PLAN: &str = "enterprise";
+
 /// The prices of a fresh install's plans, USD per month.
 pub fn default_plan_prices() -> std::collections::BTreeMap<String, String> {
     [
@@ -133,18 +143,41 @@ pub fn default_plan_prices() -> std::collections::BTreeMap<String, String> {
     .collect()
 }
 
-/// The operator's plans file: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …}}}`
-/// (a quota left out or `null` is unlimited). Plans not in the file keep their defaults.
+/// The operator's plans file: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …},
+/// "default": true}}` (a quota left out or `null` is unlimited; at most one plan is the
+/// `default` new organizations start on). Plans not in the file keep their defaults.
 pub fn apply_plans_file(config: &mut ControlConfig, text: &str) -> Result<(), String> {
     #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct PlanFile {
         #[serde(default)]
         price: Option<String>,
         #[serde(default)]
         quotas: atoll_types::usage::PlanQuotas,
+        #[serde(default)]
+        default: bool,
     }
     let plans: std::collections::BTreeMap<String, PlanFile> =
         serde_json::from_str(text).map_err(|e| format!("invalid plans file: {e}"))?;
+    let defaults: Vec<&String> = plans
+        .iter()
+        .filter(|(_, p)| p.default)
+        .map(|(n, _)| n)
+        .collect();
+    match defaults.as_slice() {
+        [] => {}
+        [name] => config.default_plan = name.to_string(),
+        _ => {
+            return Err(format!(
+                "invalid plans file: only one plan can be the default, not {}",
+                defaults
+                    .iter()
+                    .map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ))
+        }
+    }
     for (name, plan) in plans {
         atoll_types::names::validate_resource_name("plan", &name)?;
         config.plans.insert(name.clone(), plan.quotas);
@@ -242,6 +275,7 @@ impl Default for ControlConfig {
             usage_collect_interval: std::time::Duration::from_secs(10),
             jobs_interval: std::time::Duration::from_secs(60),
             plans: default_plans(),
+            default_plan: DEFAULT_PLAN.to_string(),
             plan_prices: default_plan_prices(),
             rate_per_credential: Some(DEFAULT_RATE_PER_CREDENTIAL),
             rate_per_address: Some(DEFAULT_RATE_PER_ADDRESS),
@@ -259,6 +293,11 @@ impl ControlConfig {
     /// The quotas of `plan` (an unknown plan has none: nothing is limited).
     pub fn quotas(&self, plan: &str) -> atoll_types::usage::PlanQuotas {
         self.plans.get(plan).copied().unwrap_or_default()
+    }
+
+    /// Whether the organization's plan is the free plan, with its behaviours.
+    pub fn is_free_plan(plan: &str) -> bool {
+        plan == FREE_PLAN
     }
 
     pub fn location(&self, code: &str) -> Option<&Location> {
@@ -279,5 +318,24 @@ mod tests {
         assert!(Location::parse_catalog("").is_err());
         assert!(Location::parse_catalog("a,a").is_err());
         assert!(Location::parse_catalog("Bad_Code").is_err());
+    }
+
+    #[test]
+    fn plans_file_names_the_default_plan() {
+        let mut config = ControlConfig::default();
+        assert_eq!(config.default_plan, "enterprise");
+        assert_eq!(config.quotas(&config.default_plan), Default::default());
+        apply_plans_file(
+            &mut config,
+            r#"{"team": {"quotas": {"groups": 5}, "default": true}}"#,
+        )
+        .unwrap();
+        assert_eq!(config.default_plan, "team");
+        assert_eq!(config.quotas("team").groups, Some(5));
+        let two = r#"{"a": {"default": true}, "b": {"default": true}}"#;
+        let err = apply_plans_file(&mut config, two).unwrap_err();
+        assert!(err.contains("only one plan can be the default"), "{err}");
+        // A misspelt field is an error, not a silently ignored setting.
+        assert!(apply_plans_file(&mut config, r#"{"a": {"defualt": true}}"#).is_err());
     }
 }

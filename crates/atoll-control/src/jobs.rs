@@ -46,7 +46,7 @@ pub async fn run_once(state: &AppState, holder: &str, now: i64) -> ApiResult<Job
 
     for group in state
         .store
-        .idle_groups("starter", now - ARCHIVE_AFTER_MS)
+        .idle_groups(crate::config::FREE_PLAN, now - ARCHIVE_AFTER_MS)
         .await?
     {
         let changes = GroupChanges {

@@ -176,6 +176,9 @@ pub async fn bootstrap_user(
                         name: username.to_string(),
                         password_hash,
                         is_admin: true,
+                        // The operator's own organization is not held to a plan's quotas
+                        // (`None`: the instance's default plan).
+                        plan: Some(plan.unwrap_or(&state.config.default_plan).to_string()),
                     },
                     Some(NewGroup {
                         name: "default".to_string(),
@@ -184,12 +187,6 @@ pub async fn bootstrap_user(
                     }),
                 )
                 .await?;
-            // The operator's own organization is not held to the free plan's quotas.
-            if let Some(plan) = plan {
-                if let Some(org) = state.store.org_by_slug(username).await? {
-                    state.store.set_org_plan(&org.id, plan).await?;
-                }
-            }
             (user, true, generated)
         }
     };

@@ -36,7 +36,7 @@ pub fn organization(org: &Organization) -> wire::organizations::Organization {
         plan_id: org.plan_id.clone(),
         plan_timeline: org.plan_timeline.clone(),
         platform: String::new(),
-        restore_enabled: org.plan_id != "starter",
+        restore_enabled: !crate::config::ControlConfig::is_free_plan(&org.plan_id),
         stripe_id: String::new(),
     }
 }

@@ -42,24 +42,31 @@ fn load_in_transaction(
     control: &Control,
     sql: &str,
 ) -> Result<(), DataError> {
+    let started = std::time::Instant::now();
+    tracing::info!(bytes = sql.len(), "dump load started");
     let tx = conn.transaction()?;
-    let mut batch = rusqlite::Batch::new(&tx, sql);
+    let mut statements = Statements::new(&tx, control, sql);
     let mut count = 0usize;
     loop {
         let failed = |e: rusqlite::Error, at: String| {
             let reason = control.take_refusal().unwrap_or_else(|| e.to_string());
             DataError::BadRequest(format!("the dump failed to load {at}: {reason}"))
         };
-        // What the authorizer saw of earlier statements (the load's own BEGIN included)
-        // must not be read as this one's.
-        control.take_refusal();
-        control.take_transaction_statement();
-        let mut stmt = match batch.next() {
+        let mut stmt = match statements.next() {
             Ok(Some(stmt)) => stmt,
             Ok(None) => break,
             Err(e) => return Err(failed(e, format!("after statement {count}"))),
         };
         count += 1;
+        if count.is_multiple_of(PROGRESS_EVERY) {
+            tracing::info!(
+                statements = count,
+                bytes_read = statements.position(),
+                bytes = sql.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "dump load in progress"
+            );
+        }
         match control.take_transaction_statement() {
             Some(TransactionStatement::Begin | TransactionStatement::Commit) => continue,
             Some(TransactionStatement::Rollback) => {
@@ -92,7 +99,142 @@ fn load_in_transaction(
         ));
     }
     tx.commit()?;
+    tracing::info!(
+        statements = count,
+        bytes = sql.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "dump loaded"
+    );
     Ok(())
+}
+
+/// A progress line every this many statements of a dump.
+const PROGRESS_EVERY: usize = 50_000;
+
+/// The first window of text a statement is prepared from; doubled until it holds the
+/// whole statement.
+const FIRST_WINDOW: usize = 4096;
+
+/// The statements of a dump, one at a time, each prepared once (the authorizer sees it
+/// then, as for any tenant statement).
+///
+/// `rusqlite::Batch` hands SQLite the whole rest of the text for every statement, and
+/// SQLite copies what it is handed before parsing: quadratic, minutes for a 10 MB dump.
+/// Here each statement is prepared from a window of the text that starts where it does.
+/// A statement that ends (its `;`) before the window does is the statement SQLite would
+/// have parsed from the whole text — its tokenizer reads left to right, so the cut after
+/// it changes nothing. One that reaches the window's end, or fails to parse, may have
+/// been cut: it is prepared again from a window twice as large, up to the whole rest,
+/// whose answer is final. Where the length of what a statement consumed cannot be known
+/// (a statement with parameters: its expanded text differs), the rest of the dump is read
+/// as `rusqlite::Batch` does.
+struct Statements<'conn, 'sql> {
+    conn: &'conn rusqlite::Connection,
+    control: &'conn Control,
+    sql: &'sql str,
+    position: usize,
+    fallback: Option<rusqlite::Batch<'conn, 'sql>>,
+}
+
+impl<'conn, 'sql> Statements<'conn, 'sql> {
+    fn new(conn: &'conn rusqlite::Connection, control: &'conn Control, sql: &'sql str) -> Self {
+        Statements {
+            conn,
+            control,
+            sql,
+            position: 0,
+            fallback: None,
+        }
+    }
+
+    /// Bytes of the dump read so far.
+    fn position(&self) -> usize {
+        self.position
+    }
+
+    fn next(&mut self) -> rusqlite::Result<Option<rusqlite::Statement<'conn>>> {
+        if let Some(batch) = &mut self.fallback {
+            self.control.take_refusal();
+            self.control.take_transaction_statement();
+            return batch.next();
+        }
+        let mut window = FIRST_WINDOW;
+        while self.position < self.sql.len() {
+            let rest = &self.sql[self.position..];
+            let end = char_boundary_at_or_before(rest, window);
+            let whole = end == rest.len();
+            // What the authorizer saw of earlier statements, or of an attempt on a window
+            // too small, must not be read as this one's.
+            self.forget_authorizer_notes();
+            let stmt = match self.conn.prepare(&rest[..end]) {
+                Ok(stmt) => stmt,
+                Err(e) if whole => return Err(e),
+                Err(_) => {
+                    window = window.saturating_mul(2);
+                    continue;
+                }
+            };
+            // The text the statement consumed from where it was asked to start (`None`
+            // for a window of nothing but spaces and comments). Without parameters SQLite
+            // gives it back as it was, so it must be exactly the start of the window.
+            let text = stmt.expanded_sql();
+            let consumed = match &text {
+                Some(text)
+                    if stmt.parameter_count() == 0
+                        && !text.is_empty()
+                        && rest[..end].starts_with(text.as_str()) =>
+                {
+                    Some(text.len())
+                }
+                _ => None,
+            };
+            match (consumed, text.is_none()) {
+                (Some(length), _) if length < end || whole => {
+                    self.position += length;
+                    return Ok(Some(stmt));
+                }
+                (None, true) if whole => {
+                    self.position = self.sql.len();
+                    return Ok(None);
+                }
+                (None, false) => {
+                    // A statement whose length is not known (its parameters' expansion
+                    // hides it): the rest is read as Batch reads it, from it on.
+                    drop(stmt);
+                    self.forget_authorizer_notes();
+                    let mut batch = rusqlite::Batch::new(self.conn, rest);
+                    let first = batch.next();
+                    self.position = self.sql.len();
+                    self.fallback = Some(batch);
+                    return first;
+                }
+                // Cut by the window, or nothing but spaces and comments so far.
+                _ => window = window.saturating_mul(2),
+            }
+        }
+        Ok(None)
+    }
+
+    fn forget_authorizer_notes(&self) {
+        self.control.take_refusal();
+        self.control.take_transaction_statement();
+    }
+}
+
+/// The largest char boundary of `text` at or before `at` (at least one character).
+fn char_boundary_at_or_before(text: &str, at: usize) -> usize {
+    if at >= text.len() {
+        return text.len();
+    }
+    let mut end = at;
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end == 0 {
+        text.char_indices().nth(1).map_or(text.len(), |(i, _)| i)
+    } else {
+        end
+    }
 }
 
 /// Checks a file a dump was loaded into before it is installed, as an upload is checked:

@@ -1149,3 +1149,62 @@ fn load_dump(
     atoll_data::dump::load_dump(&mut sandboxed, dump, std::time::Duration::from_secs(60))?;
     Ok(sandboxed)
 }
+
+/// Dumps are read one statement at a time from a window of text that grows until it holds
+/// the statement: statements longer than any window, `;` inside literals, comments and
+/// trigger bodies, and multi-byte characters where a window ends must load as sqlite3
+/// would load them.
+#[test]
+fn dump_statements_are_read_whole_whatever_their_length_and_content() {
+    let long_text = format!("{};/* not a comment */ -- nor this\n", "é;".repeat(40_000));
+    let mut dump = String::from("PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n");
+    dump.push_str("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n");
+    dump.push_str("CREATE TABLE log(v TEXT);\n");
+    dump.push_str(
+        "CREATE TRIGGER t_log AFTER INSERT ON t BEGIN INSERT INTO log VALUES('a;b'); INSERT INTO log VALUES(new.id); END;\n",
+    );
+    // A comment holding `;` and what looks like a statement, then a statement after it.
+    dump.push_str(
+        "/* INSERT INTO t VALUES(5001, 'no'); */ -- ; INSERT INTO t VALUES(5000,'no');\n",
+    );
+    dump.push_str(&format!("INSERT INTO t VALUES(1, '{long_text}');\n"));
+    // Statements that end near where a 4 KiB window does, with two-byte characters.
+    for i in 2..2000 {
+        let filler = "é".repeat(i % 97);
+        dump.push_str(&format!("INSERT INTO t VALUES({i}, '{filler};');\n"));
+    }
+    // A block comment that outlasts the first windows, before the last statement.
+    dump.push_str(&format!("/* {} */\n", "x; ".repeat(5_000)));
+    dump.push_str("INSERT INTO t VALUES(2000, 'last')\n;COMMIT;\n");
+    let sandboxed = load_dump(std::path::Path::new(":memory:"), &dump).unwrap();
+    let conn = sandboxed.conn;
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |row| row.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM t"), 2000);
+    assert_eq!(count("SELECT count(*) FROM t WHERE id >= 5000"), 0);
+    assert_eq!(count("SELECT count(*) FROM log"), 2 * 2000);
+    let first: String = conn
+        .query_row("SELECT v FROM t WHERE id = 1", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(first, long_text);
+    let last: String = conn
+        .query_row("SELECT v FROM t WHERE id = 2000", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(last, "last");
+}
+
+/// A statement with a parameter cannot say how much text it took (its expansion differs):
+/// the rest of the dump is still read, statement by statement.
+#[test]
+fn a_dump_with_a_parameter_still_loads_its_other_statements() {
+    let dump = "CREATE TABLE t(x);\nINSERT INTO t VALUES(?);\nINSERT INTO t VALUES(2);\n";
+    let sandboxed = load_dump(std::path::Path::new(":memory:"), dump).unwrap();
+    let rows: Vec<Option<i64>> = sandboxed
+        .conn
+        .prepare("SELECT x FROM t ORDER BY rowid")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows, [None, Some(2)]);
+}

@@ -74,6 +74,7 @@ fn new_user(username: &str) -> NewUser {
         name: username.to_uppercase(),
         password_hash: "not-a-real-hash".to_string(),
         is_admin: false,
+        plan: None,
     }
 }
 
@@ -150,14 +151,48 @@ async fn team_organizations_and_members(store: Store) {
     let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
     let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     assert_eq!((team.kind, team.name.as_str()), (OrgKind::Team, "Acme"));
+    assert_eq!(team.plan_id, "starter");
+    assert!(store.list_groups(&team.id).await.unwrap().is_empty());
+
+    // A team organization can start on a plan with a first group, as personal ones do.
+    let (carol, ..) = store
+        .create_user(
+            NewUser {
+                plan: Some("enterprise".into()),
+                ..new_user("carol")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.org_by_slug("carol").await.unwrap().unwrap().plan_id,
+        "enterprise"
+    );
+    let started = store
+        .create_team_org(
+            &carol.id,
+            "carols-team",
+            "Carol's team",
+            Some("enterprise"),
+            Some(new_group("default")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(started.plan_id, "enterprise");
+    let groups = store.list_groups(&started.id).await.unwrap();
+    assert_eq!(
+        groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
+        ["default"]
+    );
 
     // Slugs and usernames share one namespace.
     let err = store
-        .create_team_org(&alice.id, "bob", "Bob's")
+        .create_team_org(&alice.id, "bob", "Bob's", None, None)
         .await
         .unwrap_err();
     assert!(
@@ -165,7 +200,7 @@ async fn team_organizations_and_members(store: Store) {
         "{err:?}"
     );
     let err = store
-        .create_team_org(&bob.id, "acme", "Acme 2")
+        .create_team_org(&bob.id, "acme", "Acme 2", None, None)
         .await
         .unwrap_err();
     assert!(
@@ -250,7 +285,7 @@ async fn the_last_owner_stays(store: Store) {
     let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
     let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
 
@@ -279,7 +314,7 @@ async fn invites(store: Store) {
     let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
     let (carol, ..) = store.create_user(new_user("carol"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
 
@@ -370,7 +405,7 @@ async fn invites(store: Store) {
 async fn groups(store: Store) {
     let (alice, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     let zeta = store
@@ -485,7 +520,7 @@ async fn groups(store: Store) {
 async fn group_tokens_die_with_their_group(store: Store) {
     let (alice, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     let doomed = store
@@ -538,7 +573,7 @@ async fn tokens(store: Store) {
     let (alice, org, _) = store.create_user(new_user("alice"), None).await.unwrap();
     let (bob, ..) = store.create_user(new_user("bob"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     store
@@ -710,7 +745,7 @@ async fn tokens(store: Store) {
 async fn deleting_an_organization(store: Store) {
     let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     store.create_group(&team.id, new_group("g")).await.unwrap();
@@ -747,7 +782,7 @@ async fn deleting_an_organization(store: Store) {
     );
     // The slug can be taken again.
     store
-        .create_team_org(&alice.id, "acme", "Acme again")
+        .create_team_org(&alice.id, "acme", "Acme again", None, None)
         .await
         .unwrap();
 }
@@ -963,7 +998,7 @@ async fn databases_follow_their_group(store: Store) {
         .unwrap();
     let group = group.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     let keyed = store
@@ -1221,7 +1256,7 @@ async fn leases_and_idle_groups(store: Store) {
         .unwrap();
     let group = group.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     store.set_org_plan(&team.id, "scaler").await.unwrap();
@@ -1259,7 +1294,7 @@ fn audit_entry(org_id: &str, code: &str, n: usize) -> NewAuditEntry {
 async fn audit_log(store: Store) {
     let (alice, personal, _) = store.create_user(new_user("alice"), None).await.unwrap();
     let team = store
-        .create_team_org(&alice.id, "acme", "Acme")
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
         .await
         .unwrap();
     let (entries, total) = store.list_audit(&team.id, 1, 10).await.unwrap();
@@ -1320,7 +1355,7 @@ async fn audit_log(store: Store) {
     store.delete_org(&team.id).await.unwrap();
     assert_eq!(store.list_audit(&team.id, 1, 100).await.unwrap().1, 0);
     let again = store
-        .create_team_org(&alice.id, "acme", "Acme again")
+        .create_team_org(&alice.id, "acme", "Acme again", None, None)
         .await
         .unwrap();
     assert_eq!(store.list_audit(&again.id, 1, 100).await.unwrap().1, 0);

@@ -301,11 +301,7 @@ impl Bench {
             .as_str()
             .context("organization create: no slug")?
             .to_string();
-        self.post(
-            &format!("/v1/organizations/{slug}/groups"),
-            json!({"name": "default", "location": "local"}),
-        )
-        .await?;
+        // A new organization has its `default` group already.
         let token = self
             .post(
                 &format!("/v1/organizations/{slug}/groups/default/auth/tokens"),

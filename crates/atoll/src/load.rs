@@ -84,9 +84,10 @@ struct Server {
 impl Server {
     async fn start(dir: &Path) -> anyhow::Result<Server> {
         let (port, db_port) = (free_port()?, free_port()?);
-        // Quotas left out are unlimited: the churn organization never hits one.
+        // New organizations start on the free plan, where a delete is final; its quotas
+        // left out are unlimited: the churn organization never hits one.
         let plans = dir.join("plans.json");
-        std::fs::write(&plans, r#"{"starter": {"quotas": {}}}"#)?;
+        std::fs::write(&plans, r#"{"starter": {"quotas": {}, "default": true}}"#)?;
         let child = Command::new(std::env::current_exe()?)
             .args(["dev", "--data-dir"])
             .arg(dir.join("data"))
@@ -396,13 +397,8 @@ async fn run(args: &LoadArgs, server: &Server, dir: &Path) -> anyhow::Result<()>
     let slug = org["org"]["slug"]
         .as_str()
         .context("no organization slug")?;
+    // A new team organization has its `default` group already.
     load.churn = format!("/v1/organizations/{slug}");
-    load.api(
-        reqwest::Method::POST,
-        &format!("{}/groups", load.churn),
-        Some(json!({"name": "default", "location": "local"})),
-    )
-    .await?;
     for i in 0..QUERY_DATABASES {
         let db = load
             .create_database("/v1", &format!("load-query-{i}"), json!({}))

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod file_modes;
 mod load;
+mod logging;
 mod node;
 mod secrets_key;
 mod server;

@@ -46,16 +46,14 @@ pub struct NodeArgs {
     /// Log filter.
     #[arg(long, env = "ATOLL_LOG", default_value = "info")]
     log: String,
+    /// Log format: `text` (coloured only on a terminal) or `json` (one object a line).
+    #[arg(long, env = "ATOLL_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    log_format: crate::logging::LogFormat,
 }
 
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::logging::init(&args.log, args.log_format);
     let secret = args.node_secret.clone().unwrap_or_default();
     if secret.len() < 16 {
         bail!("--node-secret (ATOLL_NODE_SECRET) must be set to at least 16 characters: the admin API manages every database of the node");
@@ -101,5 +99,6 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     ));
     atoll_data::serve(Listener::new(listener, tls), data_state, shutdown_signal()).await?;
     admin.abort();
+    tracing::info!("stopped");
     Ok(())
 }

@@ -113,16 +113,23 @@ pub struct CommonArgs {
     /// Location catalog, `code=Description,…`. Default: `local` plus a few AWS codes.
     #[arg(long, env = "ATOLL_LOCATIONS")]
     locations: Option<String>,
-    /// Plans file (JSON: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …}}}`);
-    /// plans it does not name keep their defaults.
+    /// Plans file (JSON: `{"<plan>": {"price": "29", "quotas": {"databases": 10, …},
+    /// "default": true}}`); plans it does not name keep their defaults.
     #[arg(long, env = "ATOLL_PLANS")]
     plans: Option<PathBuf>,
+    /// The plan new organizations start on (overrides the plans file's `default`).
+    /// Default: `enterprise`, which has no quotas; `starter` is the free plan.
+    #[arg(long, env = "ATOLL_DEFAULT_PLAN")]
+    default_plan: Option<String>,
     /// Location of this server: its "closest region" answer and new users' first group.
     #[arg(long, env = "ATOLL_LOCATION", default_value = "local")]
     location: String,
     /// Log filter (`info`, `atoll_control=debug`, …).
     #[arg(long, env = "ATOLL_LOG", default_value = "info")]
     log: String,
+    /// Log format: `text` (coloured only on a terminal) or `json` (one object a line).
+    #[arg(long, env = "ATOLL_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    log_format: crate::logging::LogFormat,
 }
 
 /// Abuse limits of the platform API (see docs/OPERATIONS.md, "Limits").
@@ -322,16 +329,21 @@ impl CommonArgs {
             atoll_control::config::apply_plans_file(&mut config, &text)
                 .map_err(anyhow::Error::msg)?;
         }
+        if let Some(plan) = &self.default_plan {
+            config.default_plan = plan.clone();
+        }
+        if !config.plans.contains_key(&config.default_plan) {
+            bail!(
+                "the default plan {} is not a plan: give one of {} (or add it to the plans file)",
+                config.default_plan,
+                config.plans.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
         Ok(config)
     }
 
     fn init_logging(&self) {
-        let filter = tracing_subscriber::EnvFilter::try_new(&self.log)
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
+        crate::logging::init(&self.log, self.log_format);
     }
 }
 
@@ -496,6 +508,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
     node.task.abort();
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -582,6 +595,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(task) = own_node {
         task.abort();
     }
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -658,8 +672,11 @@ pub(crate) async fn shutdown_signal() {
     };
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
+    let signal = tokio::select! {
+        _ = ctrl_c => "SIGINT",
+        _ = terminate => "SIGTERM",
+    };
+    // Every listener of the process waits on this; one line says why they stop.
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| tracing::info!(signal, "shutting down"));
 }

@@ -320,6 +320,10 @@ async fn groups_are_managed_from_the_cli() {
         .iter()
         .any(|g| g["name"] == "europe"));
     ok(&config, &["org", "switch", "team"]);
+    // A new team organization has the `default` group `db create` picks without --group.
+    ok(&config, &["db", "create", "fresh"]);
+    let dbs = ok_json(&config, &["db", "list", "--json", "--group", "default"]);
+    assert_eq!(dbs[0]["Name"], "fresh", "{dbs}");
     let dbs = ok_json(&config, &["db", "list", "--json", "--group", "europe"]);
     let mut names: Vec<&str> = dbs
         .as_array()

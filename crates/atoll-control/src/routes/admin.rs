@@ -106,6 +106,7 @@ async fn create_user(
                 name: body.name.unwrap_or_else(|| body.username.clone()),
                 password_hash,
                 is_admin: body.admin.unwrap_or(false),
+                plan: Some(state.config.default_plan.clone()),
             },
             Some(NewGroup {
                 name: "default".to_string(),

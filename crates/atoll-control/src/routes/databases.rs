@@ -852,7 +852,7 @@ use crate::jobs::RESTORE_WINDOW_MS;
 
 /// Paid plans keep deleted databases restorable; the free plan deletes at once.
 fn restore_enabled(org: &atoll_meta::Organization) -> bool {
-    org.plan_id != "starter"
+    !crate::config::ControlConfig::is_free_plan(&org.plan_id)
 }
 
 async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json<DeletedDatabase>> {

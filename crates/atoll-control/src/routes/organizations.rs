@@ -145,7 +145,7 @@ async fn create(
             require_mfa: false,
             blocked_reads: false,
             blocked_writes: false,
-            plan_id: "starter".into(),
+            plan_id: state.config.default_plan.clone(),
             plan_timeline: "monthly".into(),
             created_at: atoll_meta::now_millis(),
         };
@@ -155,7 +155,18 @@ async fn create(
     }
     let org = state
         .store
-        .create_team_org(&access.principal.user.id, &slug, &name)
+        .create_team_org(
+            &access.principal.user.id,
+            &slug,
+            &name,
+            Some(&state.config.default_plan),
+            // The same first group a personal organization gets, so `db create` works at once.
+            Some(atoll_meta::NewGroup {
+                name: "default".to_string(),
+                location: state.config.server_location.clone(),
+                version: state.config.group_version.clone(),
+            }),
+        )
         .await
         .map_err(|e| match e {
             atoll_meta::StoreError::AlreadyExists(_) => taken(),

@@ -353,7 +353,6 @@ async fn world(app: &TestApp, users: &Users) -> World {
     app.group(&org, owner, &g2).await;
     // Transferred databases land in the receiving organization's group of the same name.
     app.group(&other_org, owner, &g1).await;
-    app.group(&other_org, owner, "default").await;
 
     let mut group_scoped = Vec::new();
     for scope in Scope::ALL {

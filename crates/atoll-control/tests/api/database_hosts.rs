@@ -460,7 +460,6 @@ async fn deleted_and_transferred_databases_move_on_the_data_plane() {
     let token = token(&app, "/v1/databases/leaving", "").await;
     execute(&app, &url, &token, "CREATE TABLE t (x)").await;
     let team = app.team(&app.admin_token, &unique("Acme")).await;
-    app.group(&team, &app.admin_token, "default").await;
     app.post(
         "/v1/databases/leaving/transfer",
         &app.admin_token,

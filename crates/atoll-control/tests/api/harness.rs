@@ -159,10 +159,18 @@ impl TestApp {
             config,
             atoll_control::DataPlane::in_process(node, &db_url, &format!("localhost:{db_port}")),
         );
-        let outcome =
-            atoll_control::bootstrap_user(&state, ADMIN, Some(PASSWORD.into()), None, None)
-                .await
-                .expect("bootstrap");
+        // The administrator's organization is on the free plan, as an operator would put
+        // it with `--default-plan starter`: the tests of the free plan's quotas and
+        // behaviours use it. New users and team organizations get the instance's default.
+        let outcome = atoll_control::bootstrap_user(
+            &state,
+            ADMIN,
+            Some(PASSWORD.into()),
+            None,
+            Some(atoll_control::config::FREE_PLAN),
+        )
+        .await
+        .expect("bootstrap");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let listener = atoll_data::listener::Listener::new(listener, tls);

@@ -2,6 +2,7 @@ use super::{new_uuid, Store};
 use crate::backend::{Conn, Row, Value};
 use crate::error::{Entity, Result, StoreError};
 use crate::model::{OrgKind, OrgMembership, Organization};
+use crate::store::NewGroup;
 use atoll_types::Role;
 
 pub(crate) const ORG_COLUMNS: &str = "o.id, o.slug, o.name, o.kind, o.overages, o.require_mfa, \
@@ -23,13 +24,15 @@ pub(crate) fn org_from_row(row: &Row, offset: usize) -> Organization {
     }
 }
 
-/// Inserts an organization with `owner_id` as its owner.
+/// Inserts an organization with `owner_id` as its owner, on `plan` (`None`: the
+/// column's default, `starter`).
 pub(crate) fn insert_org(
     c: &mut dyn Conn,
     slug: &str,
     name: &str,
     kind: OrgKind,
     owner_id: &str,
+    plan: Option<&str>,
 ) -> Result<Organization> {
     let now = crate::now_millis();
     let id = new_uuid();
@@ -43,6 +46,12 @@ pub(crate) fn insert_org(
             now.into(),
         ],
     )?;
+    if let Some(plan) = plan {
+        c.execute(
+            "UPDATE organizations SET plan_id = $2 WHERE id = $1",
+            &[(&id).into(), plan.into()],
+        )?;
+    }
     c.execute(
         "INSERT INTO memberships (org_id, user_id, role, created_at) VALUES ($1, $2, $3, $4)",
         &[
@@ -70,14 +79,18 @@ pub(crate) fn revoke_org_tokens(c: &mut dyn Conn, org_id: &str) -> Result<u64> {
 }
 
 impl Store {
-    /// Creates a team organization owned by `owner_id`.
+    /// Creates a team organization owned by `owner_id`, on `plan` (`None`: `starter`) and,
+    /// when asked, with a first group: all or nothing.
     pub async fn create_team_org(
         &self,
         owner_id: &str,
         slug: &str,
         name: &str,
+        plan: Option<&str>,
+        first_group: Option<NewGroup>,
     ) -> Result<Organization> {
         let (owner_id, slug, name) = (owner_id.to_string(), slug.to_string(), name.to_string());
+        let plan = plan.map(str::to_string);
         self.write("create_team_org", move |c| {
             // Usernames and organization slugs share one namespace (personal orgs).
             let taken =
@@ -85,8 +98,12 @@ impl Store {
             if taken.is_some() {
                 return Err(StoreError::AlreadyExists(Entity::Organization));
             }
-            insert_org(c, &slug, &name, OrgKind::Team, &owner_id)
-                .map_err(|e| e.duplicate_is(Entity::Organization))
+            let org = insert_org(c, &slug, &name, OrgKind::Team, &owner_id, plan.as_deref())
+                .map_err(|e| e.duplicate_is(Entity::Organization))?;
+            if let Some(group) = &first_group {
+                super::groups::insert_group(c, &org.id, group)?;
+            }
+            Ok(org)
         })
         .await
     }

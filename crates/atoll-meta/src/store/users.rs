@@ -11,9 +11,11 @@ pub struct NewUser {
     pub name: String,
     pub password_hash: String,
     pub is_admin: bool,
+    /// The plan of their personal organization; `None`: `starter`.
+    pub plan: Option<String>,
 }
 
-/// The group every new personal organization starts with.
+/// A group to create; also the group every new organization starts with.
 #[derive(Debug, Clone)]
 pub struct NewGroup {
     pub name: String,
@@ -77,6 +79,7 @@ impl Store {
                 &user.username,
                 OrgKind::Personal,
                 &user.id,
+                new.plan.as_deref(),
             )
             .map_err(|e| e.duplicate_is(Entity::User))?;
             let group = match first_group {

@@ -230,7 +230,8 @@ async fn a_session_is_recorded_newest_first_with_author_origin_and_data() {
     assert_eq!(author_origin(plan), ("admin".into(), "api".into()));
     assert_eq!(
         plan["data"],
-        json!({"plan": "scaler", "previous_plan": "starter"})
+        // A new team organization starts on the instance's default plan.
+        json!({"plan": "scaler", "previous_plan": "enterprise"})
     );
     let added = entries
         .iter()
@@ -391,6 +392,8 @@ async fn the_free_plan_admins_and_members_only() {
         app.add_member(&org, &owner_token, user, role).await;
     }
     app.group(&org, &owner_token, "g").await;
+    // New organizations start on the instance's default plan; this one is put on the free plan.
+    app.set_plan(&org, "starter").await;
     let path = format!("/v1/organizations/{org}/audit-logs");
 
     // Starter: refused with the code the Turso CLI recognises.
@@ -408,7 +411,7 @@ async fn the_free_plan_admins_and_members_only() {
     // Entries were recorded all along: upgrading shows them.
     app.set_plan(&org, "developer").await;
     let entries = app.audit_log(&org, &admin_token).await;
-    assert_eq!(entries.len(), 6, "{entries:#?}");
+    assert_eq!(entries.len(), 7, "{entries:#?}");
 
     for token in [&member_token, &viewer_token] {
         let reply = app.get(&path, token).await;
@@ -569,7 +572,6 @@ async fn transfers_are_recorded_on_both_sides() {
     );
     for org in [&from, &to] {
         app.set_plan(org, "scaler").await;
-        app.group(org, &owner_token, "default").await;
     }
     app.group(&from, &owner_token, "moving").await;
     app.database(

@@ -403,6 +403,13 @@ async fn instances_wakeup_and_transfer() {
     );
 
     let team = app.team(&app.admin_token, &unique("Acme")).await;
+    // A new team organization has a `default` group; without it the transfer has nowhere to land.
+    app.delete(
+        &format!("/v1/organizations/{team}/groups/default"),
+        &app.admin_token,
+    )
+    .await
+    .expect(200);
     let reply = app
         .post(
             "/v1/databases/moving/transfer",

@@ -36,10 +36,18 @@ async fn create_get_list_configure_and_delete() {
             .expect(200)["group"],
         created
     );
+    // Beside the `default` group every new organization starts with.
+    let listed = app.get(&groups, &app.admin_token).await.expect(200)["groups"].clone();
     assert_eq!(
-        app.get(&groups, &app.admin_token).await.expect(200)["groups"],
-        json!([created])
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].clone())
+            .collect::<Vec<_>>(),
+        [json!("default"), json!("eu")]
     );
+    assert_eq!(listed[1], created);
 
     let config = format!("{groups}/eu/configuration");
     assert_eq!(

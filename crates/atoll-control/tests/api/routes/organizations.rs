@@ -311,3 +311,136 @@ async fn plans_subscription_and_invoices() {
         400
     );
 }
+
+/// A self-hosted instance is the operator's: a new team organization can be used at once,
+/// with the `default` group `atoll db create` picks and no quotas in the way.
+#[tokio::test]
+async fn a_new_team_organization_has_a_default_group_and_no_quotas() {
+    // The plans of a fresh install (the harness's are unlimited).
+    let config = atoll_control::config::ControlConfig::default();
+    let Some(app) = crate::harness::TestApp::start_with(config).await else {
+        return;
+    };
+    let owner = app.user(&unique("owner")).await;
+    let team = app.team(&owner, &unique("Acme")).await;
+    let org = app
+        .get(&format!("/v1/organizations/{team}"), &owner)
+        .await
+        .expect(200)["organization"]
+        .clone();
+    assert_eq!(org["plan_id"], "enterprise");
+
+    let groups = app
+        .get(&format!("/v1/organizations/{team}/groups"), &owner)
+        .await
+        .expect(200)["groups"]
+        .clone();
+    assert_eq!(groups.as_array().unwrap().len(), 1, "{groups}");
+    assert_eq!(
+        (&groups[0]["name"], &groups[0]["primary"]),
+        (&json!("default"), &json!("local"))
+    );
+    app.database(
+        &format!("/v1/organizations/{team}"),
+        &owner,
+        "first",
+        "default",
+    )
+    .await;
+    // A second group, in a second location: the free plan would refuse both.
+    app.post(
+        &format!("/v1/organizations/{team}/groups"),
+        &owner,
+        json!({"name": "second", "location": "aws-eu-west-1"}),
+    )
+    .await
+    .expect(200);
+
+    // Idle for longer than the free plan allows: not archived, it is not on the free plan.
+    let later = atoll_meta::now_millis() + atoll_control::jobs::ARCHIVE_AFTER_MS + 60_000;
+    let report = atoll_control::jobs::run_once(&app.state, "test", later)
+        .await
+        .unwrap();
+    let archived = app
+        .get(&format!("/v1/organizations/{team}/groups/default"), &owner)
+        .await
+        .expect(200)["group"]["archived"]
+        .clone();
+    assert_eq!(archived, false, "{report:?}");
+}
+
+#[tokio::test]
+async fn an_organization_put_on_the_free_plan_gets_the_free_plan_limits() {
+    let config = atoll_control::config::ControlConfig::default();
+    let Some(app) = crate::harness::TestApp::start_with(config).await else {
+        return;
+    };
+    let owner = app.user(&unique("owner")).await;
+    let team = app.team(&owner, &unique("Frugal")).await;
+    app.post(
+        &format!("/v1/admin/organizations/{team}/plan"),
+        &app.admin_token,
+        json!({"plan": "starter"}),
+    )
+    .await
+    .expect(200);
+    // Its `default` group is the one group the free plan allows.
+    let reply = app
+        .post(
+            &format!("/v1/organizations/{team}/groups"),
+            &owner,
+            json!({"name": "second", "location": "local"}),
+        )
+        .await;
+    assert_eq!((reply.status, reply.code()), (402, "quota_exceeded"));
+    // Deletes are final.
+    let prefix = format!("/v1/organizations/{team}");
+    app.database(&prefix, &owner, "gone", "default").await;
+    app.delete(&format!("{prefix}/databases/gone"), &owner)
+        .await
+        .expect(200);
+    let deleted = app
+        .get(&format!("{prefix}/deleted-databases"), &owner)
+        .await
+        .expect(200);
+    assert_eq!(deleted["databases"], json!([]));
+    // Idle groups are archived.
+    let later = atoll_meta::now_millis() + atoll_control::jobs::ARCHIVE_AFTER_MS + 60_000;
+    atoll_control::jobs::run_once(&app.state, "test", later)
+        .await
+        .unwrap();
+    let group = app
+        .get(&format!("{prefix}/groups/default"), &owner)
+        .await
+        .expect(200);
+    assert_eq!(group["group"]["archived"], true);
+}
+
+#[tokio::test]
+async fn the_operator_chooses_the_plan_new_organizations_start_on() {
+    let mut config = atoll_control::config::ControlConfig::default();
+    atoll_control::config::apply_plans_file(
+        &mut config,
+        r#"{"team": {"quotas": {"groups": 1}, "default": true}}"#,
+    )
+    .unwrap();
+    let Some(app) = crate::harness::TestApp::start_with(config).await else {
+        return;
+    };
+    let owner = app.user(&unique("owner")).await;
+    let team = app.team(&owner, &unique("Acme")).await;
+    let org = app
+        .get(&format!("/v1/organizations/{team}"), &owner)
+        .await
+        .expect(200)["organization"]
+        .clone();
+    assert_eq!(org["plan_id"], "team");
+    let reply = app
+        .post(
+            &format!("/v1/organizations/{team}/groups"),
+            &owner,
+            json!({"name": "second", "location": "local"}),
+        )
+        .await;
+    assert_eq!((reply.status, reply.code()), (402, "quota_exceeded"));
+}

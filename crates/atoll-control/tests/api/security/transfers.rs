@@ -23,7 +23,6 @@ async fn parties(app: &TestApp) -> Parties {
     let bob = app.user(&bob_name).await;
     let team = app.team(&bob, &unique("Receiving")).await;
     app.add_member(&team, &bob, &alice_name, "admin").await;
-    app.group(&team, &bob, "default").await;
     Parties {
         alice,
         alice_name,
