@@ -363,6 +363,35 @@ async fn a_large_file_is_imported_with_progress_and_exported_back() {
     assert_eq!(setup.scalar("from-file", "select sum(x) from t"), "6");
 }
 
+/// `db import` names the database after the file; a file whose name is no valid database
+/// name (`Orders.db`) is refused before anything is created, with the name it derived and
+/// `--name` in the error, and `--name` imports it.
+#[tokio::test(flavor = "multi_thread")]
+async fn import_names_the_database_after_the_file_or_name() {
+    let setup = start("cli-import-name").await;
+    let file = setup.file("Orders.db");
+    {
+        let conn = Connection::open(&file).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (7);
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    }
+    let line = setup.fails(&["db", "import", "Orders.db"], None);
+    assert!(
+        line.contains("the name `Orders`, taken from the file Orders.db")
+            && line.contains("lowercase")
+            && line.contains("`atoll db import Orders.db --name orders`"),
+        "{line}"
+    );
+    assert!(setup.database_names().is_empty());
+
+    let (stdout, _) = setup.ok_with(&["db", "import", "Orders.db", "--name", "orders"], None);
+    assert!(stdout.contains("Created database orders from"), "{stdout}");
+    assert_eq!(setup.scalar("orders", "select x from t"), "7");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_imports_leave_no_database() {
     let setup = start("cli-cleanup").await;
