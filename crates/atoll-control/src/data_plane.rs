@@ -391,7 +391,7 @@ fn data_error(error: DataError) -> ApiError {
         DataError::Conflict(message) => {
             ApiError::Conflict(ErrorCode::DatabaseAlreadyExists, message)
         }
-        DataError::UnknownDatabase(id) => ApiError::NotFound(
+        DataError::UnknownDatabase(id) | DataError::UnknownDatabaseForToken(id) => ApiError::NotFound(
             ErrorCode::DatabaseNotFound,
             format!("database {id} is not on its node"),
         ),
