@@ -363,6 +363,30 @@ async fn a_large_file_is_imported_with_progress_and_exported_back() {
     assert_eq!(setup.scalar("from-file", "select sum(x) from t"), "6");
 }
 
+/// A dump that fails names the statement as a reader of the file counts it (from 1, its
+/// `BEGIN` included), quotes it on one line, and doubles no spaces.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_dump_names_its_statement_counted_from_one() {
+    let setup = start("cli-dump-error").await;
+    for (file, sql, expected) in [
+        (
+            "missing-table.sql",
+            "BEGIN TRANSACTION;\nCREATE TABLE t(x);\nINSERT INTO t VALUES (1);\nINSERT INTO nope\n  VALUES (1);\nCOMMIT;\n",
+            "the dump failed to load at statement 4: no such table: nope",
+        ),
+        (
+            "syntax.sql",
+            "SELEC 1;\n",
+            "the dump failed to load at statement 1 (SELEC 1;): near \"SELEC\": syntax error",
+        ),
+    ] {
+        std::fs::write(setup.file(file), sql).unwrap();
+        let line = setup.fails(&["db", "create", "broken", "--from-dump", file], None);
+        assert!(line.contains(expected), "{line}");
+        assert!(!line.contains("  "), "doubled spaces: {line}");
+    }
+}
+
 /// `db import` names the database after the file; a file whose name is no valid database
 /// name (`Orders.db`) is refused before anything is created, with the name it derived and
 /// `--name` in the error, and `--name` imports it.
