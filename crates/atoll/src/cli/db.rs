@@ -123,7 +123,10 @@ pub enum DbCommand {
         yes: bool,
     },
     /// Database tokens (for libSQL clients).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  atoll db tokens create shop --expiration 7d   # a token for libSQL clients\n  atoll db tokens create shop --read-only\n  atoll db tokens invalidate shop --yes          # every token of shop stops working"
+    )]
     Tokens(TokensCommand),
     /// `config`, `usage`, `inspect`, `restore`, `list-deleted` (in `db_admin.rs`).
     #[command(flatten)]
