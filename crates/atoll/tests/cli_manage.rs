@@ -142,6 +142,23 @@ async fn organization_tokens_are_listed_and_revoked() {
         line.contains("(token_not_found)") && line.contains("atoll org tokens list"),
         "{line}"
     );
+
+    // Minted with the `read-only` preset, stored expanded as `read`: the tables say both.
+    ok(
+        &config,
+        &[
+            "auth", "api-tokens", "mint", "reader", "--org", "admin", "--group", "default",
+            "--read-only",
+        ],
+    );
+    for list in [&["org", "tokens", "list"][..], &["auth", "api-tokens", "list"][..]] {
+        let table = ok(&config, list);
+        let row = table
+            .lines()
+            .find(|l| l.contains("reader"))
+            .unwrap_or_else(|| panic!("{list:?}: {table}"));
+        assert!(row.contains("read (read-only)"), "{list:?}: {table}");
+    }
     let _ = std::fs::remove_dir_all(&config);
 }
 
