@@ -15,16 +15,21 @@
 #   to block as they do for a reader in one terminal; `curl` fails on HTTP errors
 #   (`--fail-with-body`), so a 409 from re-creating something is a failure, not a line of
 #   JSON nobody reads;
+# - then the ```js blocks, each as an ES module (`.mjs`) with TOKEN set to the admin's
+#   login token, when the official clients are installed in tests/compat/node_modules
+#   (`scripts/compat.sh`, which scripts/test.sh runs first, installs them); otherwise the
+#   script says it skipped them;
 # - a block right after the line `<!-- readme-test: skip -->` is not run (an interactive
 #   shell, `cargo run` itself); the script lists what it skipped.
 #
 # Environment:
 #   ATOLL_BIN            the binary, default $CARGO_TARGET_DIR/debug/atoll or target/debug/atoll
+#   ATOLL_README         the file to run, default README.md at the repository root
 #   ATOLL_README_KEEP=1  keep the temporary directory (and dev.log)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-README="$REPO_ROOT/README.md"
+README="${ATOLL_README:-$REPO_ROOT/README.md}"
 ATOLL_BIN="${ATOLL_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/atoll}"
 [[ -x "$ATOLL_BIN" ]] || { echo "readme: no atoll binary at $ATOLL_BIN: run 'cargo build -p atoll' or set ATOLL_BIN" >&2; exit 2; }
 ATOLL_BIN="$(cd "$(dirname "$ATOLL_BIN")" && pwd)/$(basename "$ATOLL_BIN")"
@@ -51,7 +56,7 @@ while [[ "$DB_PORT" == "$API_PORT" ]]; do DB_PORT="$(free_port)"; done
 
 # The blocks, as one script, and the list of the skipped ones.
 python3 - "$README" "$API_PORT" "$DB_PORT" "$WORK/readme-blocks.sh" <<'PY'
-import re, sys
+import os, re, sys
 readme, api_port, db_port, out = sys.argv[1:]
 lines = open(readme, encoding="utf-8").read().split("\n")
 script = []
@@ -74,7 +79,7 @@ while i < len(lines):
     i = end + 1
     skip_marked = previous == "<!-- readme-test: skip -->"
     previous = ""
-    if language != "sh":
+    if language not in ("sh", "js"):
         continue
     number += 1
     where = f"README block {number} (line {start})"
@@ -84,6 +89,12 @@ while i < len(lines):
     text = "\n".join(body)
     text = text.replace("127.0.0.1:8080", f"127.0.0.1:{api_port}")
     text = text.replace("127.0.0.1:8081", f"127.0.0.1:{db_port}")
+    if language == "js":
+        modules = os.path.join(os.path.dirname(out), "js")
+        os.makedirs(modules, exist_ok=True)
+        with open(os.path.join(modules, f"block-{number}-line-{start}.mjs"), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        continue
     # A newline first: the previous command's output (curl's JSON) may not end with one.
     script.append(f"printf '\\n==> {where}\\n' >&2\n{text}\n")
 with open(out, "w", encoding="utf-8") as f:
@@ -110,10 +121,29 @@ command curl -sf "http://127.0.0.1:$API_PORT/health" >/dev/null || { echo "readm
 export ATOLL_API_URL="http://127.0.0.1:$API_PORT"
 if bash "$WORK/readme-blocks.sh" </dev/null >"$WORK/blocks.log" 2>&1; then
   grep '^==> README block' "$WORK/blocks.log" | sed 's/^==> /readme: ran /' >&2
-  echo "readme: every block ran" >&2
 else
   status=$?
   cat "$WORK/blocks.log" >&2
   echo "readme: a block failed (exit $status); its output is above, after its '==> README block' line" >&2
   exit 1
 fi
+
+# The JavaScript blocks, with the official clients the compatibility tests install.
+MODULES="$REPO_ROOT/tests/compat/node_modules"
+for block in "$WORK"/js/*.mjs; do
+  [[ -e "$block" ]] || continue
+  name="$(basename "$block" .mjs)"
+  if ! command -v node >/dev/null || [[ ! -d "$MODULES/@libsql/client" || ! -d "$MODULES/@tursodatabase/api" ]]; then
+    echo "readme: skipped $name (JavaScript): no node, or no official clients in tests/compat/node_modules (scripts/compat.sh installs them)" >&2
+    continue
+  fi
+  ln -sfn "$MODULES" "$WORK/js/node_modules"
+  if TOKEN="$(cat atoll-data/admin.token)" timeout 60 node "$block" >"$WORK/$name.log" 2>&1; then
+    echo "readme: ran $name (JavaScript, as .mjs)" >&2
+  else
+    cat "$WORK/$name.log" >&2
+    echo "readme: $name (JavaScript) failed" >&2
+    exit 1
+  fi
+done
+echo "readme: every block ran" >&2
