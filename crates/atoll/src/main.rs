@@ -99,7 +99,10 @@ mod tests {
         command.build();
         let mut missing = Vec::new();
         walk(&mut command, "atoll", &mut missing);
-        assert!(missing.is_empty(), "no example in the help of: {missing:#?}");
+        assert!(
+            missing.is_empty(),
+            "no example in the help of: {missing:#?}"
+        );
     }
 
     #[test]

@@ -13,10 +13,10 @@ use atoll_data::DataLimits;
 use atoll_meta::Store;
 use clap::Args;
 use std::io::Write;
-use tokio::net::TcpListener;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tokio::net::TcpListener;
 
 #[derive(Args, Clone)]
 pub struct DevArgs {

@@ -147,11 +147,21 @@ async fn organization_tokens_are_listed_and_revoked() {
     ok(
         &config,
         &[
-            "auth", "api-tokens", "mint", "reader", "--org", "admin", "--group", "default",
+            "auth",
+            "api-tokens",
+            "mint",
+            "reader",
+            "--org",
+            "admin",
+            "--group",
+            "default",
             "--read-only",
         ],
     );
-    for list in [&["org", "tokens", "list"][..], &["auth", "api-tokens", "list"][..]] {
+    for list in [
+        &["org", "tokens", "list"][..],
+        &["auth", "api-tokens", "list"][..],
+    ] {
         let table = ok(&config, list);
         let row = table
             .lines()
@@ -743,12 +753,20 @@ async fn errors_name_the_next_step_in_cli_terms() {
     );
     let line = String::from_utf8(output.stderr).unwrap();
     assert!(
-        line.contains("check the username and the password") && !line.contains("run `atoll auth login`"),
+        line.contains("check the username and the password")
+            && !line.contains("run `atoll auth login`"),
         "{line}"
     );
     let line = fails(
         &config,
-        &["auth", "login", "--api-url", &server.url, "--token", "atoll_nope"],
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--token",
+            "atoll_nope",
+        ],
     );
     assert!(line.contains("pass a valid one to `--token`"), "{line}");
 
@@ -775,7 +793,10 @@ async fn errors_name_the_next_step_in_cli_terms() {
     assert!(line.contains("`atoll group list`"), "{line}");
 
     // Commands, not routes.
-    let line = fails(&config, &["group", "create", "mars", "--location", "mars-1"]);
+    let line = fails(
+        &config,
+        &["group", "create", "mars", "--location", "mars-1"],
+    );
     assert!(
         line.contains("`atoll locations`") && !line.contains("/v1/"),
         "{line}"
@@ -792,7 +813,14 @@ async fn errors_name_the_next_step_in_cli_terms() {
     let wrong = temp_dir("cli-hints-wrong-port");
     let output = atoll_env(
         &wrong,
-        &["auth", "login", "--api-url", data_base, "--username", "admin"],
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            data_base,
+            "--username",
+            "admin",
+        ],
         &[("ATOLL_PASSWORD", &server.password())],
     );
     let line = String::from_utf8(output.stderr).unwrap();
@@ -836,10 +864,19 @@ async fn a_token_for_another_database_is_named_so() {
     let (status, body) = pipeline(&http_url(&config, "also-in-one"), &in_one, "SELECT 1").await;
     let message = body["error"].as_str().unwrap_or_default();
     assert_eq!(status, 401, "{body}");
-    assert!(message.contains("a token of another database or group"), "{body}");
+    assert!(
+        message.contains("a token of another database or group"),
+        "{body}"
+    );
     // A token that is no database token at all is still just invalid.
     let (status, body) = pipeline(&http_url(&config, "in-one"), "not-a-jwt", "SELECT 1").await;
     assert_eq!(status, 401, "{body}");
-    assert!(body["error"].as_str().unwrap_or_default().contains("The JWT is invalid"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("The JWT is invalid"),
+        "{body}"
+    );
     let _ = std::fs::remove_dir_all(&config);
 }

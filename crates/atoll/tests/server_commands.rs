@@ -279,7 +279,10 @@ fn a_second_dev_on_a_busy_port_hints_listen_and_leaves_no_store() {
                 && stderr.contains(&format!("`{flag} 127.0.0.1:0`")),
             "{stderr}"
         );
-        assert!(!dir.join("meta.db").exists(), "{flag}: a meta.db was left behind");
+        assert!(
+            !dir.join("meta.db").exists(),
+            "{flag}: a meta.db was left behind"
+        );
         assert!(!dir.exists(), "{flag}: the data directory was created");
     }
 }

@@ -3,10 +3,10 @@
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
+use atoll_types::scopes::Scope;
 use atoll_types::tokens::{
     ApiTokenList, ApiTokenRevoked, CreateApiTokenRequest, CreatedApiTokenV2,
 };
-use atoll_types::scopes::Scope;
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -147,7 +147,11 @@ pub(super) fn scopes_column(scopes: &[Scope]) -> String {
     } else if scopes.len() == Scope::ALL.len() && Scope::ALL.iter().all(|s| scopes.contains(s)) {
         "all (full-access)".to_string()
     } else {
-        scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+        scopes
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
