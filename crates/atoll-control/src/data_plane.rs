@@ -391,10 +391,12 @@ fn data_error(error: DataError) -> ApiError {
         DataError::Conflict(message) => {
             ApiError::Conflict(ErrorCode::DatabaseAlreadyExists, message)
         }
-        DataError::UnknownDatabase(id) => ApiError::NotFound(
-            ErrorCode::DatabaseNotFound,
-            format!("database {id} is not on its node"),
-        ),
+        DataError::UnknownDatabase(id) | DataError::UnknownDatabaseForToken(id) => {
+            ApiError::NotFound(
+                ErrorCode::DatabaseNotFound,
+                format!("database {id} is not on its node"),
+            )
+        }
         DataError::NoDatabase(m)
         | DataError::Unauthorized(m)
         | DataError::Forbidden(m)

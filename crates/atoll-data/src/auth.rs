@@ -40,7 +40,7 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
         let db = state
             .node
             .by_label(&label)
-            .ok_or_else(|| DataError::UnknownDatabase(label.clone()))?;
+            .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;
         check_client_address(&db, parts)?;
         refuse_encryption_key(&parts.headers)?;
         let header = parts
@@ -65,8 +65,9 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
         ));
     }
     let claims = db.verify_token(token.trim(), now).map_err(|e| match e {
-        JwtError::Invalid => DataError::Unauthorized("The JWT is invalid".into()),
-        JwtError::Expired => DataError::Unauthorized("The JWT has expired".into()),
+        JwtError::Invalid | JwtError::Expired | JwtError::NotForThisDatabase => {
+            DataError::Unauthorized(e.to_string())
+        }
     })?;
     let config = db.config();
     // A token signed by one of this database's keys names it (`id`) or its group (`gid`).
@@ -76,7 +77,7 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
         (None, None) => false,
     };
     if !covers {
-        return Err(DataError::UnknownDatabase(config.label.clone()));
+        return Err(DataError::UnknownDatabaseForToken(config.label.clone()));
     }
     let write = match claims.a.as_str() {
         "rw" => true,

@@ -55,7 +55,16 @@ fn load_in_transaction(
         let mut stmt = match statements.next() {
             Ok(Some(stmt)) => stmt,
             Ok(None) => break,
-            Err(e) => return Err(failed(e, format!("after statement {count}"))),
+            // A statement that does not prepare (a syntax error, a missing table): it is
+            // the next one, counted from 1 as users count the statements of a file.
+            Err(rusqlite::Error::SqlInputError { msg, sql, .. }) => {
+                return Err(DataError::BadRequest(format!(
+                    "the dump failed to load at statement {} ({}): {msg}",
+                    count + 1,
+                    snippet(&sql)
+                )))
+            }
+            Err(e) => return Err(failed(e, format!("at statement {}", count + 1))),
         };
         count += 1;
         if count.is_multiple_of(PROGRESS_EVERY) {
@@ -255,9 +264,10 @@ pub fn check_loaded(file: &std::path::Path) -> Result<(), DataError> {
     }
 }
 
-/// The start of a statement, for error messages that must not echo a whole dump.
+/// The start of a statement, for error messages that must not echo a whole dump: on one
+/// line, every run of whitespace (a dump's newlines and indentation) one space.
 fn snippet(sql: &str) -> String {
-    let sql = sql.trim();
+    let sql = sql.split_whitespace().collect::<Vec<_>>().join(" ");
     match sql.char_indices().nth(80) {
         Some((at, _)) => format!("{}…", &sql[..at]),
         None => sql.to_string(),

@@ -14,6 +14,11 @@ pub enum DataError {
     /// No such database on this node (also: a token that does not cover it).
     #[error("Namespace `{0}` doesn't exist")]
     UnknownDatabase(String),
+    /// The same, where a token is checked: the database may exist and the token be one of
+    /// another database of its group. The answer is the same either way, so it tells no
+    /// more than the plain 404, but it names the other cause a user should check.
+    #[error("Namespace `{0}` doesn't exist, or the token is not for it (a token of another database or group)")]
+    UnknownDatabaseForToken(String),
     #[error("Unauthorized: `{0}`")]
     Unauthorized(String),
     #[error("Authorization forbidden: {0}")]
@@ -42,7 +47,9 @@ impl DataError {
     pub fn status(&self) -> StatusCode {
         match self {
             DataError::NoDatabase(_) | DataError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            DataError::UnknownDatabase(_) => StatusCode::NOT_FOUND,
+            DataError::UnknownDatabase(_) | DataError::UnknownDatabaseForToken(_) => {
+                StatusCode::NOT_FOUND
+            }
             DataError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             DataError::Forbidden(_) => StatusCode::FORBIDDEN,
             DataError::Unavailable(_) | DataError::Conflict(_) => StatusCode::CONFLICT,

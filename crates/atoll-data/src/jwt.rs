@@ -53,6 +53,12 @@ pub enum JwtError {
     Invalid,
     #[error("The JWT has expired")]
     Expired,
+    /// A well-formed database or group token that none of this database's keys signed:
+    /// one minted for another database or group (or before the keys were rotated). Told
+    /// apart from `Invalid` by the token's own claims only, so it reveals nothing of the
+    /// database.
+    #[error("The JWT is not signed by this database's keys: a token of another database or group, or one invalidated since")]
+    NotForThisDatabase,
 }
 
 /// A new random signing key.
@@ -115,7 +121,13 @@ pub fn verify(token: &str, keys: &[(String, VerifyingKey)], now: i64) -> Result<
         .filter(|(kid, _)| header.kid.as_ref().is_none_or(|k| k == kid))
         .any(|(_, key)| key.verify(signing_input.as_bytes(), &signature).is_ok());
     if !verified {
-        return Err(JwtError::Invalid);
+        let names_a_database = decode_json::<Claims>(payload_b64)
+            .is_ok_and(|claims| claims.id.is_some() || claims.gid.is_some());
+        return Err(if names_a_database {
+            JwtError::NotForThisDatabase
+        } else {
+            JwtError::Invalid
+        });
     }
     let claims: Claims = decode_json(payload_b64)?;
     if claims.exp.is_some_and(|exp| exp <= now) {
@@ -154,10 +166,24 @@ mod tests {
         let token = sign(&claims(), &key, "k1");
         assert_eq!(verify(&token, &keys, 50), Ok(claims()));
         assert_eq!(verify(&token, &keys, 100), Err(JwtError::Expired));
-        let forged = sign(&claims(), &other, "k1");
-        assert_eq!(verify(&forged, &keys, 50), Err(JwtError::Invalid));
+        // A database token signed by other keys: one of another database or group.
+        let foreign = sign(&claims(), &other, "k1");
+        assert_eq!(
+            verify(&foreign, &keys, 50),
+            Err(JwtError::NotForThisDatabase)
+        );
         let wrong_kid = sign(&claims(), &key, "k2");
-        assert_eq!(verify(&wrong_kid, &keys, 50), Err(JwtError::Invalid));
+        assert_eq!(
+            verify(&wrong_kid, &keys, 50),
+            Err(JwtError::NotForThisDatabase)
+        );
+        // Without a database or group claim it is no token of ours at all.
+        let no_database = Claims {
+            id: None,
+            ..claims()
+        };
+        let forged = sign(&no_database, &other, "k1");
+        assert_eq!(verify(&forged, &keys, 50), Err(JwtError::Invalid));
         assert_eq!(verify("a.b", &keys, 50), Err(JwtError::Invalid));
         assert_eq!(verify("", &keys, 50), Err(JwtError::Invalid));
         // Tampering with the payload breaks the signature.
@@ -166,7 +192,10 @@ mod tests {
         tampered.a = "ro".into();
         let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tampered).unwrap());
         parts[1] = &payload;
-        assert_eq!(verify(&parts.join("."), &keys, 50), Err(JwtError::Invalid));
+        assert_eq!(
+            verify(&parts.join("."), &keys, 50),
+            Err(JwtError::NotForThisDatabase)
+        );
     }
 
     #[test]

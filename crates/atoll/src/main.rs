@@ -17,7 +17,8 @@ use clap::{Parser, Subcommand};
     name = "atoll",
     version,
     about = "Self-hostable libSQL database platform",
-    propagate_version = true
+    propagate_version = true,
+    after_help = "Examples:\n  atoll dev                                   # start everything locally (API on 127.0.0.1:8080)\n  atoll auth login --username admin --password \"$(cat atoll-data/admin.password)\"\n  atoll db create shop && atoll db show shop --url\n\nEvery command has --help with an example: atoll db create --help"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -76,6 +77,33 @@ mod tests {
     #[test]
     fn the_command_tree_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The README promises `--help` with an example on every command: walk the whole tree
+    /// (`atoll --help` and every group, like `atoll db tokens --help`, included).
+    #[test]
+    fn every_command_has_help_with_an_example() {
+        fn walk(command: &mut clap::Command, path: &str, missing: &mut Vec<String>) {
+            let help = command.render_long_help().to_string();
+            if !help.contains("Example") {
+                missing.push(path.to_string());
+            }
+            for sub in command.get_subcommands_mut() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                let path = format!("{path} {}", sub.get_name());
+                walk(sub, &path, missing);
+            }
+        }
+        let mut command = Cli::command();
+        command.build();
+        let mut missing = Vec::new();
+        walk(&mut command, "atoll", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "no example in the help of: {missing:#?}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tokio::net::TcpListener;
 
 #[derive(Args, Clone)]
 pub struct DevArgs {
@@ -382,17 +383,28 @@ pub(crate) fn hostname_suffix(db_domain: &str, address: SocketAddr) -> String {
     }
 }
 
+/// Binds one listener; a port already taken gets the hint of the flag that moves it.
+async fn bind(address: SocketAddr, what: &str, flag: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(address).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(
+                "; hint: another process (another `atoll dev`?) holds it: stop it, or choose another address with `{flag}`, like `{flag} 127.0.0.1:0`"
+            )
+        } else {
+            String::new()
+        };
+        anyhow::anyhow!("cannot listen on {address} for {what}: {e}{hint}")
+    })
+}
+
 async fn start_in_process_node(
     data_dir: &Path,
-    db_listen: SocketAddr,
+    listener: TcpListener,
     db_domain: &str,
     limits: DataLimits,
     tls: Option<ServerTls>,
 ) -> anyhow::Result<InProcessNode> {
     let node = open_node(data_dir, limits.node.clone()).await?;
-    let listener = tokio::net::TcpListener::bind(db_listen)
-        .await
-        .with_context(|| format!("cannot listen on {db_listen} for the database hosts"))?;
     let address = listener.local_addr()?;
     let db_url = format!("{}://{address}", url_scheme(&tls));
     let hostname_suffix = hostname_suffix(db_domain, address);
@@ -419,6 +431,10 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .apply(&mut config, &args.db_limits.connections);
     let db_limits = args.db_limits.limits()?;
     let tls = args.tls.server_tls()?;
+    // Both ports first: a second `atoll dev` on busy ports must fail before it creates
+    // anything in the data directory (no stray meta.db or secrets.key).
+    let listener = bind(args.listen, "the platform API", "--listen").await?;
+    let db_listener = bind(args.db_listen, "the database hosts", "--db-listen").await?;
     crate::file_modes::tighten_data_dir(&args.data_dir);
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
@@ -426,13 +442,10 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .await
         .context("cannot open the metadata store")?;
     let store = seal_dev_store(store, &args).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
     let api_url = format!("{}://{}", url_scheme(&tls), listener.local_addr()?);
     let node = start_in_process_node(
         &args.data_dir,
-        args.db_listen,
+        db_listener,
         &args.hosts.db_domain,
         db_limits,
         tls.clone(),
@@ -533,9 +546,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("cannot open the metadata store")?;
     let store = crate::secrets_key::seal_store(store, keyring, None).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = bind(args.listen, "the platform API", "--listen").await?;
     config.public_url = format!("{}://{}", url_scheme(&tls), listener.local_addr()?);
     let nodes: Vec<String> = args
         .nodes
@@ -545,9 +556,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .collect();
     let mut own_node = None;
     let data_plane = if nodes.is_empty() {
+        let db_listener = bind(args.db_listen, "the database hosts", "--db-listen").await?;
         let node = start_in_process_node(
             &args.data_dir,
-            args.db_listen,
+            db_listener,
             &args.hosts.db_domain,
             db_limits,
             tls.clone(),
@@ -631,7 +643,8 @@ async fn seal_dev_store(store: Store, args: &DevArgs) -> anyhow::Result<Store> {
     let key_path = crate::secrets_key::dev_key_path(&args.data_dir);
     let hint = generated.then(|| {
         format!(
-            "{} was missing, so a new key was made, but the store's signing keys were sealed              with another: restore that file from your backup (the new one was removed)",
+            "{} was missing, so a new key was made, but the store's signing keys were sealed \
+             with another: restore that file from your backup (the new one was removed)",
             key_path.display()
         )
     });

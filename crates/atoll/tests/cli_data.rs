@@ -363,6 +363,59 @@ async fn a_large_file_is_imported_with_progress_and_exported_back() {
     assert_eq!(setup.scalar("from-file", "select sum(x) from t"), "6");
 }
 
+/// A dump that fails names the statement as a reader of the file counts it (from 1, its
+/// `BEGIN` included), quotes it on one line, and doubles no spaces.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_dump_names_its_statement_counted_from_one() {
+    let setup = start("cli-dump-error").await;
+    for (file, sql, expected) in [
+        (
+            "missing-table.sql",
+            "BEGIN TRANSACTION;\nCREATE TABLE t(x);\nINSERT INTO t VALUES (1);\nINSERT INTO nope\n  VALUES (1);\nCOMMIT;\n",
+            "the dump failed to load at statement 4: no such table: nope",
+        ),
+        (
+            "syntax.sql",
+            "SELEC 1;\n",
+            "the dump failed to load at statement 1 (SELEC 1;): near \"SELEC\": syntax error",
+        ),
+    ] {
+        std::fs::write(setup.file(file), sql).unwrap();
+        let line = setup.fails(&["db", "create", "broken", "--from-dump", file], None);
+        assert!(line.contains(expected), "{line}");
+        assert!(!line.contains("  "), "doubled spaces: {line}");
+    }
+}
+
+/// `db import` names the database after the file; a file whose name is no valid database
+/// name (`Orders.db`) is refused before anything is created, with the name it derived and
+/// `--name` in the error, and `--name` imports it.
+#[tokio::test(flavor = "multi_thread")]
+async fn import_names_the_database_after_the_file_or_name() {
+    let setup = start("cli-import-name").await;
+    let file = setup.file("Orders.db");
+    {
+        let conn = Connection::open(&file).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (7);
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    }
+    let line = setup.fails(&["db", "import", "Orders.db"], None);
+    assert!(
+        line.contains("the name `Orders`, taken from the file Orders.db")
+            && line.contains("lowercase")
+            && line.contains("`atoll db import Orders.db --name orders`"),
+        "{line}"
+    );
+    assert!(setup.database_names().is_empty());
+
+    let (stdout, _) = setup.ok_with(&["db", "import", "Orders.db", "--name", "orders"], None);
+    assert!(stdout.contains("Created database orders from"), "{stdout}");
+    assert_eq!(setup.scalar("orders", "select x from t"), "7");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_imports_leave_no_database() {
     let setup = start("cli-cleanup").await;

@@ -142,6 +142,33 @@ async fn organization_tokens_are_listed_and_revoked() {
         line.contains("(token_not_found)") && line.contains("atoll org tokens list"),
         "{line}"
     );
+
+    // Minted with the `read-only` preset, stored expanded as `read`: the tables say both.
+    ok(
+        &config,
+        &[
+            "auth",
+            "api-tokens",
+            "mint",
+            "reader",
+            "--org",
+            "admin",
+            "--group",
+            "default",
+            "--read-only",
+        ],
+    );
+    for list in [
+        &["org", "tokens", "list"][..],
+        &["auth", "api-tokens", "list"][..],
+    ] {
+        let table = ok(&config, list);
+        let row = table
+            .lines()
+            .find(|l| l.contains("reader"))
+            .unwrap_or_else(|| panic!("{list:?}: {table}"));
+        assert!(row.contains("read (read-only)"), "{list:?}: {table}");
+    }
     let _ = std::fs::remove_dir_all(&config);
 }
 
@@ -705,4 +732,155 @@ fn every_management_command_has_help_with_an_example() {
     }
     let help = ok(&config, &["db", "show", "--help"]);
     assert!(help.contains("--instance-urls"), "{help}");
+}
+
+/// Every error a user can cause names the next step in CLI terms: no "run `atoll auth
+/// login`" after a refused login, no HTTP routes, no store jargon, and a clear word when
+/// the CLI talks to the database port instead of the API.
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_name_the_next_step_in_cli_terms() {
+    let server = start_dev("cli-hints").await;
+    let config = temp_dir("cli-hints");
+
+    // A wrong password: the hint is to check it, not to run the command just run.
+    let output = atoll_env(
+        &config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--username",
+            "admin",
+        ],
+        &[("ATOLL_PASSWORD", "not-the-password")],
+    );
+    let line = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        line.contains("check the username and the password")
+            && !line.contains("run `atoll auth login`"),
+        "{line}"
+    );
+    let line = fails(
+        &config,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            &server.url,
+            "--token",
+            "atoll_nope",
+        ],
+    );
+    assert!(line.contains("pass a valid one to `--token`"), "{line}");
+
+    login(&server, &config);
+    ok(&config, &["db", "create", "shop"]);
+
+    // A database that does not exist: where it was looked for, and what to run.
+    let line = fails(&config, &["db", "show", "nope"]);
+    assert!(
+        line.contains("database nope not found in your personal organization")
+            && line.contains("`atoll db list`")
+            && !line.contains("record not found"),
+        "{line}"
+    );
+
+    // Taken names: what the CLI can do about it (it has no `db rename`).
+    let line = fails(&config, &["db", "create", "shop"]);
+    assert!(
+        line.contains("`atoll db destroy NAME`") && !line.contains("rename"),
+        "{line}"
+    );
+    ok(&config, &["group", "create", "eu"]);
+    let line = fails(&config, &["group", "create", "eu"]);
+    assert!(line.contains("`atoll group list`"), "{line}");
+
+    // Commands, not routes.
+    let line = fails(
+        &config,
+        &["group", "create", "mars", "--location", "mars-1"],
+    );
+    assert!(
+        line.contains("`atoll locations`") && !line.contains("/v1/"),
+        "{line}"
+    );
+    let line = fails(&config, &["org", "invites", "create", "x@example.com"]);
+    assert!(
+        line.contains("`atoll org create NAME`") && !line.contains("/v1/"),
+        "{line}"
+    );
+
+    // `--api-url` pointed at the database port.
+    let data_url = http_url(&config, "shop");
+    let data_base = data_url.split("/db/").next().unwrap();
+    let wrong = temp_dir("cli-hints-wrong-port");
+    let output = atoll_env(
+        &wrong,
+        &[
+            "auth",
+            "login",
+            "--api-url",
+            data_base,
+            "--username",
+            "admin",
+        ],
+        &[("ATOLL_PASSWORD", &server.password())],
+    );
+    let line = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        line.contains("this looks like the database port") && line.contains("API URL"),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&wrong);
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+/// A token of another group (or another database of the same group) is not called
+/// "invalid" by the data plane: the answer says the token is not for this database. It
+/// is told from the token's own claims, so it says nothing more about the database than
+/// the plain refusal did.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_for_another_database_is_named_so() {
+    let server = start_dev("cli-other-token").await;
+    let config = temp_dir("cli-other-token");
+    login(&server, &config);
+    ok(&config, &["group", "create", "one"]);
+    ok(&config, &["group", "create", "two"]);
+    ok(&config, &["db", "create", "in-one", "--group", "one"]);
+    ok(&config, &["db", "create", "also-in-one", "--group", "one"]);
+    ok(&config, &["db", "create", "in-two", "--group", "two"]);
+
+    // A group token of group one, on a database of group two: not signed by its keys.
+    let group_one = ok(&config, &["group", "tokens", "create", "one"]);
+    let (status, body) = pipeline(&http_url(&config, "in-two"), group_one.trim(), "SELECT 1").await;
+    let message = body["error"].as_str().unwrap_or_default();
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        message.contains("not signed by this database's keys")
+            && message.contains("another database or group"),
+        "{body}"
+    );
+    assert!(runs(&http_url(&config, "in-one"), group_one.trim(), "SELECT 1").await);
+
+    // A database token of in-one, on another database of the same group: the same.
+    let in_one = token_for(&config, "in-one");
+    let (status, body) = pipeline(&http_url(&config, "also-in-one"), &in_one, "SELECT 1").await;
+    let message = body["error"].as_str().unwrap_or_default();
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        message.contains("a token of another database or group"),
+        "{body}"
+    );
+    // A token that is no database token at all is still just invalid.
+    let (status, body) = pipeline(&http_url(&config, "in-one"), "not-a-jwt", "SELECT 1").await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("The JWT is invalid"),
+        "{body}"
+    );
+    let _ = std::fs::remove_dir_all(&config);
 }

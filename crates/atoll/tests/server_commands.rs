@@ -257,6 +257,36 @@ fn refuses_a_location_outside_the_catalog() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("mars"));
 }
 
+/// A second `atoll dev` whose ports are taken fails with the flag that moves it, before it
+/// writes anything: its (new) data directory must not be left with a `meta.db`.
+#[test]
+fn a_second_dev_on_a_busy_port_hints_listen_and_leaves_no_store() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_address = taken.local_addr().unwrap().to_string();
+    for (flag, other_flag) in [("--listen", "--db-listen"), ("--db-listen", "--listen")] {
+        let dir = temp_dir("busy");
+        let output = Command::new(BIN)
+            .args(["dev", "--data-dir", dir.to_str().unwrap(), flag])
+            .arg(&taken_address)
+            .arg(other_flag)
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("cannot listen on {taken_address}"))
+                && stderr.contains(&format!("`{flag} 127.0.0.1:0`")),
+            "{stderr}"
+        );
+        assert!(
+            !dir.join("meta.db").exists(),
+            "{flag}: a meta.db was left behind"
+        );
+        assert!(!dir.exists(), "{flag}: the data directory was created");
+    }
+}
+
 trait OutputAfterKill {
     fn wait_with_output_ignoring_kill(&mut self) -> String;
 }

@@ -200,7 +200,9 @@ fn data_error_code(error: &DataError) -> &'static str {
     match error {
         DataError::Unauthorized(_) => "AUTH_FAILED",
         DataError::Forbidden(_) => "FORBIDDEN",
-        DataError::NoDatabase(_) | DataError::UnknownDatabase(_) => "NAMESPACE_DOESNT_EXIST",
+        DataError::NoDatabase(_)
+        | DataError::UnknownDatabase(_)
+        | DataError::UnknownDatabaseForToken(_) => "NAMESPACE_DOESNT_EXIST",
         DataError::Unavailable(_) => "DATABASE_UNAVAILABLE",
         DataError::TooLarge(_) => "RESPONSE_TOO_LARGE",
         DataError::Timeout(_) => "TIMEOUT",

@@ -886,7 +886,10 @@ fn hello_error_code(error: &DataError) -> &'static str {
         DataError::Unauthorized(message) if *message == JwtError::Expired.to_string() => {
             "AUTH_JWT_EXPIRED"
         }
-        DataError::Unauthorized(message) if *message == JwtError::Invalid.to_string() => {
+        DataError::Unauthorized(message)
+            if *message == JwtError::Invalid.to_string()
+                || *message == JwtError::NotForThisDatabase.to_string() =>
+        {
             "AUTH_JWT_INVALID"
         }
         _ => "AUTH_FAILED",

@@ -3,6 +3,7 @@
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
+use atoll_types::scopes::Scope;
 use atoll_types::tokens::{
     ApiTokenList, ApiTokenRevoked, CreateApiTokenRequest, CreatedApiTokenV2,
 };
@@ -115,11 +116,7 @@ pub async fn run(command: ApiTokensCommand) -> Result<(), CliError> {
                         (Some(org), None) => org.clone(),
                         _ => "(unrestricted)".to_string(),
                     };
-                    let scopes = t
-                        .scopes
-                        .as_ref()
-                        .map(|s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","))
-                        .unwrap_or_default();
+                    let scopes = t.scopes.as_deref().map(scopes_column).unwrap_or_default();
                     vec![
                         t.name.clone(),
                         t.id.clone(),
@@ -139,5 +136,36 @@ pub async fn run(command: ApiTokensCommand) -> Result<(), CliError> {
             println!("Revoked token {}.", revoked.token);
             Ok(())
         }
+    }
+}
+
+/// The SCOPES column: the server stores the presets expanded (`read-only` becomes `read`,
+/// `full-access` every scope), so the preset a token was minted with is named beside them.
+pub(super) fn scopes_column(scopes: &[Scope]) -> String {
+    if scopes == [Scope::Read] {
+        "read (read-only)".to_string()
+    } else if scopes.len() == Scope::ALL.len() && Scope::ALL.iter().all(|s| scopes.contains(s)) {
+        "all (full-access)".to_string()
+    } else {
+        scopes
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expanded_presets_are_named() {
+        assert_eq!(scopes_column(&[Scope::Read]), "read (read-only)");
+        assert_eq!(scopes_column(&Scope::ALL), "all (full-access)");
+        assert_eq!(
+            scopes_column(&[Scope::Read, Scope::DbCreate]),
+            "read,db:create"
+        );
     }
 }

@@ -153,7 +153,15 @@ async fn login(settings: &mut Settings, args: LoginArgs) -> Result<(), CliError>
     let api_url = args.api_url.clone().unwrap_or_else(|| settings.api_url());
     let (token, username) = if let Some(token) = args.token {
         let client = Client::with(api_url.clone(), Some(token.clone()), String::new())?;
-        let user: UserResponse = client.get(client.url(&["v1", "user"])).await?;
+        let user: UserResponse = client
+            .get(client.url(&["v1", "user"]))
+            .await
+            .map_err(|e| {
+                refused_login(
+                    e,
+                    "the token is not valid (expired or revoked?): pass a valid one to `--token`, or log in with `--username`",
+                )
+            })?;
         (token, user.user.username)
     } else {
         let interactive = std::io::stdin().is_terminal();
@@ -182,7 +190,13 @@ async fn login(settings: &mut Settings, args: LoginArgs) -> Result<(), CliError>
                 client.url(&["v1", "auth", "login"]),
                 &LoginRequest { username, password },
             )
-            .await?;
+            .await
+            .map_err(|e| {
+                refused_login(
+                    e,
+                    "check the username and the password (`atoll dev` writes its admin's to atoll-data/admin.password)",
+                )
+            })?;
         (answer.token, answer.username)
     };
     settings.api_url = Some(api_url.clone());
@@ -192,6 +206,18 @@ async fn login(settings: &mut Settings, args: LoginArgs) -> Result<(), CliError>
     settings.save()?;
     println!("Logged in as {username} at {api_url}.");
     Ok(())
+}
+
+/// A refused login is no reason to "run `atoll auth login`": that is what was run.
+fn refused_login(error: CliError, hint: &str) -> CliError {
+    if error.code == "unauthorized" {
+        CliError {
+            hint: hint.to_string(),
+            ..error
+        }
+    } else {
+        error
+    }
 }
 
 fn prompt_username() -> Result<String, CliError> {

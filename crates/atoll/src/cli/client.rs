@@ -43,11 +43,34 @@ impl CliError {
         };
         let hint = hint_for(status, &code);
         CliError {
-            message: message.replace(['\n', '\r'], " "),
+            message: in_cli_terms(&message).replace(['\n', '\r'], " "),
             code,
             hint: hint.to_string(),
         }
     }
+}
+
+/// The server's messages name API routes where the CLI has a command for the same thing.
+fn in_cli_terms(message: &str) -> String {
+    const ROUTES: [(&str, &str); 3] = [
+        (
+            "POST /v1/organizations/{org}/databases/dumps",
+            "`atoll db create NAME --from-dump FILE`",
+        ),
+        ("POST /v1/organizations", "`atoll org create NAME`"),
+        ("GET /v1/locations", "`atoll locations`"),
+    ];
+    let mut message = message.to_string();
+    for (route, command) in ROUTES {
+        message = message.replace(route, command);
+    }
+    message
+}
+
+/// The data plane answers a route it does not have with an empty 404, where the platform
+/// API always answers JSON: an `--api-url` pointed at the database port.
+fn looks_like_the_database_port(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::NOT_FOUND && body.is_empty()
 }
 
 fn hint_for(status: StatusCode, code: &str) -> &'static str {
@@ -60,11 +83,17 @@ fn hint_for(status: StatusCode, code: &str) -> &'static str {
             "run `atoll group list` to see the groups of the current organization"
         }
         (_, "database_already_exists") => {
-            "the name is taken: choose another, or destroy or rename what holds it"
+            "the name is taken: choose another, or free it with `atoll db destroy NAME` (`atoll db list` shows the databases)"
+        }
+        (_, "group_already_exists") => {
+            "the name is taken: choose another (`atoll group list` shows the groups)"
+        }
+        (_, "organization_already_exists") => {
+            "the name is taken: choose another (`atoll org list` shows yours; `atoll org switch SLUG` to use one)"
         }
         (_, "organization_not_found") => "run `atoll org list`, then `atoll org switch <slug>`",
         (_, "invalid_location" | "location_not_found") => {
-            "the location codes are listed at `GET /v1/locations`"
+            "run `atoll locations` to see the location codes"
         }
         (_, "invalid_expiration") => {
             "use `never` or `<n><unit>…` with units w d h m s, like `7d` or `2w1d`"
@@ -84,6 +113,28 @@ fn hint_for(status: StatusCode, code: &str) -> &'static str {
         (_, "primary_location") => "a group keeps its primary location; add others beside it",
         (403, _) => "ask an admin of the organization for a role that allows this",
         _ => "",
+    }
+}
+
+impl CliError {
+    /// Says which organization a database was looked for in, instead of the server's
+    /// Turso-compatible "could not find database with name x: record not found".
+    fn in_organization(mut self, organization: &str) -> Self {
+        if self.code == "database_not_found" {
+            if let Some(name) = self
+                .message
+                .strip_prefix("could not find database with name ")
+                .and_then(|rest| rest.strip_suffix(": record not found"))
+            {
+                let organization = if organization.is_empty() {
+                    "your personal organization".to_string()
+                } else {
+                    format!("organization {organization}")
+                };
+                self.message = format!("database {name} not found in {organization}");
+            }
+        }
+        self
     }
 }
 
@@ -244,8 +295,14 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| CliError::local(format!("cannot read the answer of {url}: {e}"), ""))?;
+        if looks_like_the_database_port(status, &bytes) {
+            return Err(CliError::local(
+                format!("{url} answered 404 with no body: this looks like the database port (the data plane), not the platform API"),
+                "the API is at the `API URL` that `atoll dev` prints (by default http://127.0.0.1:8080): `atoll auth login --api-url URL`, or set ATOLL_API_URL",
+            ));
+        }
         if !status.is_success() {
-            return Err(CliError::from_server(status, &bytes));
+            return Err(CliError::from_server(status, &bytes).in_organization(&self.organization));
         }
         serde_json::from_slice(&bytes).map_err(|e| {
             CliError::local(

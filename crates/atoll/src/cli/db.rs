@@ -47,13 +47,16 @@ pub enum DbCommand {
         #[arg(long)]
         wait: bool,
     },
-    /// Create a database from an SQLite file, named after the file.
+    /// Create a database from an SQLite file, named after the file (or `--name`).
     #[command(
-        after_help = "Examples:\n  atoll db import shop.db                # creates database `shop`\n  atoll db import ./data/orders.sqlite --group eu\n\nA file in rollback-journal mode, not checkpointed, or with another page size is\nuploaded as a prepared WAL copy; the file itself is not changed. If the upload fails,\nthe new database is deleted again."
+        after_help = "Examples:\n  atoll db import shop.db                # creates database `shop`\n  atoll db import ./data/orders.sqlite --group eu\n  atoll db import Orders.db --name orders\n\nA file in rollback-journal mode, not checkpointed, or with another page size is\nuploaded as a prepared WAL copy; the file itself is not changed. If the upload fails,\nthe new database is deleted again."
     )]
     Import {
         /// The SQLite database file.
         file: std::path::PathBuf,
+        /// Name of the new database (default: the file's name without its extension).
+        #[arg(long)]
+        name: Option<String>,
         /// Group to create it in (default: the group named `default`).
         #[arg(long)]
         group: Option<String>,
@@ -120,7 +123,10 @@ pub enum DbCommand {
         yes: bool,
     },
     /// Database tokens (for libSQL clients).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  atoll db tokens create shop --expiration 7d   # a token for libSQL clients\n  atoll db tokens create shop --read-only\n  atoll db tokens invalidate shop --yes          # every token of shop stops working"
+    )]
     Tokens(TokensCommand),
     /// `config`, `usage`, `inspect`, `restore`, `list-deleted` (in `db_admin.rs`).
     #[command(flatten)]
@@ -211,8 +217,8 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             )
             .await
         }
-        DbCommand::Import { file, group } => {
-            let name = import::name_from_file(&file)?;
+        DbCommand::Import { file, name, group } => {
+            let name = import::import_name(&file, name)?;
             import::create(
                 &client,
                 import::CreateOptions {

@@ -45,18 +45,42 @@ pub struct CreateOptions {
     pub wait: bool,
 }
 
-/// `atoll db import FILE`: the database is named after the file, without its extension.
-pub fn name_from_file(file: &Path) -> Result<String, CliError> {
-    file.file_stem()
+/// `atoll db import FILE`: the database is named `--name`, else after the file without its
+/// extension. A derived name is checked here, so the error can say where it came from
+/// (`Orders.db` gives `Orders`, which the server would refuse without saying why).
+pub fn import_name(file: &Path, name: Option<String>) -> Result<String, CliError> {
+    if let Some(name) = name {
+        return Ok(name);
+    }
+    let Some(stem) = file
+        .file_stem()
         .and_then(|stem| stem.to_str())
         .filter(|stem| !stem.is_empty())
-        .map(str::to_string)
-        .ok_or_else(|| {
-            CliError::local(
-                format!("cannot name a database after {}", file.display()),
-                "use `atoll db create NAME --from-file FILE` to choose the name",
-            )
-        })
+    else {
+        return Err(CliError::local(
+            format!("cannot name a database after {}", file.display()),
+            "choose the name with `--name NAME`",
+        ));
+    };
+    atoll_types::names::validate_resource_name("database", stem).map_err(|reason| {
+        let suggestion = atoll_types::names::slug_from_name(stem);
+        let example = if suggestion.is_empty() {
+            "NAME".to_string()
+        } else {
+            suggestion
+        };
+        CliError::local(
+            format!(
+                "the name `{stem}`, taken from the file {}, is not a valid database name: {reason}",
+                file.display()
+            ),
+            format!(
+                "choose one with `--name`, like `atoll db import {} --name {example}`",
+                file.display()
+            ),
+        )
+    })?;
+    Ok(stem.to_string())
 }
 
 pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliError> {
@@ -773,7 +797,7 @@ mod tests {
             .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
             .unwrap();
         assert_eq!(rows, 2);
-        assert_eq!(name_from_file(&path).unwrap(), "shop");
+        assert_eq!(import_name(&path, None).unwrap(), "shop");
     }
 
     #[test]

@@ -381,8 +381,8 @@ async fn tokens(client: &Client, slug: &str, command: OrgTokensCommand) -> Resul
                 .map(|t| {
                     let scopes = t
                         .scopes
-                        .as_ref()
-                        .map(|s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","))
+                        .as_deref()
+                        .map(super::api_tokens::scopes_column)
                         .unwrap_or_default();
                     vec![
                         t.id.clone(),
