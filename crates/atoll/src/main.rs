@@ -112,4 +112,20 @@ mod tests {
         let parsed = Cli::try_parse_from(["atoll", "org", "tokens", "revoke", "-bJFm0x"]);
         assert!(parsed.is_ok(), "{:?}", parsed.err().map(|e| e.to_string()));
     }
+
+    #[test]
+    fn passwords_starting_with_a_hyphen_are_values_not_flags() {
+        // Generated passwords are base64url too: `--password "$(cat …)"` once failed on one
+        // starting with `-` (the README's own login line, found by scripts/readme.sh).
+        let parsed = Cli::try_parse_from([
+            "atoll",
+            "auth",
+            "login",
+            "--username",
+            "admin",
+            "--password",
+            "-3xQ_a",
+        ]);
+        assert!(parsed.is_ok(), "{:?}", parsed.err().map(|e| e.to_string()));
+    }
 }

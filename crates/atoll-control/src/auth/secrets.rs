@@ -68,11 +68,17 @@ pub fn new_token_id() -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// A random password for bootstrapped users.
+/// A random password for bootstrapped users. It never starts with `-` or `_`: users paste
+/// it after `--password`, where a leading `-` reads as a flag to many tools.
 pub fn generate_password() -> String {
-    let mut bytes = [0u8; 18];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
+    loop {
+        let mut bytes = [0u8; 18];
+        rand::thread_rng().fill_bytes(&mut bytes);
+        let password = URL_SAFE_NO_PAD.encode(bytes);
+        if password.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+            return password;
+        }
+    }
 }
 
 /// Argon2id with the crate's recommended parameters. CPU-heavy: call it on a blocking thread.

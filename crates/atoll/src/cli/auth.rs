@@ -61,10 +61,12 @@ pub struct LoginArgs {
     #[arg(long, env = "ATOLL_USERNAME", conflicts_with = "token")]
     username: Option<String>,
     /// Password of `--username` (prefer the environment variable: flags show in `ps`).
+    /// (A password may start with `-`: it is taken as the value, not as a flag.)
     #[arg(
         long,
         env = "ATOLL_PASSWORD",
         hide_env_values = true,
+        allow_hyphen_values = true,
         conflicts_with = "token"
     )]
     password: Option<String>,
