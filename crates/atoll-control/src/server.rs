@@ -62,6 +62,7 @@ pub(crate) struct BodyReadTimeout(pub std::time::Duration);
 async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let address = address_of(&request);
     if let Err(seconds) = state.rate_limits.check(client_of(&request), address) {
+        metrics::counter!("atoll_rate_limited_total", "plane" => "api").increment(1);
         return ApiError::TooManyRequests(
             "too many requests: retry after the number of seconds in Retry-After".to_string(),
             seconds,
@@ -95,6 +96,10 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
+        .layer(axum::middleware::from_fn_with_state(
+            "api",
+            atoll_data::metrics::track_requests,
+        ))
         // One span per request, named by its route template (never the raw URL, which
         // holds names), with the request id; headers (and so tokens) are not recorded.
         .layer(

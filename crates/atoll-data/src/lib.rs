@@ -24,6 +24,7 @@ pub mod hrana;
 pub mod jwt;
 pub mod listener;
 pub mod meter;
+pub mod metrics;
 pub mod namespace;
 pub mod node;
 pub mod rate_limit;
@@ -159,12 +160,15 @@ async fn enforce_rate_limit(
             }
             response
         }
-        Err(seconds) => error::DataError::TooManyRequests(
-            "Too many requests: slow down and retry after the number of seconds in Retry-After"
-                .to_string(),
-            seconds,
-        )
-        .into_response(),
+        Err(seconds) => {
+            ::metrics::counter!("atoll_rate_limited_total", "plane" => "data").increment(1);
+            error::DataError::TooManyRequests(
+                "Too many requests: slow down and retry after the number of seconds in Retry-After"
+                    .to_string(),
+                seconds,
+            )
+            .into_response()
+        }
     }
 }
 
@@ -182,6 +186,10 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             enforce_rate_limit,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            "data",
+            metrics::track_requests,
         ))
         .with_state(state)
 }

@@ -105,6 +105,10 @@ impl Meters {
     /// One executed statement. As sqld bills, a statement that read and wrote nothing
     /// still counts one row read.
     pub fn record_statement(&self, db_id: &str, rows_read: u64, rows_written: u64) {
+        // Node-wide figures for Prometheus (no database label: bounded cardinality).
+        metrics::counter!("atoll_sql_statements_total").increment(1);
+        metrics::counter!("atoll_sql_rows_read_total").increment(rows_read);
+        metrics::counter!("atoll_sql_rows_written_total").increment(rows_written);
         let rows_read = if rows_read == 0 && rows_written == 0 {
             1
         } else {

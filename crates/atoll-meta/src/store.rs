@@ -160,11 +160,15 @@ impl Store {
         f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let backend = Arc::clone(&self.backend);
+        let started = std::time::Instant::now();
         let result = blocking(move || match &*backend {
             Backend::Sqlite(b) => b.transaction(access, f),
             Backend::Postgres(b) => b.transaction(access, f),
         })
         .await;
+        // Operation names are a fixed set: a bounded label.
+        metrics::histogram!("atoll_store_operation_duration_seconds", "operation" => op)
+            .record(started.elapsed().as_secs_f64());
         match &result {
             Err(StoreError::Unavailable(cause)) => {
                 tracing::error!(operation = op, %cause, "metadata store operation failed");

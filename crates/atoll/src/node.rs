@@ -49,11 +49,14 @@ pub struct NodeArgs {
     /// Log format: `text` (coloured only on a terminal) or `json` (one object a line).
     #[arg(long, env = "ATOLL_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
     log_format: crate::logging::LogFormat,
+    #[command(flatten)]
+    metrics: crate::server::MetricsArgs,
 }
 
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     crate::logging::init(&args.log, args.log_format);
+    args.metrics.start().await?;
     let secret = args.node_secret.clone().unwrap_or_default();
     if secret.len() < 16 {
         bail!("--node-secret (ATOLL_NODE_SECRET) must be set to at least 16 characters: the admin API manages every database of the node");

@@ -48,6 +48,8 @@ pub struct DevArgs {
     tls: TlsArgs,
     #[command(flatten)]
     secrets: crate::secrets_key::SecretsArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -100,6 +102,8 @@ pub struct ServeArgs {
     tls: TlsArgs,
     #[command(flatten)]
     secrets: crate::secrets_key::ServeSecretsArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 #[derive(Args, Clone)]
@@ -423,9 +427,38 @@ async fn start_in_process_node(
 }
 
 /// `atoll dev`: the control plane and a data node on an embedded store in `--data-dir`.
+/// Prometheus metrics of the process.
+#[derive(Args, Clone, Debug)]
+pub(crate) struct MetricsArgs {
+    /// Serve Prometheus metrics at `GET /metrics` on this address, e.g. `127.0.0.1:9464`
+    /// (off unless set: the figures show every tenant's traffic, so keep the address
+    /// internal).
+    #[arg(long, env = "ATOLL_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+impl MetricsArgs {
+    /// Installs the metrics recorder and serves it, when `--metrics-listen` is set.
+    pub(crate) async fn start(&self) -> anyhow::Result<()> {
+        let Some(address) = self.metrics_listen else {
+            return Ok(());
+        };
+        atoll_data::metrics::install().map_err(anyhow::Error::msg)?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| {
+                format!("cannot listen on {address} for metrics (--metrics-listen)")
+            })?;
+        tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
+        tokio::spawn(atoll_data::metrics::serve(listener, shutdown_signal()));
+        Ok(())
+    }
+}
+
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
+    args.metrics.start().await?;
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
@@ -530,6 +563,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
+    args.metrics.start().await?;
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);

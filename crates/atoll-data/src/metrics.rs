@@ -1,0 +1,98 @@
+//! Prometheus metrics of every Atoll process (`--metrics-listen`): the API and the database
+//! hosts count requests by route template and status, tenant SQL counts statements and
+//! rows, the metadata store times its operations. Labels are bounded by construction (route
+//! templates, never URLs; no database or organization label), so a node with 100,000
+//! databases exposes the same few hundred series as one with ten.
+//!
+//! The recorder is process-wide (the `metrics` facade); until [`install`] runs, every
+//! `counter!`/`histogram!` call is a no-op, which is what tests and embedders get.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Latency buckets (seconds): from a cached point select to a slow dump load.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+];
+
+/// Installs the process's recorder (once; later calls answer the same handle).
+pub fn install() -> Result<&'static PrometheusHandle, String> {
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle);
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), &LATENCY_BUCKETS)
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    Ok(HANDLE.get_or_init(|| handle))
+}
+
+/// The text exposition of every metric, when the recorder is installed.
+pub fn render() -> Option<String> {
+    HANDLE.get().map(PrometheusHandle::render)
+}
+
+/// Serves `GET /metrics` (and nothing else) on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async {
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                render().unwrap_or_default(),
+            )
+                .into_response()
+        }),
+    );
+    crate::listener::serve_router(
+        listener,
+        app,
+        crate::listener::DEFAULT_HEADER_READ_TIMEOUT,
+        shutdown,
+    )
+    .await
+}
+
+/// Middleware: counts and times each request by plane (`api`, `data`), route template and
+/// status class.
+pub async fn track_requests(
+    State(plane): State<&'static str>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if HANDLE.get().is_none() {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |path| path.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!(
+        "atoll_http_requests_total",
+        "plane" => plane, "method" => method.clone(), "route" => route.clone(), "status" => status
+    )
+    .increment(1);
+    metrics::histogram!(
+        "atoll_http_request_duration_seconds",
+        "plane" => plane, "method" => method, "route" => route
+    )
+    .record(started.elapsed().as_secs_f64());
+    response
+}
