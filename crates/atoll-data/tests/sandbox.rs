@@ -335,6 +335,21 @@ async fn values_and_temporary_storage_are_bounded() {
 const ENDLESS: &str =
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
 
+/// A Hrana 3 WebSocket on `db`, past `hello` with `token`, with stream 1 open.
+async fn open_ws_stream(db: &TestDb, token: &str) -> Socket {
+    let mut socket = connect(db, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": token})).await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    let opened = request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
+    assert_eq!(opened["type"], "response_ok", "{opened}");
+    socket
+}
+
 /// Sends the endless statement to `db` in the background.
 fn start_endless(
     db: &TestDb,
@@ -362,15 +377,7 @@ async fn statements_end_at_their_deadline() {
         "{error}"
     );
     // The same over WebSocket.
-    let mut socket = connect(&db, "hrana3").await;
-    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
-    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(
-        &mut socket,
-        1,
-        json!({"type": "open_stream", "stream_id": 1}),
-    )
-    .await;
+    let mut socket = open_ws_stream(&db, &db.token()).await;
     let response = request(
         &mut socket,
         2,
@@ -458,15 +465,7 @@ async fn shutdown_interrupts_running_statements() {
 async fn websocket_requests_check_the_token_again() {
     let node = start_node().await;
     let db = node.create_db("rotated");
-    let mut socket = connect(&db, "hrana3").await;
-    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
-    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(
-        &mut socket,
-        1,
-        json!({"type": "open_stream", "stream_id": 1}),
-    )
-    .await;
+    let mut socket = open_ws_stream(&db, &db.token()).await;
     let ok = request(
         &mut socket,
         2,
@@ -509,15 +508,7 @@ async fn websocket_requests_check_the_token_again() {
     let mut claims = db.claims("rw");
     claims.exp = Some(unix_now() + 2);
     let token = db.sign(&claims);
-    let mut socket = connect(&db, "hrana3").await;
-    send(&mut socket, json!({"type": "hello", "jwt": token})).await;
-    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(
-        &mut socket,
-        1,
-        json!({"type": "open_stream", "stream_id": 1}),
-    )
-    .await;
+    let mut socket = open_ws_stream(&db, &token).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let expired = request(
         &mut socket,
@@ -617,15 +608,7 @@ async fn a_transaction_holding_the_write_lock_is_rolled_back_when_a_writer_waits
     assert_eq!(rows["rows"], json!([[text("waiter")]]));
 
     // The same for a WebSocket stream.
-    let mut socket = connect(&db, "hrana3").await;
-    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
-    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
-    request(
-        &mut socket,
-        1,
-        json!({"type": "open_stream", "stream_id": 1}),
-    )
-    .await;
+    let mut socket = open_ws_stream(&db, &db.token()).await;
     for (id, statement) in [(2, "BEGIN"), (3, "INSERT INTO t VALUES ('socket')")] {
         let response = request(
             &mut socket,

@@ -2,7 +2,7 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::{free_port, start_dev_with};
 
 #[tokio::test]
@@ -17,41 +17,10 @@ async fn metrics_count_requests_statements_and_store_operations() {
     )
     .await;
     let client = reqwest::Client::new();
-    let token = server.admin_token();
-    client
-        .post(format!("{}/v1/databases", server.url))
-        .bearer_auth(&token)
-        .json(&json!({"name": "counted", "group": "default"}))
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap();
-    let details: Value = client
-        .get(format!("{}/v1/databases/counted", server.url))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let db_url = details["database"]["http_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let jwt: Value = client
-        .post(format!("{}/v1/databases/counted/auth/tokens", server.url))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (db_url, jwt) = server.database_with_token("counted").await;
     let queried = client
         .post(format!("{db_url}v2/pipeline"))
-        .bearer_auth(jwt["jwt"].as_str().unwrap())
+        .bearer_auth(jwt)
         .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": "SELECT 1"}}, {"type": "close"}]}))
         .send()
         .await

@@ -3,7 +3,7 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::start_dev_with;
@@ -18,42 +18,7 @@ async fn sigterm_stops_the_server_while_an_endless_statement_runs() {
         reqwest::Client::new(),
     )
     .await;
-    let client = reqwest::Client::new();
-    let token = server.admin_token();
-    let created: Value = client
-        .post(format!("{}/v1/databases", server.url))
-        .bearer_auth(&token)
-        .json(&json!({"name": "spin", "group": "default"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(created["database"]["Name"] == "spin", "{created}");
-    let details: Value = client
-        .get(format!("{}/v1/databases/spin", server.url))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let db_url = details["database"]["http_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let jwt: Value = client
-        .post(format!("{}/v1/databases/spin/auth/tokens", server.url))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let jwt = jwt["jwt"].as_str().unwrap().to_string();
+    let (db_url, jwt) = server.database_with_token("spin").await;
     let endless = tokio::spawn(async move {
         reqwest::Client::new()
             .post(format!("{db_url}v2/pipeline"))
