@@ -82,6 +82,7 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
     crate::routes::router()
+        .merge(crate::console::router())
         .fallback(|| async {
             ApiError::NotFound(
                 ErrorCode::RouteNotFound,
