@@ -120,6 +120,12 @@ test("log in, create a database, query it, see its usage; the session is an Http
   const history = await page.locator(".history button").allTextContents();
   assert.equal(history[0], "SELECT * FROM no_such_table");
   assert.match(history[1], /^CREATE TABLE items/);
+  // The picture for the README: one query and its table.
+  await editor.fill("SELECT id, name FROM items ORDER BY id;");
+  await page.getByRole("button", { name: "Run" }).click();
+  await page.getByRole("table", { name: "Query result" }).waitFor();
+  await page.evaluate(() => document.getElementById("toasts").replaceChildren());
+  await shot(page, "sql-editor-result");
 
   // Usage: a chart over time and the bars against the plan.
   await page.getByRole("link", { name: "Usage" }).click();

@@ -84,3 +84,61 @@ async fn browsers_at_the_root_go_to_the_console() {
     assert_eq!(reply.status, 404);
     assert_eq!(reply.code(), "route_not_found");
 }
+
+/// The SQL editor calls the data plane from the API's origin: its preflight is answered
+/// (bearer tokens only, never cookies), and a query's answer is readable cross-origin.
+#[tokio::test]
+async fn the_data_plane_lets_the_console_query_it_from_another_origin() {
+    let app = app!();
+    let db = crate::harness::unique("editor");
+    app.database("/v1", &app.admin_token, &db, "default").await;
+    let jwt = app
+        .post(
+            &format!("/v1/databases/{db}/auth/tokens?expiration=10m"),
+            &app.admin_token,
+            serde_json::json!({}),
+        )
+        .await
+        .expect(200)["jwt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pipeline = format!("{}/db/{db}-admin/v2/pipeline", app.db_url);
+    let preflight = app
+        .client
+        .request(Method::OPTIONS, &pipeline)
+        .header("Origin", &app.url)
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let headers = preflight.headers();
+    assert_eq!(headers["access-control-allow-origin"], "*");
+    let allowed = headers["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(allowed.contains("authorization"), "{allowed}");
+    // Never credentials: a page gets nothing from the browser's cookies here.
+    assert!(!headers.contains_key("access-control-allow-credentials"));
+
+    let answer = app
+        .client
+        .post(&pipeline)
+        .header("Origin", &app.url)
+        .bearer_auth(&jwt)
+        .json(&serde_json::json!({"requests": [
+            {"type": "execute", "stmt": {"sql": "SELECT 1"}},
+            {"type": "close"}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["access-control-allow-origin"], "*");
+}
