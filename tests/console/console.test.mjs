@@ -7,7 +7,9 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
@@ -233,6 +235,97 @@ test("another site cannot use the session (CSRF): no header, no preflight, no ef
   const { databases } = await admin("GET", "/v1/organizations/admin/databases");
   const names = databases.map((d) => d.Name);
   assert.ok(!names.includes("forged") && !names.includes("forged2"), `forged databases: ${names}`);
+  await context.close();
+});
+
+test("upload a file, copy it, destroy it after typing its name, restore it", async () => {
+  // A SQLite file as the upload wants it: WAL mode, checkpointed, 4096-byte pages.
+  const dir = mkdtempSync(join(tmpdir(), "atoll-console-upload-"));
+  const file = join(dir, "local.db");
+  execFileSync("python3", ["-c", `
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("PRAGMA page_size=4096"); c.execute("PRAGMA journal_mode=WAL")
+c.execute("CREATE TABLE notes (body TEXT)")
+c.executemany("INSERT INTO notes VALUES (?)", [("note %d" % i,) for i in range(500)])
+c.commit(); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()`, file]);
+
+  const { context, page, problems } = await newPage();
+  await logIn(page, "admin", PASSWORD);
+  await page.getByLabel("Name", { exact: true }).fill("uploaded");
+  await page.getByLabel("Source").selectOption("upload");
+  await page.getByLabel("SQLite file").setInputFiles(file);
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.getByRole("heading", { name: "Database uploaded" }).waitFor();
+  rmSync(dir, { recursive: true, force: true });
+
+  // Its rows arrived: count them in the editor.
+  await page.goto(`${API}/console/#/sql/uploaded`);
+  const editor = page.getByLabel("SQL", { exact: true });
+  await editor.fill("SELECT count(*) AS n FROM notes");
+  await page.getByRole("button", { name: "Run" }).click();
+  const counted = page.getByRole("table", { name: "Query result" });
+  await counted.waitFor();
+  assert.deepEqual(await counted.locator("tbody td").allTextContents(), ["500"]);
+
+  // A copy of it.
+  await page.getByRole("link", { name: "Databases" }).click();
+  await page.getByLabel("Name", { exact: true }).fill("uploaded-copy");
+  await page.getByLabel("Source").selectOption("copy");
+  await page.getByLabel("Copy from").selectOption("uploaded");
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.getByRole("heading", { name: "Database uploaded-copy" }).waitFor();
+
+  // Destroy: the button stays disabled until the name is typed.
+  await page.getByRole("button", { name: "Destroy uploaded-copy" }).click();
+  const dialog = page.getByRole("dialog");
+  const confirm = dialog.getByRole("button", { name: "Destroy" });
+  assert.equal(await confirm.isDisabled(), true);
+  await dialog.getByLabel("Type uploaded-copy to confirm").fill("uploaded-cop");
+  assert.equal(await confirm.isDisabled(), true);
+  await dialog.getByLabel("Type uploaded-copy to confirm").fill("uploaded-copy");
+  await confirm.click();
+  await page.getByRole("heading", { name: "Databases", level: 1 }).waitFor();
+  await page.getByRole("button", { name: "Restore" }).waitFor();
+  await shot(page, "databases");
+
+  // The admin's organization is on a paid plan: restore brings it back.
+  await page.getByRole("button", { name: "Restore" }).click();
+  await page.getByRole("link", { name: "uploaded-copy" }).waitFor();
+  await admin("GET", "/v1/organizations/admin/databases/uploaded-copy");
+
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test("every section renders for the owner, with no script error", async () => {
+  const { context, page, problems } = await newPage();
+  await logIn(page, "admin", PASSWORD);
+  for (const [link, heading] of [
+    ["Groups", "Groups"], ["Members", "Members"], ["Audit log", "Audit log"],
+    ["Organizations", "Organizations"], ["Usage", "Usage"], ["API tokens", "API tokens"],
+  ]) {
+    await page.getByRole("navigation").getByRole("link", { name: link }).click();
+    await page.getByRole("heading", { name: heading, level: 1 }).waitFor();
+    assert.equal(await page.getByRole("link", { name: link }).getAttribute("aria-current"), "page");
+    assert.equal(await page.locator("main .error").count(), 0, `${link}: ${await page.locator("main .error").allTextContents()}`);
+    await shot(page, heading.toLowerCase().replace(/ /g, "-"));
+  }
+  // The audit log has this session's changes, with the console as their origin.
+  await page.getByRole("navigation").getByRole("link", { name: "Audit log" }).click();
+  await page.getByLabel("Code").fill("db-create");
+  const rows = page.getByRole("table", { name: "Audit log entries" }).locator("tbody tr");
+  await rows.first().waitFor();
+  assert.ok(await rows.count() >= 2);
+  assert.deepEqual([...new Set(await rows.locator("td:nth-child(5)").allTextContents())], ["web"]);
+  // A group: add a location, see it, open its configuration.
+  await page.getByRole("navigation").getByRole("link", { name: "Groups" }).click();
+  await page.getByLabel("Add a location").selectOption("aws-eu-west-1");
+  await page.getByRole("button", { name: "Add", exact: true }).click();
+  await page.getByRole("button", { name: "Remove aws-eu-west-1" }).waitFor();
+  await page.getByText("Configuration and tokens").click();
+  await page.getByRole("checkbox", { name: "Delete protection" }).waitFor();
+  assert.deepEqual(problems, []);
   await context.close();
 });
 
