@@ -182,7 +182,7 @@ test("a viewer sees the databases but is offered no way to change them, and the 
 
   const { context, page, problems } = await newPage({ width: 390, height: 844 });
   await logIn(page, "vera", VIEWER_PASSWORD);
-  await page.getByLabel("Organization").selectOption(org.slug);
+  await page.getByLabel("Organization", { exact: true }).selectOption(org.slug);
   await page.getByRole("link", { name: "orders" }).click();
   await page.getByRole("heading", { name: "Database orders" }).waitFor();
   await page.getByText("Your role (viewer) can see this").first().waitFor();
@@ -325,6 +325,36 @@ test("every section renders for the owner, with no script error", async () => {
   await page.getByRole("button", { name: "Remove aws-eu-west-1" }).waitFor();
   await page.getByText("Configuration and tokens").click();
   await page.getByRole("checkbox", { name: "Delete protection" }).waitFor();
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test("create a team organization, add a member, change their role, invite by email", async () => {
+  await admin("POST", "/v1/admin/users", { username: "walt", password: "walt-password-1234", email: "walt@example.com" });
+  const { context, page, problems } = await newPage();
+  await logIn(page, "admin", PASSWORD);
+  await page.getByRole("navigation").getByRole("link", { name: "Organizations" }).click();
+  await page.getByLabel("Name", { exact: true }).fill("Initech");
+  await page.getByRole("button", { name: "Create organization" }).click();
+  // The new organization becomes the current one.
+  await page.getByRole("status").filter({ hasText: "Organization Initech created." }).waitFor();
+  assert.equal(await page.getByLabel("Organization", { exact: true }).inputValue(), "initech");
+
+  await page.getByRole("navigation").getByRole("link", { name: "Members" }).click();
+  await page.getByLabel("Username").fill("walt");
+  await page.getByRole("button", { name: "Add member" }).click();
+  const role = page.getByLabel("Role of walt");
+  await role.waitFor();
+  assert.equal(await role.inputValue(), "member");
+  await role.selectOption("viewer");
+  await page.getByRole("status").filter({ hasText: "walt is now viewer." }).waitFor();
+  const { member } = await admin("GET", "/v1/organizations/initech/members/walt");
+  assert.equal(member.role, "viewer");
+
+  await page.getByLabel("Email").fill("erin@example.com");
+  await page.getByRole("button", { name: "Invite", exact: true }).click();
+  await page.getByRole("button", { name: "Cancel invite for erin@example.com" }).waitFor();
+  await shot(page, "members-team");
   assert.deepEqual(problems, []);
   await context.close();
 });
