@@ -238,7 +238,7 @@ test("another site cannot use the session (CSRF): no header, no preflight, no ef
   await context.close();
 });
 
-test("upload a file, copy it, destroy it after typing its name, restore it", async () => {
+test("upload a file with progress, copy it, destroy it after typing its name, restore it", async () => {
   // A SQLite file as the upload wants it: WAL mode, checkpointed, 4096-byte pages.
   const dir = mkdtempSync(join(tmpdir(), "atoll-console-upload-"));
   const file = join(dir, "local.db");
@@ -255,8 +255,17 @@ c.commit(); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()`, file]);
   await page.getByLabel("Name", { exact: true }).fill("uploaded");
   await page.getByLabel("Source").selectOption("upload");
   await page.getByLabel("SQLite file").setInputFiles(file);
+  // Record what the progress text says while the file goes up (the page is one document:
+  // the record outlives the move to the database's page).
+  await page.evaluate(() => {
+    window.uploadProgress = [];
+    const text = document.querySelector("progress + span");
+    new MutationObserver(() => window.uploadProgress.push(text.textContent)).observe(text, { childList: true });
+  });
   await page.getByRole("button", { name: "Create database" }).click();
   await page.getByRole("heading", { name: "Database uploaded" }).waitFor();
+  const progress = await page.evaluate(() => window.uploadProgress);
+  assert.equal(progress.at(-1), "100%", `progress shown: ${progress}`);
   rmSync(dir, { recursive: true, force: true });
 
   // Its rows arrived: count them in the editor.
