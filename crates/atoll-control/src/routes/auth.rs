@@ -90,10 +90,12 @@ async fn login(
 async fn start_session(
     State(state): State<AppState>,
     peer: Option<axum::Extension<ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
     LenientJson(body): LenientJson<LoginRequest>,
 ) -> ApiResult<impl IntoResponse> {
     let (user, token) = log_in(&state, peer, body).await?;
-    let cookie = session::start_cookie(&token, LOGIN_TOKEN_LIFETIME_MS / 1000, serves_tls(&state));
+    let secure = served_over_tls(&state, &headers);
+    let cookie = session::start_cookie(&token, LOGIN_TOKEN_LIFETIME_MS / 1000, secure);
     Ok((
         [
             (SET_COOKIE, cookie),
@@ -119,15 +121,24 @@ async fn end_session(
         }
     }
     Ok((
-        [(SET_COOKIE, session::end_cookie(serves_tls(&state)))],
+        [(
+            SET_COOKIE,
+            session::end_cookie(served_over_tls(&state, &headers)),
+        )],
         Json(atoll_types::Empty {}),
     ))
 }
 
-/// Whether the API is served over TLS (its public URL is `https://…`): session cookies are
-/// then `Secure`.
-fn serves_tls(state: &AppState) -> bool {
+/// Whether the browser reached the API over TLS: the server's own TLS (its public URL is
+/// `https://…`), or a TLS-terminating proxy that says so in `X-Forwarded-Proto`. Session
+/// cookies are then `Secure`. Trusting the header costs nothing: a client that lies gets a
+/// cookie its browser will not send over plain HTTP, which only harms itself.
+fn served_over_tls(state: &AppState, headers: &HeaderMap) -> bool {
     state.config.public_url.starts_with("https://")
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
 }
 
 /// Checks a username and password and mints a login token; throttles guessing.

@@ -266,6 +266,19 @@ async fn a_console_session_is_a_login_token_in_an_http_only_cookie() {
         .await;
     assert!(refused.headers.get("set-cookie").is_none());
     assert_eq!(refused.expect(401)["code"], "unauthorized");
+
+    // Behind a TLS-terminating proxy the cookie is `Secure`.
+    let proxied = app
+        .call_with_headers(
+            Method::POST,
+            "/v1/auth/session",
+            &[("X-Forwarded-Proto", "https".to_string())],
+            Some(json!({"username": name, "password": PASSWORD})),
+        )
+        .await;
+    let set_cookie = proxied.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(set_cookie.ends_with("; Secure"), "{set_cookie}");
+    proxied.expect(200);
 }
 
 #[tokio::test]
