@@ -74,6 +74,14 @@ async function logIn(page, username, password) {
   await page.getByRole("heading", { name: "Databases", level: 1 }).waitFor();
 }
 
+/** Form controls on the page with no accessible name (no label, no aria-label). */
+function unlabelled(page) {
+  return page.evaluate(() => [...document.querySelectorAll("input, select, textarea")]
+    .filter((el) => el.type !== "hidden" && !el.closest("[hidden]"))
+    .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
+    .map((el) => el.outerHTML));
+}
+
 async function shot(page, name) {
   await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: false });
 }
@@ -307,9 +315,20 @@ c.commit(); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()`, file]);
   await context.close();
 });
 
-test("every section renders for the owner, with no script error", async () => {
+test("every section renders for the owner, with labels and no script error", async () => {
   const { context, page, problems } = await newPage();
   await logIn(page, "admin", PASSWORD);
+  // On a fresh load, the keyboard's first stop is the link past the header and navigation.
+  await page.reload();
+  await page.getByRole("heading", { name: "Databases", level: 1 }).waitFor();
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), "Skip to content");
+  for (const path of ["#/databases", "#/databases/shop", "#/sql/shop"]) {
+    await page.goto(`${API}/console/${path}`);
+    await page.locator("main h1").waitFor();
+    await page.locator("main").getByText("Loading…").first().waitFor({ state: "detached" }).catch(() => {});
+    assert.deepEqual(await unlabelled(page), [], `${path}: controls without a label`);
+  }
   for (const [link, heading] of [
     ["Groups", "Groups"], ["Members", "Members"], ["Audit log", "Audit log"],
     ["Organizations", "Organizations"], ["Usage", "Usage"], ["API tokens", "API tokens"],
@@ -318,6 +337,7 @@ test("every section renders for the owner, with no script error", async () => {
     await page.getByRole("heading", { name: heading, level: 1 }).waitFor();
     assert.equal(await page.getByRole("link", { name: link }).getAttribute("aria-current"), "page");
     assert.equal(await page.locator("main .error").count(), 0, `${link}: ${await page.locator("main .error").allTextContents()}`);
+    assert.deepEqual(await unlabelled(page), [], `${link}: controls without a label`);
     await shot(page, heading.toLowerCase().replace(/ /g, "-"));
   }
   // The audit log has this session's changes, with the console as their origin.

@@ -71,7 +71,7 @@ async function signedIn(username) {
   mount(document.getElementById("whoami"), username);
   await switchOrg(pick ? pick.slug : null, false);
   if (!location.hash || location.hash === "#/" || location.hash === "#") location.hash = "#/databases";
-  else route();
+  else route(null);
 }
 
 /** Makes `slug` the current organization and learns the user's role in it. */
@@ -90,7 +90,7 @@ export async function switchOrg(slug, rerender = true) {
   const select = document.getElementById("org-select");
   mount(select, session.orgs.map((o) => h("option", { value: o.slug, selected: o.slug === slug }, o.type === "personal" ? `${o.name} (personal)` : o.name)));
   document.body.dataset.role = session.role;
-  if (rerender) route();
+  if (rerender) route(null);
 }
 
 /** Reloads the organization list (after creating one) and switches to `slug`. */
@@ -121,7 +121,9 @@ const ROUTES = [
   [/^#\/organizations$/, () => pages.organizationsPage()],
 ];
 
-async function route() {
+/** Renders the page of the current hash. `event` is the hashchange that moved there, if
+ * any: focus then moves to the new page, so keyboard and screen-reader users start there. */
+async function route(event) {
   if (!session.username) return;
   const hash = location.hash || "#/databases";
   const section = hash.split("/")[1];
@@ -139,6 +141,7 @@ async function route() {
       mount(target, content);
       const heading = target.querySelector("h1");
       if (heading) document.title = `${heading.textContent} · Atoll console`;
+      if (event instanceof HashChangeEvent) target.focus({ preventScroll: true });
     } catch (e) {
       if (e instanceof ApiError && e.status === 401) {
         showLogin("Your session has ended: log in again.");
@@ -153,7 +156,7 @@ async function route() {
 
 /** Re-renders the current page (after a change). */
 export function refresh() {
-  return route();
+  return route(null);
 }
 
 start();
