@@ -1,4 +1,5 @@
-//! Authentication: from `Authorization: Bearer …` to a [`Principal`].
+//! Authentication: from `Authorization: Bearer …` (or the web console's session cookie,
+//! see [`super::session`]) to a [`Principal`].
 
 use super::secrets::{hash_secret, looks_like_token};
 use super::session::{cookie_session, CookieSession};

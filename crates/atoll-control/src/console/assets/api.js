@@ -62,14 +62,6 @@ export async function listDatabases(org) {
   return all;
 }
 
-/** A Hrana value (v2 JSON) for a JavaScript value. */
-function toValue(v) {
-  if (v === null || v === undefined) return { type: "null" };
-  if (typeof v === "number" && Number.isInteger(v)) return { type: "integer", value: String(v) };
-  if (typeof v === "number") return { type: "float", value: v };
-  return { type: "text", value: String(v) };
-}
-
 /** A JavaScript value for display, from a Hrana value. */
 export function fromValue(v) {
   switch (v.type) {
@@ -121,9 +113,6 @@ export async function runStatements(httpUrl, jwt, statements) {
     return { sql, ok: false, skipped: true };
   });
 }
-
-/** Hrana's argument form, kept for callers that bind values. */
-export const hranaValue = toValue;
 
 /**
  * Uploads a SQLite file to a database created for upload (`seed: database_upload`),

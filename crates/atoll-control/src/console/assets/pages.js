@@ -679,4 +679,3 @@ export async function organizationsPage() {
       ], invites, { empty: "No invites." })));
 }
 
-export { errorBox };
