@@ -10,9 +10,10 @@
 #    (ATOLL_TEST_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test);
 #    they skip loudly when no PostgreSQL answers;
 # 3. the compatibility test: the official @tursodatabase/api SDK against `atoll dev`;
-# 4. the README: its ```sh blocks, in order, against a fresh `atoll dev` (scripts/readme.sh);
-# 5. schemathesis against `/openapi.json` of `atoll dev` (bounded: scripts/schemathesis.sh);
-# 6. the load test: a 60 s mixed workload, zero failures, flat memory (`atoll bench --load`).
+# 4. the web console in Debian's headless chromium (scripts/console.sh installs it);
+# 5. the README: its ```sh blocks, in order, against a fresh `atoll dev` (scripts/readme.sh);
+# 6. schemathesis against `/openapi.json` of `atoll dev` (bounded: scripts/schemathesis.sh);
+# 7. the load test: a 60 s mixed workload, zero failures, flat memory (`atoll bench --load`).
 #
 # The fuzz corpus (fuzz/corpus) is replayed by step 1 (`tests/fuzz_corpus.rs` in
 # atoll-data and atoll-types); the fuzzers themselves need nightly (fuzz/README.md).
@@ -33,6 +34,9 @@ echo "==> SDK compatibility (@tursodatabase/api against atoll dev)"
 # The binary the tests above built (`cargo build` alone would resolve features without
 # dev-dependencies and rebuild much of the tree).
 ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/compat.sh
+
+echo "==> Web console in a headless browser (chromium + playwright-core against atoll dev)"
+ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/console.sh
 
 echo "==> README blocks, top to bottom, against a fresh atoll dev"
 ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/readme.sh

@@ -3,12 +3,14 @@
 //! Layout: [`routes`] holds the route table (every route, its action and its schemas) and
 //! one module per resource, named after the URL; [`auth`] authenticates the bearer token
 //! into a [`auth::Principal`] and answers every action from one policy table;
-//! [`error::ApiError`] maps every failure to its status.
+//! [`error::ApiError`] maps every failure to its status. The web console (`/console/`) is
+//! static files in the binary that call the same API.
 
 mod audit;
 pub mod auth;
 mod body;
 pub mod config;
+mod console;
 pub mod data_plane;
 mod database_tokens;
 pub mod error;

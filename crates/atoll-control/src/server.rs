@@ -6,8 +6,9 @@ use crate::auth::secrets::{
 use crate::config::ControlConfig;
 use crate::data_plane::DataPlane;
 
+use crate::auth::session::CookieSession;
 use crate::error::{ApiError, ApiResult};
-use atoll_data::rate_limit::{address_of, client_of, RateLimits};
+use atoll_data::rate_limit::{address_of, client_of, Client, RateLimits};
 use atoll_meta::{NewGroup, NewToken, NewUser, Store, TokenKind, TokenRestriction};
 use atoll_types::ErrorCode;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -61,7 +62,7 @@ pub(crate) struct BodyReadTimeout(pub std::time::Duration);
 /// address) is over its rate limit, and tells the body extractors how long they may wait.
 async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let address = address_of(&request);
-    if let Err(seconds) = state.rate_limits.check(client_of(&request), address) {
+    if let Err(seconds) = state.rate_limits.check(client(&request), address) {
         metrics::counter!("atoll_rate_limited_total", "plane" => "api").increment(1);
         return ApiError::TooManyRequests(
             "too many requests: retry after the number of seconds in Retry-After".to_string(),
@@ -79,9 +80,26 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
     response
 }
 
+/// Who a request counts against for rate limiting: its bearer token, else a console
+/// session cookie that the request may use (the console is a credential like any other,
+/// not its user's address), else the address.
+fn client(request: &Request) -> Client {
+    if request
+        .headers()
+        .contains_key(axum::http::header::AUTHORIZATION)
+    {
+        return client_of(request);
+    }
+    match crate::auth::session::cookie_session(request.headers()) {
+        CookieSession::Usable(token) => Client::of(Some(token.as_bytes()), address_of(request)),
+        CookieSession::Absent | CookieSession::Refused(_) => client_of(request),
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
     crate::routes::router()
+        .merge(crate::console::router())
         .fallback(|| async {
             ApiError::NotFound(
                 ErrorCode::RouteNotFound,

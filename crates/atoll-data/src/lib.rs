@@ -183,6 +183,7 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         .merge(hrana::routes())
         .merge(upload::routes())
         .merge(export::routes())
+        .layer(cross_origin())
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             enforce_rate_limit,
@@ -192,6 +193,19 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
             metrics::track_requests,
         ))
         .with_state(state)
+}
+
+/// Browsers may call the database hosts from any page (the web console's SQL editor runs
+/// on the API's origin, and sqld allows the same): credentials are bearer database tokens
+/// a script must hold, never cookies, so allowing other origins gives a page nothing it
+/// did not already have.
+fn cross_origin() -> tower_http::cors::CorsLayer {
+    use axum::http::{header, Method};
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::Any)
+        .allow_methods([Method::GET, Method::POST, Method::PUT])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .max_age(std::time::Duration::from_secs(600))
 }
 
 /// Serves the database hosts on `listener` (a `TcpListener` for plain HTTP, or a

@@ -58,6 +58,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("login_tokens_can_all_be_revoked", |s| {
             Box::pin(login_tokens_can_all_be_revoked(s))
         }),
+        ("one_login_token_can_be_revoked", |s| {
+            Box::pin(one_login_token_can_be_revoked(s))
+        }),
         ("dumps_are_counted_and_expire", |s| {
             Box::pin(dumps_are_counted_and_expire(s))
         }),
@@ -1414,6 +1417,48 @@ async fn login_tokens_can_all_be_revoked(store: Store) {
     assert!(revoked_at(api_hash).await.is_none());
     // Nothing left to revoke.
     assert_eq!(store.revoke_login_tokens(&alice.id).await.unwrap().1, 0);
+}
+
+async fn one_login_token_can_be_revoked(store: Store) {
+    let (alice, ..) = store.create_user(new_user("alice"), None).await.unwrap();
+    let login = || {
+        let mut token = new_token(&alice.id, "login", TokenRestriction::Unrestricted);
+        token.kind = TokenKind::Login;
+        token
+    };
+    let (ending, staying) = (login(), login());
+    let (ending_hash, staying_hash) = (ending.secret_hash.clone(), staying.secret_hash.clone());
+    store.insert_token(ending).await.unwrap();
+    store.insert_token(staying).await.unwrap();
+    let api = new_token(&alice.id, "ci", TokenRestriction::Unrestricted);
+    let api_hash = api.secret_hash.clone();
+    store.insert_token(api).await.unwrap();
+    // Cached first: the revocation must reach the credential cache too.
+    for hash in [&ending_hash, &staying_hash, &api_hash] {
+        store.credential_by_secret_hash(hash).await.unwrap();
+    }
+
+    assert!(store.revoke_login_token(&ending_hash).await.unwrap());
+    let revoked_at = |hash: &str| {
+        let (store, hash) = (store.clone(), hash.to_string());
+        async move {
+            store
+                .credential_by_secret_hash(&hash)
+                .await
+                .unwrap()
+                .unwrap()
+                .token
+                .revoked_at
+        }
+    };
+    assert!(revoked_at(&ending_hash).await.is_some());
+    // The user's other session and API tokens stay; an API token is never a session.
+    assert!(revoked_at(&staying_hash).await.is_none());
+    assert!(!store.revoke_login_token(&api_hash).await.unwrap());
+    assert!(revoked_at(&api_hash).await.is_none());
+    // Already revoked, or unknown: nothing to do.
+    assert!(!store.revoke_login_token(&ending_hash).await.unwrap());
+    assert!(!store.revoke_login_token("no-such-hash").await.unwrap());
 }
 
 async fn dumps_are_counted_and_expire(store: Store) {

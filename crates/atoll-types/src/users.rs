@@ -40,6 +40,15 @@ pub struct LoginResponse {
     pub expires_at: i64,
 }
 
+/// `POST /v1/auth/session`: the web console's login. The token itself is in the
+/// `HttpOnly` cookie, never in the body, so the page's scripts never hold it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionStarted {
+    pub username: String,
+    /// Unix seconds.
+    pub expires_at: i64,
+}
+
 /// `POST /v1/admin/users` (instance administrators only).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct CreateUserRequest {

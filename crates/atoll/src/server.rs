@@ -515,6 +515,11 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     writeln!(out, "  API URL:   {api_url}")?;
     writeln!(
         out,
+        "  Console:   {}/console/ (log in with the user and password below)",
+        api_url.trim_end_matches('/')
+    )?;
+    writeln!(
+        out,
         "  Databases: {}/db/<db>-<org>/ (or the host <db>-<org>.{})",
         node.db_url, node.hostname_suffix
     )?;

@@ -145,6 +145,10 @@ async fn dev_bootstraps_once_and_keeps_everything_across_restarts() {
     );
     assert!(output.contains(&token), "the token is printed");
     assert!(output.contains("(created)"));
+    assert!(
+        output.contains(&format!("Console:   {}/console/", server.url)),
+        "{output}"
+    );
     drop(server);
 
     let server = start(&args, &[], port).await;

@@ -31,6 +31,9 @@ pub enum Action {
     Health,
     ReadOpenApi,
     Login,
+    /// Ending the console session of the request's cookie (`DELETE /v1/auth/session`):
+    /// public, since the credential it ends is the cookie itself, which it checks.
+    EndSession,
     ClosestRegion,
     // The caller's own account.
     ReadUser,
@@ -149,9 +152,11 @@ impl Action {
         use Target::*;
         use TokenRule::*;
         match self {
-            Action::Health | Action::ReadOpenApi | Action::Login | Action::ClosestRegion => {
-                rule(Public, Any, Viewer)
-            }
+            Action::Health
+            | Action::ReadOpenApi
+            | Action::Login
+            | Action::EndSession
+            | Action::ClosestRegion => rule(Public, Any, Viewer),
             Action::ReadUser | Action::ValidateToken | Action::ListOrganizations => {
                 rule(Account, Any, Viewer)
             }

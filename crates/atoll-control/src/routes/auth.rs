@@ -1,17 +1,21 @@
 //! `POST /v1/auth/login`, `POST /v1/auth/invalidate`, `GET /v1/auth/validate`,
-//! `GET /v1/auth/api-tokens/validate`.
+//! `GET /v1/auth/api-tokens/validate`, and the web console's `POST`/`DELETE
+//! /v1/auth/session` (a login token in an `HttpOnly` cookie: see `crate::auth::session`).
 
 use super::Route;
-use crate::auth::secrets::verify_password;
+use crate::auth::secrets::{hash_secret, looks_like_token, verify_password};
+use crate::auth::session;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::login_throttle::Refusal;
 use crate::server::{mint_login_token, AppState, LOGIN_TOKEN_LIFETIME_MS};
 use atoll_types::tokens::{LoginTokensInvalidated, TokenValidation};
-use atoll_types::users::{LoginRequest, LoginResponse};
+use atoll_types::users::{LoginRequest, LoginResponse, SessionStarted};
 use axum::extract::{ConnectInfo, State};
-use axum::http::Method;
+use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
+use axum::http::{HeaderMap, Method};
+use axum::response::IntoResponse;
 use axum::Json;
 
 pub fn routes() -> Vec<Route> {
@@ -25,6 +29,22 @@ pub fn routes() -> Vec<Route> {
         )
         .request::<LoginRequest>()
         .response::<LoginResponse>(),
+        Route::new(
+            Method::POST,
+            "/v1/auth/session",
+            Action::Login,
+            "Log in for the web console: the 7-day login token goes in an HttpOnly, SameSite=Strict cookie (never in the body); requests then authenticate with the cookie and the X-Atoll-CSRF header",
+            start_session,
+        )
+        .request::<LoginRequest>()
+        .response::<SessionStarted>(),
+        Route::new(
+            Method::DELETE,
+            "/v1/auth/session",
+            Action::EndSession,
+            "Log out of the web console: revokes the cookie's login token (with the X-Atoll-CSRF header) and clears the cookie",
+            end_session,
+        ),
         Route::new(
             Method::POST,
             "/v1/auth/invalidate",
@@ -57,6 +77,76 @@ async fn login(
     peer: Option<axum::Extension<ConnectInfo<std::net::SocketAddr>>>,
     LenientJson(body): LenientJson<LoginRequest>,
 ) -> ApiResult<Json<LoginResponse>> {
+    let (user, token) = log_in(&state, peer, body).await?;
+    Ok(Json(LoginResponse {
+        token,
+        username: user.username,
+        expires_at: (atoll_meta::now_millis() + LOGIN_TOKEN_LIFETIME_MS) / 1000,
+    }))
+}
+
+/// The console's login: the same check and the same login token as `login`, handed to
+/// the browser as a cookie that its scripts cannot read.
+async fn start_session(
+    State(state): State<AppState>,
+    peer: Option<axum::Extension<ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    LenientJson(body): LenientJson<LoginRequest>,
+) -> ApiResult<impl IntoResponse> {
+    let (user, token) = log_in(&state, peer, body).await?;
+    let secure = served_over_tls(&state, &headers);
+    let cookie = session::start_cookie(&token, LOGIN_TOKEN_LIFETIME_MS / 1000, secure);
+    Ok((
+        [
+            (SET_COOKIE, cookie),
+            (CACHE_CONTROL, "no-store".to_string()),
+        ],
+        Json(SessionStarted {
+            username: user.username,
+            expires_at: (atoll_meta::now_millis() + LOGIN_TOKEN_LIFETIME_MS) / 1000,
+        }),
+    ))
+}
+
+/// The console's logout. The browser forgets the cookie whatever happens; the login token
+/// it held is revoked only on a request that may use the cookie (the CSRF header, same
+/// site), so another site cannot end a session (it could not, anyway: `SameSite=Strict`).
+async fn end_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<impl IntoResponse> {
+    if let session::CookieSession::Usable(token) = session::cookie_session(&headers) {
+        if looks_like_token(token) && state.store.revoke_login_token(&hash_secret(token)).await? {
+            tracing::info!("ended a console session");
+        }
+    }
+    Ok((
+        [(
+            SET_COOKIE,
+            session::end_cookie(served_over_tls(&state, &headers)),
+        )],
+        Json(atoll_types::Empty {}),
+    ))
+}
+
+/// Whether the browser reached the API over TLS: the server's own TLS (its public URL is
+/// `https://…`), or a TLS-terminating proxy that says so in `X-Forwarded-Proto`. Session
+/// cookies are then `Secure`. Trusting the header costs nothing: a client that lies gets a
+/// cookie its browser will not send over plain HTTP, which only harms itself.
+fn served_over_tls(state: &AppState, headers: &HeaderMap) -> bool {
+    state.config.public_url.starts_with("https://")
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
+}
+
+/// Checks a username and password and mints a login token; throttles guessing.
+async fn log_in(
+    state: &AppState,
+    peer: Option<axum::Extension<ConnectInfo<std::net::SocketAddr>>>,
+    body: LoginRequest,
+) -> ApiResult<(atoll_meta::User, String)> {
     let refused = || ApiError::Unauthenticated("invalid username or password".into());
     // Password guessing is slowed per username *and client address*, before any hash is
     // checked: a guesser slows itself, never the user logging in from elsewhere.
@@ -94,12 +184,8 @@ async fn login(
         return Err(refused());
     };
     state.login_throttle.succeeded(&body.username, address);
-    let token = mint_login_token(&state, &user.id).await?;
-    Ok(Json(LoginResponse {
-        token,
-        username: user.username,
-        expires_at: (atoll_meta::now_millis() + LOGIN_TOKEN_LIFETIME_MS) / 1000,
-    }))
+    let token = mint_login_token(state, &user.id).await?;
+    Ok((user, token))
 }
 
 /// An Argon2id hash of a random password nobody knows.

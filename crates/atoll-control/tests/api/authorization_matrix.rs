@@ -36,6 +36,12 @@ enum Kind {
     Login(Role),
     /// The instance administrator, who is not a member of the test organization.
     InstanceAdmin,
+    /// The web console: a viewer's login token in the session cookie, with the CSRF
+    /// header. It must be exactly the viewer's login token.
+    Session,
+    /// The owner's login token in the session cookie *without* the CSRF header, as a
+    /// forged cross-site request would send it: refused (403) wherever a credential counts.
+    SessionWithoutCsrf,
 }
 
 fn kinds() -> Vec<Kind> {
@@ -52,6 +58,8 @@ fn kinds() -> Vec<Kind> {
     kinds.push(Kind::OtherGroupScoped);
     kinds.extend(Role::ALL.into_iter().map(Kind::Login));
     kinds.push(Kind::InstanceAdmin);
+    kinds.push(Kind::Session);
+    kinds.push(Kind::SessionWithoutCsrf);
     kinds
 }
 
@@ -100,7 +108,8 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
     let m = method.as_str();
     Some(match (m, path) {
         ("GET", "/health" | "/openapi.json" | "/v1/closest-region")
-        | ("POST", "/v1/auth/login") => Public,
+        | ("POST", "/v1/auth/login" | "/v1/auth/session")
+        | ("DELETE", "/v1/auth/session") => Public,
         (
             "GET",
             "/v1/auth/validate" | "/v1/auth/api-tokens/validate" | "/v1/user" | "/v1/current-user",
@@ -247,6 +256,15 @@ fn expected_status(who: Who, kind: Kind) -> u16 {
     ) {
         return 401;
     }
+    if kind == Kind::SessionWithoutCsrf {
+        return 403;
+    }
+    // A console session is its login token, nothing more and nothing less.
+    let kind = if kind == Kind::Session {
+        Kind::Login(Role::Viewer)
+    } else {
+        kind
+    };
     let user_level = matches!(
         kind,
         Kind::Unrestricted | Kind::Login(_) | Kind::InstanceAdmin
@@ -319,6 +337,9 @@ struct Users {
     viewer: String,
     /// Added, changed and removed by the member routes.
     victim: String,
+    /// A viewer who uses the console (the session cookie); a user of their own, so that
+    /// logging out everywhere as the viewer does not end this session.
+    browser: String,
     logins: std::collections::HashMap<String, String>,
 }
 
@@ -342,6 +363,7 @@ async fn world(app: &TestApp, users: &Users) -> World {
         (&users.admin, "admin"),
         (&users.member, "member"),
         (&users.viewer, "viewer"),
+        (&users.browser, "viewer"),
     ] {
         app.add_member(&org, owner, user, role).await;
         // Everyone may receive transferred groups in the other organization.
@@ -578,7 +600,7 @@ async fn prepare(
     }
 
     match (method, template) {
-        ("POST", "/v1/auth/login") => Cell::new(
+        ("POST", "/v1/auth/login" | "/v1/auth/session") => Cell::new(
             spec,
             path,
             Some(json!({"username": users.owner, "password": PASSWORD})),
@@ -786,7 +808,7 @@ async fn every_route_answers_every_principal_as_the_policy_says() {
     );
 
     let mut logins = std::collections::HashMap::new();
-    let names = ["owner", "admin", "member", "viewer", "victim"].map(unique);
+    let names = ["owner", "admin", "member", "viewer", "victim", "browser"].map(unique);
     for name in &names {
         logins.insert(name.clone(), app.user(name).await);
     }
@@ -796,6 +818,7 @@ async fn every_route_answers_every_principal_as_the_policy_says() {
         member: names[2].clone(),
         viewer: names[3].clone(),
         victim: names[4].clone(),
+        browser: names[5].clone(),
         logins,
     };
     let owner = users.logins[&users.owner].clone();
@@ -871,6 +894,15 @@ async fn every_route_answers_every_principal_as_the_policy_says() {
                     (Some(users.logins[&users.viewer].clone()), &users.viewer)
                 }
                 Kind::InstanceAdmin => (Some(app.admin_token.clone()), "admin"),
+                // Logging out of the console revokes the cookie's login token: it gets
+                // a session of its own, so the browser's stays for the other routes.
+                Kind::Session
+                    if spec.method == Method::DELETE && spec.path == "/v1/auth/session" =>
+                {
+                    (Some(app.login(&users.browser).await), &users.browser)
+                }
+                Kind::Session => (Some(users.logins[&users.browser].clone()), &users.browser),
+                Kind::SessionWithoutCsrf => (Some(owner.clone()), &users.owner),
             };
             let login = if user == "admin" {
                 app.admin_token.clone()
@@ -878,16 +910,26 @@ async fn every_route_answers_every_principal_as_the_policy_says() {
                 users.logins[user].clone()
             };
             let cell = prepare(&app, &users, world, spec, user, &login).await;
-            let reply = match &cell.file {
-                Some(file) => {
-                    app.post_file(&cell.path, token.as_deref().unwrap_or(""), file)
-                        .await
+            // A console session sends its login token as the cookie; everyone else as a
+            // bearer token.
+            let headers: Vec<(&str, String)> = match (kind, token.as_deref()) {
+                (Kind::Session | Kind::SessionWithoutCsrf, Some(token)) => {
+                    let mut headers = vec![("Cookie", format!("atoll_session={token}"))];
+                    if kind == Kind::Session {
+                        headers.push(("X-Atoll-CSRF", "1".to_string()));
+                    }
+                    headers
                 }
+                (_, Some(token)) => vec![("Authorization", format!("Bearer {token}"))],
+                (_, None) => Vec::new(),
+            };
+            let reply = match &cell.file {
+                Some(file) => app.post_file_with_headers(&cell.path, &headers, file).await,
                 None => {
-                    app.call(
+                    app.call_with_headers(
                         cell.method.clone(),
                         &cell.path,
-                        token.as_deref(),
+                        &headers,
                         cell.body.clone(),
                     )
                     .await

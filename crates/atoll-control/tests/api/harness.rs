@@ -227,6 +227,25 @@ impl TestApp {
         Reply::of(request.send().await.expect("request")).await
     }
 
+    /// Sends a request with exactly these extra headers (a session cookie, say) and no
+    /// `Authorization` unless one of them is.
+    pub async fn call_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Reply {
+        let mut request = self.client.request(method, format!("{}{path}", self.url));
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        Reply::of(request.send().await.expect("request")).await
+    }
+
     /// `POST /v1/auth/login` with `client` (see [`client_from`]).
     pub async fn login_with(
         &self,
@@ -316,18 +335,26 @@ impl TestApp {
 
     /// Posts a multipart form with one `file` part.
     pub async fn post_file(&self, path: &str, token: &str, file: &str) -> Reply {
+        self.post_file_with_headers(path, &[("Authorization", format!("Bearer {token}"))], file)
+            .await
+    }
+
+    /// As [`TestApp::post_file`], with exactly these extra headers.
+    pub async fn post_file_with_headers(
+        &self,
+        path: &str,
+        headers: &[(&str, String)],
+        file: &str,
+    ) -> Reply {
         let form = reqwest::multipart::Form::new().part(
             "file",
             reqwest::multipart::Part::text(file.to_string()).file_name("dump.sql"),
         );
-        let response = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .header("Authorization", format!("Bearer {token}"))
-            .multipart(form)
-            .send()
-            .await
-            .expect("request");
+        let mut request = self.client.post(format!("{}{path}", self.url));
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let response = request.multipart(form).send().await.expect("request");
         Reply::of(response).await
     }
 

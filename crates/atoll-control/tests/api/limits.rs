@@ -229,3 +229,54 @@ async fn made_up_tokens_count_against_their_address() {
     );
     assert_eq!(get(&elsewhere, &user_url, Some("guess-4")).await.0, 401);
 }
+
+/// A console session is a credential with its own bucket, not its user's address; a
+/// cookie that may not be used (no CSRF header) is the address's.
+#[tokio::test]
+async fn console_sessions_are_counted_as_credentials() {
+    let Some(app) = start(ControlConfig {
+        rate_per_credential: Some(RateLimit::per_minute(20)),
+        rate_per_address: Some(RateLimit::per_minute(3)),
+        ..ControlConfig::default()
+    })
+    .await
+    else {
+        return;
+    };
+    app.user("carol").await; // the address's first request (the login)
+    let started = app
+        .call(
+            reqwest::Method::POST,
+            "/v1/auth/session",
+            None,
+            Some(json!({"username": "carol", "password": PASSWORD})),
+        )
+        .await; // and its second
+    let cookie = started.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    started.expect(200);
+    for _ in 0..10 {
+        app.call_with_headers(
+            reqwest::Method::GET,
+            "/v1/user",
+            &[("Cookie", cookie.clone()), ("X-Atoll-CSRF", "1".into())],
+            None,
+        )
+        .await
+        .expect(200);
+    }
+    // Without the header the cookie is no credential: the address pays, and runs out.
+    let forged = [("Cookie", cookie.clone())];
+    app.call_with_headers(reqwest::Method::GET, "/v1/user", &forged, None)
+        .await
+        .expect(403);
+    let reply = app
+        .call_with_headers(reqwest::Method::GET, "/v1/user", &forged, None)
+        .await;
+    assert_eq!((reply.status, reply.code()), (429, "too_many_requests"));
+}

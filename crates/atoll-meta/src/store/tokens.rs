@@ -224,6 +224,22 @@ impl Store {
         .await
     }
 
+    /// Revokes one login token, found by the hash of its secret (ending one console
+    /// session). Answers whether an active login token was revoked; an API token, an
+    /// unknown or an already revoked one is left alone.
+    pub async fn revoke_login_token(&self, secret_hash: &str) -> Result<bool> {
+        let secret_hash = secret_hash.to_string();
+        self.write_affecting_credentials("revoke_login_token", move |c| {
+            let revoked = c.execute(
+                "UPDATE api_tokens SET revoked_at = $2
+                 WHERE secret_hash = $1 AND kind = 'login' AND revoked_at IS NULL",
+                &[secret_hash.into(), crate::now_millis().into()],
+            )?;
+            Ok(revoked > 0)
+        })
+        .await
+    }
+
     /// Active organization- and group-scoped tokens of an organization; only those minted
     /// by `minted_by` when given.
     pub async fn list_org_tokens(
