@@ -52,8 +52,12 @@ async fn dumps_expire_and_the_lifecycle_job_deletes_them() {
 
 #[tokio::test]
 async fn a_dump_past_its_lifetime_is_refused_before_the_job_runs() {
+    // The lifecycle job runs at start and then every minute. A lifetime of zero raced
+    // the start-up run (late on a loaded machine, it deleted the dump first); one that
+    // outlasts the upload keeps the dump from that run, and the next one is a minute off.
+    let lifetime = Duration::from_secs(2);
     let Some(app) = TestApp::start_with(atoll_control::ControlConfig {
-        dump_lifetime: Duration::ZERO,
+        dump_lifetime: lifetime,
         ..test_config()
     })
     .await
@@ -64,6 +68,7 @@ async fn a_dump_past_its_lifetime_is_refused_before_the_job_runs() {
         .as_str()
         .unwrap()
         .to_string();
+    tokio::time::sleep(lifetime + Duration::from_millis(200)).await;
     let reply = create_from(&app, "expired", &url).await;
     assert_eq!(
         (reply.status, reply.code()),
