@@ -10,6 +10,7 @@ pub mod databases;
 pub mod error;
 pub mod expiration;
 pub mod groups;
+pub mod hosted;
 pub mod locations;
 pub mod members;
 pub mod names;

@@ -32,6 +32,8 @@ pub enum Action {
     ReadOpenApi,
     Login,
     ClosestRegion,
+    /// The turso CLI's update check (`GET /releases/latest`).
+    ReadLatestRelease,
     // The caller's own account.
     ReadUser,
     ValidateToken,
@@ -68,6 +70,9 @@ pub enum Action {
     ConfigureGroup,
     MintGroupToken,
     RotateGroupCredentials,
+    /// Starting or aborting a group's migration to AWS (never on a self-hosted server, but
+    /// only those who could transfer the group are told so).
+    MigrateGroupToAws,
     // Databases.
     ListDatabases,
     /// The group comes from the body: the handler checks a group-scoped token against it.
@@ -84,6 +89,9 @@ pub enum Action {
     SetOrganizationPlan,
     ReadOrganizationUsage,
     ReadInvoices,
+    /// The payment provider's side of an organization: billing portal, billing contact,
+    /// plan changes by its members.
+    ManageBilling,
     ReadPlans,
     ReadAuditLogs,
 }
@@ -149,9 +157,11 @@ impl Action {
         use Target::*;
         use TokenRule::*;
         match self {
-            Action::Health | Action::ReadOpenApi | Action::Login | Action::ClosestRegion => {
-                rule(Public, Any, Viewer)
-            }
+            Action::Health
+            | Action::ReadOpenApi
+            | Action::Login
+            | Action::ClosestRegion
+            | Action::ReadLatestRelease => rule(Public, Any, Viewer),
             Action::ReadUser | Action::ValidateToken | Action::ListOrganizations => {
                 rule(Account, Any, Viewer)
             }
@@ -198,6 +208,7 @@ impl Action {
             Action::RotateGroupCredentials => {
                 rule(Group, GroupScope(Scope::GroupRotateCreds), Member)
             }
+            Action::MigrateGroupToAws => rule(Group, OrganizationLevel, Admin),
 
             Action::ListDatabases => rule(Organization, GroupScope(Scope::Read), Viewer),
             Action::CreateDatabase | Action::UploadDump => {
@@ -212,7 +223,9 @@ impl Action {
             }
             Action::ListDeletedDatabases => rule(Organization, OrganizationLevel, Viewer),
             Action::ReadOrganizationUsage => rule(Organization, OrganizationLevel, Viewer),
-            Action::ReadInvoices => rule(Organization, OrganizationLevel, Admin),
+            Action::ReadInvoices | Action::ManageBilling => {
+                rule(Organization, OrganizationLevel, Admin)
+            }
             Action::ReadPlans => rule(Account, Any, Viewer),
             Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
             Action::SetOrganizationPlan => Rule {
