@@ -22,6 +22,7 @@ pub mod sizes;
 pub mod tokens;
 pub mod usage;
 pub mod users;
+pub mod v3;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use roles::Role;

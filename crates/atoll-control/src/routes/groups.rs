@@ -189,7 +189,10 @@ fn group_exists(e: StoreError) -> ApiError {
     }
 }
 
-async fn list(State(state): State<AppState>, access: Access) -> ApiResult<Json<GroupList>> {
+pub(super) async fn list(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<GroupList>> {
     let groups = state.store.list_groups(&access.org().id).await?;
     // A group-scoped token sees its own group only.
     let pinned = access.pinned_group_id();
@@ -238,7 +241,7 @@ async fn create(
     }))
 }
 
-async fn retrieve(access: Access) -> Json<GroupResponse> {
+pub(super) async fn retrieve(access: Access) -> Json<GroupResponse> {
     Json(GroupResponse {
         group: wire::group(access.group()),
     })
@@ -448,7 +451,7 @@ async fn unarchive(
     }))
 }
 
-async fn create_token(
+pub(super) async fn create_token(
     State(state): State<AppState>,
     access: Access,
     Query(query): Query<TokenQuery>,

@@ -18,6 +18,7 @@
 //! | `…/databases…` | [`databases`]; legacy `POST`/`DELETE …/instances…`, `…/wait`: [`instances`] |
 //! | `/v1/plans`, `…/subscription`, `…/invoices`, `…/billing/…`, `/v1/organizations/stripe-customer` | [`billing`] |
 //! | `/releases/latest` | [`releases`] |
+//! | `/v3/organizations/{orgId}/…` | [`v3`] (the v1 handlers, records by id) |
 //!
 //! Every route is declared once, in [`table`], with the [`Action`] it performs: the
 //! router injects that action into the request, the [`crate::auth::Access`] extractor
@@ -42,6 +43,7 @@ mod organizations;
 mod releases;
 pub(crate) mod usage;
 mod user;
+mod v3;
 
 use crate::auth::Action;
 use crate::server::AppState;
@@ -168,6 +170,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(instances::routes());
     routes.extend(aws_migration::routes());
     routes.extend(releases::routes());
+    routes.extend(v3::routes());
     routes
 }
 

@@ -226,6 +226,27 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             team_group(Scope(S::DbCreate), Role::Member)
         }
         ("POST", "/v1/admin/organizations/{org}/plan") => InstanceAdminOnly,
+        // v3: records by id, authorized as their v1 twins.
+        ("GET", "/v3/organizations/{orgId}/databases" | "/v3/organizations/{orgId}/groups") => {
+            team(Scope(S::Read), Role::Viewer)
+        }
+        ("POST", "/v3/organizations/{orgId}/databases")
+        | ("POST", "/v3/organizations/{orgId}/databases/{dbId}/restore") => {
+            team_group(Scope(S::DbCreate), Role::Member)
+        }
+        ("GET", "/v3/organizations/{orgId}/databases/{dbId}")
+        | ("GET", "/v3/organizations/{orgId}/groups/{groupId}") => {
+            team_group(Scope(S::Read), Role::Viewer)
+        }
+        ("DELETE", "/v3/organizations/{orgId}/databases/{dbId}") => {
+            team_group(Scope(S::DbDelete), Role::Member)
+        }
+        ("POST", "/v3/organizations/{orgId}/databases/{dbId}/auth/tokens") => {
+            team_group(Scope(S::DbMintToken), Role::Member)
+        }
+        ("POST", "/v3/organizations/{orgId}/groups/{groupId}/auth/tokens") => {
+            team_group(Scope(S::GroupMintToken), Role::Member)
+        }
         // The hosted service's routes the turso CLI calls (docs/API.md).
         ("GET", "/releases/latest") => Public,
         ("POST", "/v1/organizations/stripe-customer") => Account(UserLevel),
@@ -463,6 +484,60 @@ async fn prepare(
     let path = spec.path.replace("{org}", org);
     let method = spec.method.as_str();
     let template = spec.path.as_str();
+
+    // v3 routes name the organization, the pinned group and a database of their own by id.
+    if let Some(rest) = template.strip_prefix("/v3/organizations/{orgId}") {
+        let org_id = app.get(&team_prefix, owner).await.expect(200)["organization"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let group_id = app
+            .get(&format!("{team_prefix}/groups/{}", world.g1), owner)
+            .await
+            .expect(200)["group"]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let base = format!("/v3/organizations/{org_id}");
+        let database_id = |name: &str| {
+            let path = format!("{team_prefix}/databases/{name}");
+            async move {
+                app.get(&path, owner).await.expect(200)["database"]["DbId"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        let path = if rest.contains("{dbId}/restore") {
+            // A paid plan keeps deleted databases restorable.
+            app.post(
+                &format!("/v1/admin/organizations/{org}/plan"),
+                &app.admin_token,
+                json!({"plan": "scaler"}),
+            )
+            .await
+            .expect(200);
+            let name = app
+                .database(&team_prefix, owner, &unique("deleted"), &world.g1)
+                .await;
+            let id = database_id(&name).await;
+            app.delete(&format!("{team_prefix}/databases/{name}"), owner)
+                .await
+                .expect(200);
+            format!("{base}{}", rest.replace("{dbId}", &id))
+        } else if rest.contains("{dbId}") {
+            let name = app
+                .database(&team_prefix, owner, &unique("db"), &world.g1)
+                .await;
+            let id = database_id(&name).await;
+            format!("{base}{}", rest.replace("{dbId}", &id))
+        } else {
+            format!("{base}{}", rest.replace("{groupId}", &group_id))
+        };
+        let body = (method == "POST" && rest == "/databases")
+            .then(|| json!({"name": unique("new-db"), "group_id": group_id}));
+        return Cell::new(spec, path, body);
+    }
 
     // Database routes, team and personal alike: each cell acts on a database of its own
     // (in the pinned group for team routes, in the caller's personal organization otherwise).

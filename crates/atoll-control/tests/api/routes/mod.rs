@@ -15,3 +15,4 @@ mod organization_tokens;
 mod organizations;
 mod releases;
 mod user;
+mod v3;
