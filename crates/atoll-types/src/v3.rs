@@ -2,7 +2,7 @@
 //! groups and databases by id (the turso CLI's `--v3-api` mode). Lists, groups and tokens
 //! answer the v1 shapes; these are the bodies that differ.
 
-use crate::databases::{Database, DatabaseList, Pagination, RestorableDatabase, Seed};
+use crate::databases::{Database, Pagination, RestorableDatabase, Seed};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -40,21 +40,22 @@ pub struct DatabaseResponseV3 {
     pub database: DatabaseV3,
 }
 
-/// `GET /v3/organizations/{orgId}/databases?deleted=true`: restorable databases, a page at
-/// a time (`limit`, `cursor`, as the live list).
+/// `GET /v3/organizations/{orgId}/databases`: the live databases, or with `?deleted=true`
+/// the deleted ones. One shape for both (an empty page must match exactly one schema); an
+/// item is one or the other.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct DeletedDatabasePage {
-    pub databases: Vec<RestorableDatabase>,
+pub struct DatabaseListV3 {
+    pub databases: Vec<ListedDatabase>,
     pub pagination: Pagination,
 }
 
-/// `GET /v3/organizations/{orgId}/databases`: the live list, or with `?deleted=true` the
-/// deleted one.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
-pub enum DatabaseListV3 {
-    Live(DatabaseList),
-    Deleted(DeletedDatabasePage),
+// A page of a few hundred rows: the size of the larger variant does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum ListedDatabase {
+    Live(Database),
+    Deleted(RestorableDatabase),
 }
 
 /// `POST /v3/organizations/{orgId}/databases/{dbId}/restore`.

@@ -23,7 +23,7 @@ use atoll_types::databases::{
 use atoll_types::groups::{GroupList, GroupResponse};
 use atoll_types::v3::{
     AllowRulesConfig, CreateDatabaseRequestV3, DatabaseListV3, DatabaseResponseV3, DatabaseV3,
-    DeletedDatabasePage, RestoreDatabaseRequest,
+    ListedDatabase, RestoreDatabaseRequest,
 };
 use atoll_types::ErrorCode;
 use axum::extract::{Path, State};
@@ -137,8 +137,7 @@ async fn list(
     Query(query): Query<ListQueryV3>,
 ) -> ApiResult<Json<DatabaseListV3>> {
     if query.deleted {
-        let Json(page) = list_deleted(&state, &access, &query).await?;
-        return Ok(Json(DatabaseListV3::Deleted(page)));
+        return list_deleted(&state, &access, &query).await;
     }
     let group = match &query.group_id {
         Some(id) => Some(group_name(&state, &access, id).await?),
@@ -155,7 +154,14 @@ async fn list(
         }),
     )
     .await?;
-    Ok(Json(DatabaseListV3::Live(live)))
+    Ok(Json(DatabaseListV3 {
+        databases: live
+            .databases
+            .into_iter()
+            .map(ListedDatabase::Live)
+            .collect(),
+        pagination: live.pagination,
+    }))
 }
 
 /// The name of the organization's group `id`, or the 404 of an unknown group.
@@ -175,7 +181,7 @@ async fn list_deleted(
     state: &AppState,
     access: &Access,
     query: &ListQueryV3,
-) -> ApiResult<Json<DeletedDatabasePage>> {
+) -> ApiResult<Json<DatabaseListV3>> {
     access.require(Action::ListDeletedDatabases)?;
     let org = access.org();
     let groups = state.store.list_groups(&org.id).await?;
@@ -230,7 +236,7 @@ async fn list_deleted(
         .into_iter()
         .filter_map(|db| {
             let deleted_at = db.deleted_at?;
-            Some(RestorableDatabase {
+            Some(ListedDatabase::Deleted(RestorableDatabase {
                 group: groups
                     .iter()
                     .find(|g| g.id == db.group_id)
@@ -240,10 +246,10 @@ async fn list_deleted(
                 db_id: db.id,
                 deleted_at: wire::rfc3339(deleted_at),
                 restorable_until: wire::rfc3339(deleted_at + crate::jobs::RESTORE_WINDOW_MS),
-            })
+            }))
         })
         .collect();
-    Ok(Json(DeletedDatabasePage {
+    Ok(Json(DatabaseListV3 {
         databases,
         pagination: Pagination { next },
     }))
