@@ -237,6 +237,10 @@ class LibsqlClientTest(unittest.TestCase):
             lambda: self.client.execute("SELECT nope FROM sqlite_schema"), "SQL_INPUT_ERROR"
         )
         self.assertIn("no such column: nope", err.explanation)
+        err = self.assertLibsqlError(
+            lambda: self.client.execute("SELECT * FROM nowhere"), "SQL_INPUT_ERROR"
+        )
+        self.assertIn("no such table: nowhere", err.explanation)
         self.assertLibsqlError(
             lambda: self.client.execute("SELECT 1; SELECT 2"), "SQL_MANY_STATEMENTS"
         )

@@ -518,6 +518,15 @@ describe('batch', () => {
     );
     assert.equal(err.statementIndex, 1);
   });
+
+  test('a missing table is SQL_INPUT_ERROR', async () => {
+    const { db } = await freshDb();
+    await rejectsLibsql(
+      db.execute('SELECT * FROM nowhere'),
+      'SQL_INPUT_ERROR',
+      /no such table: nowhere/,
+    );
+  });
 });
 
 // ---------------------------------------------------------------------------------------

@@ -37,6 +37,13 @@ pub enum ApiError {
     /// Something this server does not offer.
     #[error("{0}")]
     NotAvailable(String),
+    /// A part of the hosted service a self-hosted server cannot honour: a 4xx, so the
+    /// turso CLI shows the message instead of retrying or blaming the server.
+    #[error("{0}")]
+    NotOnSelfHosted(String),
+    /// The path exists, the method does not; the router adds `Allow`.
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// A data node failed or could not be reached.
     #[error("data plane error: {0}")]
     Upstream(String),
@@ -62,6 +69,8 @@ impl ApiError {
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::QuotaExceeded(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::NotOnSelfHosted(_) => StatusCode::BAD_REQUEST,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -80,6 +89,8 @@ impl ApiError {
             ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
             ApiError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
+            ApiError::NotOnSelfHosted(_) => ErrorCode::NotAvailableOnSelfHosted,
+            ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::Upstream(_) => ErrorCode::DataPlane,
             ApiError::Internal(_) => ErrorCode::Internal,
         }

@@ -121,10 +121,14 @@ fn operation(
     }
     if matches!(
         spec.action,
-        Action::UpdateOrganization | Action::ConfigureDatabase | Action::CreateDatabase
+        Action::UpdateOrganization
+            | Action::ConfigureDatabase
+            | Action::CreateDatabase
+            | Action::RestoreDatabase
     ) {
         // Settings Turso has and Atoll does not (`require_mfa`, `allowed_aws_vpc_ids`,
-        // `seed.timestamp`) are refused rather than ignored: see docs/API.md.
+        // `seed.timestamp`, restoring under a new name) are refused rather than ignored:
+        // see docs/API.md.
         responses = responses.response(
             "501",
             error("Asks for a feature this server does not have (code not_available)"),

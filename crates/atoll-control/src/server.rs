@@ -106,10 +106,12 @@ pub fn router(state: AppState) -> Router {
                 "no such route; see /openapi.json".into(),
             )
         })
+        // axum adds `Allow` (the path's methods) to what this answers.
         .method_not_allowed_fallback(|| async {
-            ApiError::NotFound(
-                ErrorCode::RouteNotFound,
-                "method not allowed on this route; see /openapi.json".into(),
+            ApiError::MethodNotAllowed(
+                "method not allowed on this route: the Allow header lists the methods it has; \
+                 see /openapi.json"
+                    .into(),
             )
         })
         .layer(DefaultBodyLimit::max(max_body))

@@ -215,9 +215,20 @@ async fn arguments_bind_by_position_and_by_name() {
         .as_str()
         .unwrap()
         .starts_with("SQL input error: near \"SELEC\": syntax error"));
+    // A missing table or column is an input error too (clients expect SQL_INPUT_ERROR);
+    // SQLite gives an offset for the column, not for the table.
     let no_table = error(sql("SELECT * FROM nowhere")).await;
-    assert_eq!(no_table["code"], "SQLITE_UNKNOWN");
-    assert_eq!(no_table["message"], "SQLite error: no such table: nowhere");
+    assert_eq!(no_table["code"], "SQL_INPUT_ERROR");
+    assert_eq!(
+        no_table["message"],
+        "SQL input error: no such table: nowhere"
+    );
+    let no_column = error(sql("SELECT nope")).await;
+    assert_eq!(no_column["code"], "SQL_INPUT_ERROR");
+    assert_eq!(
+        no_column["message"],
+        "SQL input error: no such column: nope (at offset 7)"
+    );
     db.run(&[
         sql("CREATE TABLE u (x UNIQUE)"),
         sql("INSERT INTO u VALUES (1)"),
@@ -261,7 +272,7 @@ async fn batches_follow_their_conditions() {
     assert_eq!(step_errors.len(), 6);
     assert!(step_results[0].is_object() && step_errors[0].is_null());
     assert!(step_results[1].is_null());
-    assert_eq!(step_errors[1]["code"], "SQLITE_UNKNOWN");
+    assert_eq!(step_errors[1]["code"], "SQL_INPUT_ERROR");
     assert!(step_results[2].is_object());
     assert!(step_results[3].is_null() && step_errors[3].is_null());
     assert_eq!(step_results[4]["rows"][0][0], text("after skipped"));
@@ -331,7 +342,7 @@ async fn sequences_descriptions_and_stored_sql() {
         json!({"type": "ok", "response": {"type": "sequence"}})
     );
     assert_eq!(results[1]["type"], "error");
-    assert_eq!(results[1]["error"]["code"], "SQLITE_UNKNOWN");
+    assert_eq!(results[1]["error"]["code"], "SQL_INPUT_ERROR");
     assert_eq!(results[2]["response"]["type"], "store_sql");
     // 'c' went in before the failure, 'd' never ran.
     assert_eq!(results[3]["response"]["result"]["rows"][0][0], integer(2));
@@ -562,8 +573,8 @@ async fn cursor_streams_entries_as_json_lines() {
             json!({"type": "step_begin", "step": 2, "cols": []}),
             json!({"type": "step_end", "affected_row_count": 1, "last_insert_rowid": "3"}),
             json!({"type": "step_error", "step": 3, "error": {
-                "message": "SQLite error: no such table: nowhere",
-                "code": "SQLITE_UNKNOWN"
+                "message": "SQL input error: no such table: nowhere",
+                "code": "SQL_INPUT_ERROR"
             }}),
         ]
     );
@@ -1299,7 +1310,7 @@ async fn websocket_hrana3_session() {
     )
     .await;
     assert_eq!(failed["type"], "response_error");
-    assert_eq!(failed["error"]["code"], "SQLITE_UNKNOWN");
+    assert_eq!(failed["error"]["code"], "SQL_INPUT_ERROR");
 
     ok(request(
         &mut socket,

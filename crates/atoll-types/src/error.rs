@@ -42,6 +42,8 @@ pub enum ErrorCode {
     /// The dump was uploaded too long ago: upload it again.
     DumpExpired,
     RouteNotFound,
+    /// The path exists but not with this method (`Allow` lists the methods it has).
+    MethodNotAllowed,
     OrganizationAlreadyExists,
     UserAlreadyExists,
     MemberAlreadyExists,
@@ -65,6 +67,9 @@ pub enum ErrorCode {
     FeatureNotAvailableForStarterPlan,
     /// A feature this server does not offer (for example multi-factor authentication).
     NotAvailable,
+    /// A feature of the hosted Turso service that a self-hosted server cannot honour
+    /// (payment provider, legacy per-database instances, AWS migration).
+    NotAvailableOnSelfHosted,
     /// Encryption at rest with a client-provided key (`remote_encryption`) was asked for;
     /// this server cannot provide it and refuses rather than store the data in the clear.
     EncryptionNotAvailable,
@@ -103,6 +108,7 @@ impl ErrorCode {
             Self::DumpNotFound => "dump_not_found",
             Self::DumpExpired => "dump_expired",
             Self::RouteNotFound => "route_not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
             Self::OrganizationAlreadyExists => "organization_already_exists",
             Self::UserAlreadyExists => "user_already_exists",
             Self::MemberAlreadyExists => "member_already_exists",
@@ -117,6 +123,7 @@ impl ErrorCode {
             Self::PrimaryLocation => "primary_location",
             Self::FeatureNotAvailableForStarterPlan => "feature_not_available_for_starter_plan",
             Self::NotAvailable => "not_available",
+            Self::NotAvailableOnSelfHosted => "not_available_on_self_hosted",
             Self::EncryptionNotAvailable => "encryption_not_available",
             Self::DataPlane => "data_plane_error",
             Self::PayloadTooLarge => "payload_too_large",

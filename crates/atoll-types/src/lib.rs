@@ -10,6 +10,7 @@ pub mod databases;
 pub mod error;
 pub mod expiration;
 pub mod groups;
+pub mod hosted;
 pub mod locations;
 pub mod members;
 pub mod names;
@@ -21,6 +22,7 @@ pub mod sizes;
 pub mod tokens;
 pub mod usage;
 pub mod users;
+pub mod v3;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use roles::Role;

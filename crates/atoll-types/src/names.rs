@@ -29,10 +29,17 @@ pub fn validate_username(name: &str) -> Result<(), String> {
     validate_slug("username", name)
 }
 
+/// Slugs that are path segments of routes beside `/v1/organizations/{org}`: an
+/// organization by that name could not be addressed.
+const RESERVED_SLUGS: &[&str] = &["stripe-customer"];
+
 /// Organization slugs appear in paths and hostnames.
 pub fn validate_slug(kind: &str, slug: &str) -> Result<(), String> {
     if slug.len() > 39 {
         return Err(format!("{kind} must be at most 39 characters"));
+    }
+    if RESERVED_SLUGS.contains(&slug) {
+        return Err(format!("{kind} `{slug}` is reserved: choose another"));
     }
     validate_resource_name(kind, slug)
 }
@@ -72,6 +79,12 @@ mod tests {
         assert!(validate_resource_name("group", "my_group").is_err());
         assert!(validate_resource_name("group", "-x").is_err());
         assert!(validate_resource_name("group", "a.b").is_err());
+    }
+
+    #[test]
+    fn route_segments_are_not_slugs() {
+        assert!(validate_slug("organization slug", "stripe-customer").is_err());
+        assert!(validate_slug("organization slug", "stripe").is_ok());
     }
 
     #[test]

@@ -589,7 +589,7 @@ async fn the_shell_runs_piped_dumps_in_batches_and_one_shot_queries() {
     let dumped = setup.ok(&["db", "shell", "shop", ".dump"]);
     assert!(dumped.contains("CREATE TABLE orders("), "{dumped}");
     std::fs::write(&exported_dump, &dumped).unwrap();
-    let (stdout, _) = setup.ok_with(
+    let (stdout, stderr) = setup.ok_with(
         &[
             "db",
             "create",
@@ -601,6 +601,17 @@ async fn the_shell_runs_piped_dumps_in_batches_and_one_shot_queries() {
         None,
     );
     assert!(stdout.contains("Created database restored"), "{stdout}");
+    // Not a terminal: no bar and no escape codes, but one line once the load is done.
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    let loaded: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("Loading "))
+        .collect();
+    assert_eq!(loaded.len(), 1, "{stderr}");
+    assert!(
+        loaded[0].contains("shop.sql into restored: done in "),
+        "{stderr}"
+    );
     assert_eq!(
         setup.scalar("restored", "select count(*) from orders"),
         rows.to_string()
@@ -633,9 +644,17 @@ async fn the_shell_runs_piped_dumps_in_batches_and_one_shot_queries() {
         rows.to_string()
     );
     let line = setup.fails(&["db", "shell", "shop", "select * from nowhere"], None);
-    assert!(
-        line.contains("statement 1 failed") && line.contains("nowhere"),
-        "{line}"
+    assert_eq!(
+        line,
+        "Error: statement 1 failed: no such table: nowhere, in `select * from nowhere` \
+         (SQL_INPUT_ERROR)"
+    );
+    // A syntax error is one clean line: SQLite's words, the statement, the code once.
+    let line = setup.fails(&["db", "shell", "shop", "SELEC 1"], None);
+    assert_eq!(
+        line,
+        "Error: statement 1 failed: near \"SELEC\": syntax error at offset 0, in `SELEC 1` \
+         (SQL_INPUT_ERROR)"
     );
 }
 
@@ -786,5 +805,16 @@ fn the_data_commands_have_help_with_an_example() {
             "{args:?}: {help}"
         );
     }
+    // `db usage` says how rows are counted, so 1 row read for `SELECT 1` is no surprise.
+    let output = Command::new(BIN)
+        .args(["db", "usage", "--help"])
+        .env("ATOLL_CONFIG_DIR", &config)
+        .output()
+        .unwrap();
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        help.contains("`SELECT 1` is 1 row read") && help.contains("atoll db usage shop"),
+        "{help}"
+    );
     let _ = std::fs::remove_dir_all(&config);
 }

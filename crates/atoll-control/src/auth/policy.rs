@@ -35,6 +35,8 @@ pub enum Action {
     /// public, since the credential it ends is the cookie itself, which it checks.
     EndSession,
     ClosestRegion,
+    /// The turso CLI's update check (`GET /releases/latest`).
+    ReadLatestRelease,
     // The caller's own account.
     ReadUser,
     ValidateToken,
@@ -71,6 +73,9 @@ pub enum Action {
     ConfigureGroup,
     MintGroupToken,
     RotateGroupCredentials,
+    /// Starting or aborting a group's migration to AWS (never on a self-hosted server, but
+    /// only those who could transfer the group are told so).
+    MigrateGroupToAws,
     // Databases.
     ListDatabases,
     /// The group comes from the body: the handler checks a group-scoped token against it.
@@ -87,6 +92,9 @@ pub enum Action {
     SetOrganizationPlan,
     ReadOrganizationUsage,
     ReadInvoices,
+    /// The payment provider's side of an organization: billing portal, billing contact,
+    /// plan changes by its members.
+    ManageBilling,
     ReadPlans,
     ReadAuditLogs,
 }
@@ -156,7 +164,8 @@ impl Action {
             | Action::ReadOpenApi
             | Action::Login
             | Action::EndSession
-            | Action::ClosestRegion => rule(Public, Any, Viewer),
+            | Action::ClosestRegion
+            | Action::ReadLatestRelease => rule(Public, Any, Viewer),
             Action::ReadUser | Action::ValidateToken | Action::ListOrganizations => {
                 rule(Account, Any, Viewer)
             }
@@ -203,6 +212,7 @@ impl Action {
             Action::RotateGroupCredentials => {
                 rule(Group, GroupScope(Scope::GroupRotateCreds), Member)
             }
+            Action::MigrateGroupToAws => rule(Group, OrganizationLevel, Admin),
 
             Action::ListDatabases => rule(Organization, GroupScope(Scope::Read), Viewer),
             Action::CreateDatabase | Action::UploadDump => {
@@ -217,7 +227,9 @@ impl Action {
             }
             Action::ListDeletedDatabases => rule(Organization, OrganizationLevel, Viewer),
             Action::ReadOrganizationUsage => rule(Organization, OrganizationLevel, Viewer),
-            Action::ReadInvoices => rule(Organization, OrganizationLevel, Admin),
+            Action::ReadInvoices | Action::ManageBilling => {
+                rule(Organization, OrganizationLevel, Admin)
+            }
             Action::ReadPlans => rule(Account, Any, Viewer),
             Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
             Action::SetOrganizationPlan => Rule {
@@ -328,17 +340,69 @@ impl FromRequestParts<AppState> for Access {
             .headers
             .get(axum::http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
+        let names = names_of_v3_ids(state, action, &params).await?;
+        let name = |key: &str| {
+            names
+                .get(key)
+                .or_else(|| params.get(key))
+                .map(String::as_str)
+        };
         authorize(
             state,
             principal,
             action,
             origin_from_user_agent(user_agent),
-            params.get("org").map(String::as_str),
-            params.get("group").map(String::as_str),
-            params.get("db").map(String::as_str),
+            name("org"),
+            name("group"),
+            name("db"),
         )
         .await
     }
+}
+
+/// The v3 routes (`/v3/organizations/{orgId}/groups/{groupId}`, `…/databases/{dbId}`) name
+/// records by id; the policy resolves names. This turns the ids of the path into the
+/// slug and names [`authorize`] takes, so both versions share one authorization. An id
+/// that names nothing of the organization answers 404 as an unknown name would (after
+/// authentication, so it reveals nothing to a caller without credentials).
+async fn names_of_v3_ids(
+    state: &AppState,
+    action: Action,
+    params: &HashMap<String, String>,
+) -> Result<HashMap<&'static str, String>, ApiError> {
+    let mut names = HashMap::new();
+    let Some(org_id) = params.get("orgId") else {
+        return Ok(names);
+    };
+    let org = state.store.org_by_id(org_id).await?.ok_or_else(|| {
+        ApiError::NotFound(
+            ErrorCode::OrganizationNotFound,
+            "organization not found".into(),
+        )
+    })?;
+    let target = action.rule().target;
+    if let (Some(id), Target::Group) = (params.get("groupId"), target) {
+        let group = state
+            .store
+            .group_by_id(id)
+            .await?
+            .filter(|g| g.org_id == org.id)
+            .ok_or_else(|| {
+                ApiError::NotFound(ErrorCode::GroupNotFound, "group not found".into())
+            })?;
+        names.insert("group", group.name);
+    }
+    if let (Some(id), Target::Database) = (params.get("dbId"), target) {
+        let db = state
+            .store
+            .database_by_id(id)
+            .await?
+            .filter(|d| d.org_id == org.id && d.deleted_at.is_none())
+            .ok_or_else(|| database_not_found(id))?;
+        names.insert("db", db.name);
+    }
+    names.insert("org", org.slug);
+    Ok(names)
 }
 
 pub async fn authorize(

@@ -2,13 +2,22 @@
 //! `…/subscription`, `…/invoices` (and the personal `/v1/subscription`, `/v1/invoices`).
 //! Atoll has no payment provider: invoices are computed from the plan's price per
 //! billing cycle (calendar month) and are never marked paid.
+//!
+//! The payment provider's routes the turso CLI calls (`POST /v1/organizations/stripe-customer`,
+//! `…/billing/portal`, `…/billing/payment-methods`, `…/billing/customer`, `POST
+//! …/subscription`) answer a harmless success where the CLI only needs one to go on
+//! (`turso org create`), and a clear 400 `not_available_on_self_hosted` otherwise.
 
 use super::Route;
 use crate::auth::{Access, Action};
-use crate::body::Query;
-use crate::error::ApiResult;
+use crate::body::{LenientJson, Query};
+use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
+use atoll_types::hosted::{
+    BillingCustomer, PaymentMethods, StripeCustomer, StripeCustomerRequest,
+    UpdateSubscriptionRequest,
+};
 use atoll_types::usage::{
     Invoice, InvoiceList, Plan, PlanList, PlanPrice, PlanQuotasCamel, Subscription,
     SubscriptionResponse,
@@ -37,6 +46,17 @@ pub fn routes() -> Vec<Route> {
         )
         .response::<PlanList>(),
     );
+    routes.push(
+        Route::new(
+            Method::POST,
+            "/v1/organizations/stripe-customer",
+            Action::CreateOrganization,
+            "The turso CLI's first step of `org create`: no payment provider, an empty id",
+            stripe_customer,
+        )
+        .request::<StripeCustomerRequest>()
+        .response::<StripeCustomer>(),
+    );
     for prefix in ["/v1/organizations/{org}", "/v1"] {
         routes.push(
             Route::new(
@@ -47,6 +67,54 @@ pub fn routes() -> Vec<Route> {
                 subscription,
             )
             .response::<SubscriptionResponse>(),
+        );
+        routes.push(
+            Route::new(
+                Method::POST,
+                format!("{prefix}/subscription"),
+                Action::ManageBilling,
+                "Keep the current plan (200); other plans are set by an instance administrator",
+                update_subscription,
+            )
+            .request::<UpdateSubscriptionRequest>()
+            .response::<SubscriptionResponse>(),
+        );
+        routes.push(Route::new(
+            Method::POST,
+            format!("{prefix}/billing/portal"),
+            Action::ManageBilling,
+            "Not available on a self-hosted server (400): there is no payment provider",
+            billing_portal,
+        ));
+        routes.push(
+            Route::new(
+                Method::GET,
+                format!("{prefix}/billing/payment-methods"),
+                Action::ReadInvoices,
+                "Always `exists: true`: nothing waits for a payment method",
+                payment_methods,
+            )
+            .response::<PaymentMethods>(),
+        );
+        routes.push(
+            Route::new(
+                Method::GET,
+                format!("{prefix}/billing/customer"),
+                Action::ReadInvoices,
+                "The billing contact: empty, as no payment provider keeps one",
+                billing_customer,
+            )
+            .response::<BillingCustomer>(),
+        );
+        routes.push(
+            Route::new(
+                Method::PUT,
+                format!("{prefix}/billing/customer"),
+                Action::ManageBilling,
+                "Not available on a self-hosted server (400): there is no payment provider",
+                update_billing_customer,
+            )
+            .request::<BillingCustomer>(),
         );
         routes.push(
             Route::new(
@@ -106,6 +174,58 @@ async fn subscription(access: Access) -> Json<SubscriptionResponse> {
             timeline: org.plan_timeline.clone(),
         },
     })
+}
+
+/// Why a payment-provider route cannot be honoured, in words the turso CLI prints.
+fn no_payment_provider(what: &str) -> ApiError {
+    ApiError::NotOnSelfHosted(format!(
+        "{what} is not available on a self-hosted server: there is no payment provider; \
+         plans are set by an instance administrator (POST /v1/admin/organizations/{{org}}/plan)"
+    ))
+}
+
+async fn stripe_customer(
+    _access: Access,
+    LenientJson(_request): LenientJson<StripeCustomerRequest>,
+) -> Json<StripeCustomer> {
+    Json(StripeCustomer::default())
+}
+
+/// `turso org create` may ask for the plan it chose: keeping the current plan succeeds;
+/// another one is refused with the way to get it.
+async fn update_subscription(
+    access: Access,
+    LenientJson(request): LenientJson<UpdateSubscriptionRequest>,
+) -> ApiResult<Json<SubscriptionResponse>> {
+    let org = access.org();
+    if !request.plan.is_empty() && request.plan != org.plan_id {
+        return Err(ApiError::NotOnSelfHosted(format!(
+            "changing the plan of {} from {} to {} is not available to members on a \
+             self-hosted server: an instance administrator sets it \
+             (POST /v1/admin/organizations/{}/plan)",
+            org.slug, org.plan_id, request.plan, org.slug
+        )));
+    }
+    Ok(subscription(access).await)
+}
+
+async fn billing_portal(_access: Access) -> ApiError {
+    no_payment_provider("the billing portal")
+}
+
+async fn payment_methods(_access: Access) -> Json<PaymentMethods> {
+    Json(PaymentMethods { exists: true })
+}
+
+async fn billing_customer(_access: Access) -> Json<BillingCustomer> {
+    Json(BillingCustomer::default())
+}
+
+async fn update_billing_customer(
+    _access: Access,
+    LenientJson(_customer): LenientJson<BillingCustomer>,
+) -> ApiError {
+    no_payment_provider("billing details")
 }
 
 #[derive(Deserialize)]

@@ -182,7 +182,7 @@ pub fn routes() -> Vec<Route> {
     routes
 }
 
-fn database_wire(
+pub(super) fn database_wire(
     state: &AppState,
     db: &Database,
     group_name: &str,
@@ -223,15 +223,15 @@ fn database_wire(
     }
 }
 
-#[derive(Deserialize)]
-struct ListQuery {
-    group: Option<String>,
-    parent: Option<String>,
-    limit: Option<i64>,
-    cursor: Option<String>,
+#[derive(Deserialize, Default)]
+pub(super) struct ListQuery {
+    pub(super) group: Option<String>,
+    pub(super) parent: Option<String>,
+    pub(super) limit: Option<i64>,
+    pub(super) cursor: Option<String>,
 }
 
-async fn list(
+pub(super) async fn list(
     State(state): State<AppState>,
     access: Access,
     Query(query): Query<ListQuery>,
@@ -311,7 +311,7 @@ async fn list(
     }))
 }
 
-async fn retrieve(
+pub(super) async fn retrieve(
     State(state): State<AppState>,
     access: Access,
 ) -> ApiResult<Json<DatabaseResponse>> {
@@ -324,7 +324,7 @@ async fn retrieve(
 
 /// The record, with `awaiting_upload` brought up to date: uploads land on the node, which
 /// activates the database there; the store learns it here.
-async fn with_upload_state(state: &AppState, db: Database) -> ApiResult<Database> {
+pub(super) async fn with_upload_state(state: &AppState, db: Database) -> ApiResult<Database> {
     if db.state != DatabaseState::AwaitingUpload {
         return Ok(db);
     }
@@ -365,7 +365,7 @@ fn size_limit(text: &str) -> ApiResult<Option<i64>> {
         .map_err(|_| ApiError::Invalid(ErrorCode::InvalidSize, "size_limit is too large".into()))
 }
 
-async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
     access: Access,
     headers: HeaderMap,
@@ -855,7 +855,10 @@ fn restore_enabled(org: &atoll_meta::Organization) -> bool {
     !crate::config::ControlConfig::is_free_plan(&org.plan_id)
 }
 
-async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json<DeletedDatabase>> {
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<DeletedDatabase>> {
     let db = access.database();
     if db.delete_protection {
         return Err(ApiError::Conflict(
@@ -1223,7 +1226,7 @@ async fn transfer(
     }))
 }
 
-async fn create_token(
+pub(super) async fn create_token(
     State(state): State<AppState>,
     access: Access,
     Query(query): Query<TokenQuery>,
@@ -1309,7 +1312,7 @@ async fn list_deleted(
     Ok(Json(DeletedDatabaseList { databases }))
 }
 
-async fn restore(
+pub(super) async fn restore(
     State(state): State<AppState>,
     access: Access,
     Path(params): Path<HashMap<String, String>>,

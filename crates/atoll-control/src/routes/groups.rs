@@ -175,11 +175,12 @@ fn invalid_location(code: &str) -> ApiError {
     )
 }
 
-fn group_exists(name: &str) -> impl Fn(StoreError) -> ApiError + '_ {
-    move |e| match e {
+fn group_exists(e: StoreError) -> ApiError {
+    match e {
+        // The OpenAPI document's words exactly: clients match on them.
         StoreError::AlreadyExists(_) => ApiError::Conflict(
             ErrorCode::GroupAlreadyExists,
-            format!("group {name} already exists"),
+            "group already exists".to_string(),
         ),
         StoreError::NotFound(_) => {
             ApiError::NotFound(ErrorCode::GroupNotFound, "group not found".into())
@@ -188,7 +189,10 @@ fn group_exists(name: &str) -> impl Fn(StoreError) -> ApiError + '_ {
     }
 }
 
-async fn list(State(state): State<AppState>, access: Access) -> ApiResult<Json<GroupList>> {
+pub(super) async fn list(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<GroupList>> {
     let groups = state.store.list_groups(&access.org().id).await?;
     // A group-scoped token sees its own group only.
     let pinned = access.pinned_group_id();
@@ -222,7 +226,7 @@ async fn create(
             },
         )
         .await
-        .map_err(group_exists(&body.name))?;
+        .map_err(group_exists)?;
     audit::record(
         &state,
         &access,
@@ -237,7 +241,7 @@ async fn create(
     }))
 }
 
-async fn retrieve(access: Access) -> Json<GroupResponse> {
+pub(super) async fn retrieve(access: Access) -> Json<GroupResponse> {
     Json(GroupResponse {
         group: wire::group(access.group()),
     })
@@ -362,9 +366,7 @@ async fn transfer(
         .await?
         .is_some()
     {
-        return Err(group_exists(&group.name)(StoreError::AlreadyExists(
-            Entity::Group,
-        )));
+        return Err(group_exists(StoreError::AlreadyExists(Entity::Group)));
     }
     for db in state.store.databases_in_group(&group.id).await? {
         if state
@@ -391,7 +393,7 @@ async fn transfer(
             }
             return Err(match e {
                 StoreError::AlreadyExists(Entity::Database) => database_taken(),
-                other => group_exists(&group.name)(other),
+                other => group_exists(other),
             });
         }
     };
@@ -449,7 +451,7 @@ async fn unarchive(
     }))
 }
 
-async fn create_token(
+pub(super) async fn create_token(
     State(state): State<AppState>,
     access: Access,
     Query(query): Query<TokenQuery>,
@@ -521,7 +523,7 @@ async fn rename(
         .store
         .update_group(&access.group().id, changes)
         .await
-        .map_err(group_exists(&body.name))?;
+        .map_err(group_exists)?;
     let previous = &access.group().name;
     if group.name != *previous {
         audit::record(

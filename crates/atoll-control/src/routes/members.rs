@@ -188,18 +188,35 @@ async fn add_member(
     }))
 }
 
-/// The member named in the path, or the spec's 404.
+/// How a route says that the user of its path is no member: each route has its own
+/// words in the OpenAPI document, and clients match on them.
+#[derive(Clone, Copy)]
+enum MissingMember {
+    /// `GET …/members/{username}`: "could not find member".
+    Retrieve,
+    /// `PATCH …/members/{username}`: "could not find user <username>".
+    UpdateRole,
+    /// `DELETE …/members/{username}`: "user <username> is not a member of org <org>".
+    Remove,
+}
+
+/// The member named in the path, or the spec's 404 for the route.
 async fn find_member(
     state: &AppState,
     access: &Access,
     username: &str,
+    missing: MissingMember,
 ) -> ApiResult<atoll_meta::Member> {
     let org = access.org();
     let not_member = || {
-        ApiError::NotFound(
-            ErrorCode::MemberNotFound,
-            format!("user {username} is not a member of org {}", org.slug),
-        )
+        let message = match missing {
+            MissingMember::Retrieve => "could not find member".to_string(),
+            MissingMember::UpdateRole => format!("could not find user {username}"),
+            MissingMember::Remove => {
+                format!("user {username} is not a member of org {}", org.slug)
+            }
+        };
+        ApiError::NotFound(ErrorCode::MemberNotFound, message)
     };
     let user = state
         .store
@@ -221,7 +238,13 @@ async fn retrieve(
     access: Access,
     Path(params): Path<HashMap<String, String>>,
 ) -> ApiResult<Json<MemberResponse>> {
-    let member = find_member(&state, &access, &params["username"]).await?;
+    let member = find_member(
+        &state,
+        &access,
+        &params["username"],
+        MissingMember::Retrieve,
+    )
+    .await?;
     Ok(Json(MemberResponse {
         member: wire::member(&member),
     }))
@@ -235,7 +258,13 @@ async fn update_role(
 ) -> ApiResult<Json<MemberResponse>> {
     let role = Role::parse(&body.role)
         .ok_or_else(|| ApiError::Invalid(ErrorCode::InvalidRole, "invalid role".into()))?;
-    let member = find_member(&state, &access, &params["username"]).await?;
+    let member = find_member(
+        &state,
+        &access,
+        &params["username"],
+        MissingMember::UpdateRole,
+    )
+    .await?;
     check_can_grant(&access, role)?;
     check_can_grant(&access, member.role)?;
     let previous = member.role;
@@ -267,7 +296,7 @@ async fn remove(
     access: Access,
     Path(params): Path<HashMap<String, String>>,
 ) -> ApiResult<Json<MemberRemoved>> {
-    let member = find_member(&state, &access, &params["username"]).await?;
+    let member = find_member(&state, &access, &params["username"], MissingMember::Remove).await?;
     let leaving = member.user_id == access.principal.user.id;
     if !leaving {
         access.require(Action::ManageMembers)?;

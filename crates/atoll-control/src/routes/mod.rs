@@ -14,6 +14,11 @@
 //! | `/v1/organizations/{org}/audit-logs` | [`audit_logs`] |
 //! | `/v1/locations…`, `/v2/…/locations`, `/v1/closest-region` | [`locations`] |
 //! | `/v1/organizations/{org}/groups…` and `/v1/groups…` | [`groups`] |
+//! | `…/groups/{group}/aws/migration/…` | [`aws_migration`] |
+//! | `…/databases…` | [`databases`]; legacy `POST`/`DELETE …/instances…`, `…/wait`: [`instances`] |
+//! | `/v1/plans`, `…/subscription`, `…/invoices`, `…/billing/…`, `/v1/organizations/stripe-customer` | [`billing`] |
+//! | `/releases/latest` | [`releases`] |
+//! | `/v3/organizations/{orgId}/…` | [`v3`] (the v1 handlers, records by id) |
 //!
 //! Every route is declared once, in [`table`], with the [`Action`] it performs: the
 //! router injects that action into the request, the [`crate::auth::Access`] extractor
@@ -24,17 +29,21 @@ mod admin;
 mod api_tokens;
 mod audit_logs;
 mod auth;
+mod aws_migration;
 mod billing;
 mod databases;
 mod groups;
 mod health;
+mod instances;
 mod invites;
 mod locations;
 mod members;
 mod organization_tokens;
 mod organizations;
+mod releases;
 pub(crate) mod usage;
 mod user;
+mod v3;
 
 use crate::auth::Action;
 use crate::server::AppState;
@@ -158,6 +167,10 @@ fn all_routes() -> Vec<Route> {
     routes.extend(databases::routes());
     routes.extend(usage::routes());
     routes.extend(billing::routes());
+    routes.extend(instances::routes());
+    routes.extend(aws_migration::routes());
+    routes.extend(releases::routes());
+    routes.extend(v3::routes());
     routes
 }
 

@@ -555,7 +555,7 @@ impl<'a> Run<'a> {
         // errors rather than SQLITE_AUTH).
         match self.control.take_refusal() {
             Some(reason) => hrana_error("SQLITE_AUTH", format!("Not authorized: {reason}")),
-            None => sqlite_error(error),
+            None => sql_input_error(error),
         }
     }
 
@@ -857,6 +857,27 @@ pub(crate) fn sqlite_error(error: rusqlite::Error) -> proto::Error {
             ),
         ),
         other => hrana_error("SQLITE_UNKNOWN", format!("SQLite error: {other}")),
+    }
+}
+
+/// The Hrana error for a statement that failed to *prepare*. A generic `SQLITE_ERROR`
+/// there is always a fault of the SQL text (unknown table or column, syntax), so it is
+/// `SQL_INPUT_ERROR`, as libSQL clients expect, even when SQLite names no offset: sqld
+/// decides by the offset alone, and SQLite 3.45 records none for "no such table", which
+/// sqld therefore answers as `SQLITE_UNKNOWN` (docs/DATA-PLANE.md, "Error codes").
+/// Failures while a statement *runs* keep their SQLite code.
+pub(crate) fn sql_input_error(error: rusqlite::Error) -> proto::Error {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, message) if failure.code == ErrorCode::Unknown => {
+            hrana_error(
+                "SQL_INPUT_ERROR",
+                format!(
+                    "SQL input error: {}",
+                    message.unwrap_or_else(|| failure.to_string())
+                ),
+            )
+        }
+        other => sqlite_error(other),
     }
 }
 

@@ -46,9 +46,18 @@ pub enum DbAdminCommand {
         json: bool,
     },
     /// Rows read and written, storage and bytes synced in a period (default: this month).
-    #[command(after_help = "Examples:
+    ///
+    /// Rows are counted as Turso bills them: each statement costs the rows the engine read
+    /// and wrote, and a statement that touches no row (`SELECT 1`, `BEGIN`) still counts
+    /// one row read.
+    #[command(
+        after_help = "Every statement counts at least one row read, as on Turso: \
+`SELECT 1` is 1 row read.
+
+Examples:
   atoll db usage shop
-  atoll db usage shop --from 2026-11-01 --to 2026-11-08 --json")]
+  atoll db usage shop --from 2026-11-01 --to 2026-11-08 --json"
+    )]
     Usage {
         /// Name of the database.
         name: String,

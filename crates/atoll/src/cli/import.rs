@@ -119,7 +119,21 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
         ),
     };
 
-    let created: CreateDatabaseResponse = client
+    // The server loads a dump (or copies a database) while it answers the create, which
+    // can take a while for a large one: say so rather than sit silent.
+    let loading = match &options.source {
+        Some(Source::Dump(path)) => Some(Progress::waiting(&format!(
+            "Loading {} into {}",
+            path.display(),
+            options.name
+        ))),
+        Some(Source::Database(source)) => Some(Progress::waiting(&format!(
+            "Copying {source} into {}",
+            options.name
+        ))),
+        _ => None,
+    };
+    let created: Result<CreateDatabaseResponse, CliError> = client
         .post(
             client.org_url(&["databases"]),
             &CreateDatabaseRequest {
@@ -130,8 +144,14 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
                 ..Default::default()
             },
         )
-        .await?;
-    let name = created.database.name;
+        .await;
+    if let Some(loading) = &loading {
+        match &created {
+            Ok(_) => loading.finish_waiting(),
+            Err(_) => loading.abandon(),
+        }
+    }
+    let name = created?.database.name;
 
     if let Some(prepared) = &upload {
         let uploading = async {
@@ -713,7 +733,7 @@ async fn wait_until_queryable(client: &Client, name: &str) -> Result<(), CliErro
                 Ok(_) => Ok(()),
                 Err(SessionError::Request(e)) => Err(e),
                 Err(SessionError::Statement(e)) => {
-                    Err(CliError::local(format!("{} ({})", e.message, e.code), ""))
+                    Err(CliError::local(format!("{} ({})", e.reason(), e.code), ""))
                 }
             }
         }

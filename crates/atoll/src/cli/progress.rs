@@ -79,6 +79,51 @@ impl Progress {
         }
     }
 
+    /// Progress of work whose size the CLI cannot see (the server loading a dump): a
+    /// spinner with the time so far on a terminal; elsewhere nothing until `finish_waiting`
+    /// prints its one line.
+    pub fn waiting(label: &str) -> Progress {
+        let inner = if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
+            );
+            bar.set_message(label.to_string());
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            Inner::Bar(bar)
+        } else {
+            Inner::Lines(Mutex::new(Lines {
+                label: label.to_string(),
+                total: None,
+                started: Instant::now(),
+                next_mark: u64::MAX,
+                finished: false,
+            }))
+        };
+        Progress {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Ends a [`Progress::waiting`] display with one line: the label and the time taken.
+    pub fn finish_waiting(&self) {
+        let (label, elapsed) = match &*self.inner {
+            Inner::Bar(bar) => {
+                bar.finish_and_clear();
+                (bar.message().to_string(), bar.elapsed().as_secs_f64())
+            }
+            Inner::Lines(lines) => {
+                let mut lines = lines.lock().expect("progress lock");
+                if lines.finished {
+                    return;
+                }
+                lines.finished = true;
+                (lines.label.clone(), lines.started.elapsed().as_secs_f64())
+            }
+        };
+        eprintln!("{label}: done in {elapsed:.1} s");
+    }
+
     /// Bytes done so far. It may go back (a retried chunk is counted again from its start).
     pub fn set_position(&self, done: u64) {
         match &*self.inner {

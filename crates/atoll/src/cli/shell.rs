@@ -225,8 +225,8 @@ impl Shell<'_> {
                 self.session.close().await;
                 Err(CliError {
                     message: format!(
-                        "statement {number} failed: {} ({}){rolled_back}",
-                        e.message,
+                        "statement {number} failed: {}, in `{}`{rolled_back}",
+                        e.reason(),
                         batch
                             .get(e.index)
                             .map(|sql| snippet(sql))
@@ -306,7 +306,7 @@ impl Shell<'_> {
                         }
                     }
                     Err(SessionError::Statement(e)) => {
-                        eprintln!("Error: {} ({})", e.message, e.code);
+                        eprintln!("Error: {} ({})", e.reason(), e.code);
                         break;
                     }
                     Err(SessionError::Request(e)) => {
@@ -399,7 +399,7 @@ impl Shell<'_> {
             Ok(result) => Ok(result),
             Err(SessionError::Request(e)) => Err(e),
             Err(SessionError::Statement(e)) => Err(CliError {
-                message: e.message,
+                message: e.reason(),
                 code: e.code,
                 hint: String::new(),
             }),

@@ -20,6 +20,28 @@ pub struct StatementError {
     pub code: String,
 }
 
+impl StatementError {
+    /// SQLite's own words, for a one-line error that carries the code once: the server's
+    /// message repeats the kind its code already says (`SQL input error: …`,
+    /// `SQLite error: …`) and puts the offset in brackets, which stacked up with the
+    /// statement and the code into `(…) (…) (…)`.
+    pub fn reason(&self) -> String {
+        let message = ["SQL input error: ", "SQLite error: "]
+            .iter()
+            .find_map(|prefix| self.message.strip_prefix(prefix))
+            .unwrap_or(&self.message);
+        match message
+            .strip_suffix(')')
+            .and_then(|m| m.rsplit_once(" (at offset "))
+        {
+            Some((reason, offset)) if offset.bytes().all(|b| b.is_ascii_digit()) => {
+                format!("{reason} at offset {offset}")
+            }
+            _ => message.to_string(),
+        }
+    }
+}
+
 pub enum SessionError {
     /// A statement failed; the session is still usable.
     Statement(StatementError),
@@ -254,4 +276,34 @@ fn unexpected() -> CliError {
         "unexpected answer from the data plane: the results do not match the requests",
         "is the server an Atoll server of the same version?",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StatementError;
+
+    fn reason(message: &str) -> String {
+        StatementError {
+            index: 0,
+            message: message.into(),
+            code: "SQL_INPUT_ERROR".into(),
+        }
+        .reason()
+    }
+
+    #[test]
+    fn the_reason_drops_what_the_code_says_and_the_brackets() {
+        assert_eq!(
+            reason("SQL input error: near \"SELEC\": syntax error (at offset 0)"),
+            "near \"SELEC\": syntax error at offset 0"
+        );
+        assert_eq!(
+            reason("SQLite error: UNIQUE constraint failed: t.x"),
+            "UNIQUE constraint failed: t.x"
+        );
+        assert_eq!(
+            reason("Operation was blocked (maybe)"),
+            "Operation was blocked (maybe)"
+        );
+    }
 }

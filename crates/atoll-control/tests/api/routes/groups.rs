@@ -168,6 +168,15 @@ async fn invalid_groups_are_refused() {
         )
         .await;
     assert_eq!(reply.body["error"], "invalid location: amss");
+    // The OpenAPI document's exact words, which clients match on.
+    let reply = app
+        .post(
+            "/v1/groups",
+            &app.admin_token,
+            json!({"name": "default", "location": "local"}),
+        )
+        .await;
+    assert_eq!(reply.body["error"], "group already exists");
     app.group("admin", &app.admin_token, "other").await;
     let reply = app
         .post(

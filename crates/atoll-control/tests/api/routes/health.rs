@@ -44,15 +44,28 @@ async fn unknown_routes_and_methods_answer_json_errors() {
     let app = app!();
     let reply = app.call(Method::GET, "/v1/nope", None, None).await;
     assert_eq!((reply.status, reply.code()), (404, "route_not_found"));
-    let reply = app
-        .call(
-            Method::PUT,
-            "/v1/organizations",
-            Some(&app.admin_token),
-            None,
-        )
-        .await;
-    assert_eq!((reply.status, reply.code()), (404, "route_not_found"));
+    // A path that exists, with a method it does not have: 405 and the methods it has.
+    let response = app
+        .client
+        .put(format!("{}/v1/organizations", app.url))
+        .bearer_auth(&app.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let mut allowed: Vec<String> = response.headers()["allow"]
+        .to_str()
+        .unwrap()
+        .split(',')
+        .map(|m| m.trim().to_string())
+        .collect();
+    allowed.sort();
+    assert_eq!(allowed, ["GET", "HEAD", "POST"]);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "method_not_allowed");
+    // Without credentials too: the method is wrong whoever asks.
+    let reply = app.call(Method::DELETE, "/v1/plans", None, None).await;
+    assert_eq!((reply.status, reply.code()), (405, "method_not_allowed"));
 }
 
 #[tokio::test]

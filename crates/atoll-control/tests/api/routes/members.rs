@@ -117,8 +117,21 @@ async fn errors_have_the_contract_texts() {
         reply.body["error"],
         format!("user ghost is not a member of org {team}")
     );
+    // Each route with the OpenAPI document's own words (clients match on them).
     let reply = app.get(&format!("{members}/ghost"), &app.admin_token).await;
     assert_eq!((reply.status, reply.code()), (404, "member_not_found"));
+    assert_eq!(reply.body["error"], "could not find member");
+    let reply = app
+        .patch(
+            &format!("{members}/ghost"),
+            &app.admin_token,
+            json!({"role": "member"}),
+        )
+        .await;
+    assert_eq!(
+        (reply.status, reply.body["error"].as_str()),
+        (404, Some("could not find user ghost"))
+    );
     // Personal organizations have no members to manage.
     let reply = app
         .post(
