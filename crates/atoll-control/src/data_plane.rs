@@ -404,6 +404,8 @@ fn data_error(error: DataError) -> ApiError {
         | DataError::TooLarge(m)
         | DataError::Timeout(m)
         | DataError::TooManyRequests(m, _)
+        | DataError::Storage(m)
+        | DataError::Recovering(m, _)
         | DataError::Internal(m) => ApiError::Upstream(m),
     }
 }
@@ -449,6 +451,21 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         allow_attach: db.allow_attach,
         allowed_ips: db.allowed_ips.clone(),
         keys,
+        durability: None,
+        pitr_retention_days: plan_retention_days(&org.plan_id),
+    }
+}
+
+/// Days of point-in-time history a plan keeps, as Turso's plans do (free 1 day, then 10,
+/// 30 and 90); `None` for a plan of the operator's own, which gets the node's
+/// `--pitr-retention-days`.
+pub fn plan_retention_days(plan_id: &str) -> Option<u32> {
+    match plan_id {
+        "starter" | "free" => Some(1),
+        "developer" => Some(10),
+        "scaler" => Some(30),
+        "pro" => Some(90),
+        _ => None,
     }
 }
 

@@ -876,6 +876,12 @@ fn install(
         .write(true)
         .open(temp.path())?
         .sync_all()?;
+    // Object storage gets the new file as a new generation before any frame written on
+    // top of it is shipped (noted before the file moves, so a crash in between still
+    // does).
+    if let Some(log) = db.log() {
+        log.expect_new_file()?;
+    }
     // Nothing may hold the old file open across the swap (a connection opened before the
     // upload would keep reading an empty database).
     node.pool.forget(db.id());
