@@ -7,13 +7,13 @@
 use crate::error::DataError;
 use crate::jwt::{self, Claims, JwtError};
 use crate::sandbox::{self, Mode, SandboxSettings, SandboxedConnection};
+use crate::storage::shipper::DatabaseLog;
 use crate::write_lock::WriteLockWatch;
 use atoll_types::node::{DatabaseConfig, DatabaseState};
 use ed25519_dalek::VerifyingKey;
+use rusqlite::config::DbConfig;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use crate::storage::shipper::DatabaseLog;
-use rusqlite::config::DbConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};

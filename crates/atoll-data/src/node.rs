@@ -139,11 +139,7 @@ impl Node {
         self.storage.as_ref()
     }
 
-    fn new_log(
-        &self,
-        id: &str,
-        dir: &Path,
-    ) -> Option<Arc<crate::storage::shipper::DatabaseLog>> {
+    fn new_log(&self, id: &str, dir: &Path) -> Option<Arc<crate::storage::shipper::DatabaseLog>> {
         self.storage
             .as_ref()
             .map(|s| s.new_log(id, &dir.join("data")))
@@ -416,6 +412,18 @@ impl Node {
                 }
             }
             write_config(&staging.join("config.json"), &config)?;
+            if let (Some(storage), false) = (&self.storage, seed == Seed::Upload) {
+                // Durable from its first instant, before anyone can write it.
+                let runtime = storage.runtime()?;
+                crate::storage::shipper::first_generation(
+                    &storage.context(&runtime),
+                    &config.id,
+                    &file,
+                )?;
+            }
+            if let Some(storage) = &self.storage {
+                crate::storage::service::write_index_entry(storage, &config)?;
+            }
             sync_dir(&staging)?;
             std::fs::rename(&staging, &dir)?;
             sync_dir(&self.data_dir.join("dbs"))?;

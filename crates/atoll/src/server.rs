@@ -392,7 +392,10 @@ pub(crate) async fn open_node(
             .await
             .map_err(|e| anyhow::anyhow!("cannot read the node's index in object storage: {e}"))?;
         if rebuilding > 0 {
-            tracing::warn!(databases = rebuilding, "rebuilding databases from object storage");
+            tracing::warn!(
+                databases = rebuilding,
+                "rebuilding databases from object storage"
+            );
         }
         atoll_data::storage::service::start(&node);
     }

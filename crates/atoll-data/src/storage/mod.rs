@@ -90,7 +90,9 @@ impl Storage {
         let bad = |why: String| DataError::BadRequest(format!("--storage-url {url}: {why}"));
         if let Some(path) = url.strip_prefix("file://") {
             if !path.starts_with('/') {
-                return Err(bad("a file:// URL needs an absolute path (file:///…)".into()));
+                return Err(bad(
+                    "a file:// URL needs an absolute path (file:///…)".into()
+                ));
             }
             std::fs::create_dir_all(path)
                 .map_err(|e| bad(format!("cannot create the directory: {e}")))?;
@@ -134,9 +136,7 @@ impl Storage {
                 url: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
             });
         }
-        Err(bad(
-            "use file:///absolute/dir or s3://bucket/prefix".into(),
-        ))
+        Err(bad("use file:///absolute/dir or s3://bucket/prefix".into()))
     }
 
     pub fn url(&self) -> &str {

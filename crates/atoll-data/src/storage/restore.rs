@@ -92,9 +92,7 @@ impl Catalog {
                 });
             }
         }
-        catalog
-            .generations
-            .sort_by_key(|g| (g.created_ms, g.start));
+        catalog.generations.sort_by_key(|g| (g.created_ms, g.start));
         catalog.segments.sort_by_key(|s| (s.first, s.last));
         Ok(catalog)
     }
@@ -113,7 +111,10 @@ impl Catalog {
             Some(days) if days > 0 => oldest.max(now_ms() - i64::from(days) * 86_400_000),
             _ => oldest,
         };
-        Some((from.min(newest_generation), last_commit.max(newest_generation)))
+        Some((
+            from.min(newest_generation),
+            last_commit.max(newest_generation),
+        ))
     }
 
     /// The segments that continue the log from frame `after`, in order, tolerating
@@ -203,7 +204,11 @@ pub async fn restore_to_file(
             .find(|g| g.created_ms <= at),
     }
     .cloned()
-    .ok_or_else(|| DataError::BadRequest(format!("no generation of database {id} precedes the requested time")))?;
+    .ok_or_else(|| {
+        DataError::BadRequest(format!(
+            "no generation of database {id} precedes the requested time"
+        ))
+    })?;
 
     let dir = keys::generation(id, generation.start, generation.created_ms);
     let manifest: Manifest = {
@@ -274,9 +279,10 @@ async fn apply_log(
         if info.first_ms > limit_ms {
             break;
         }
-        let bytes = storage.get(&info.key).await?.ok_or_else(|| {
-            DataError::Storage(format!("object {} is missing", info.key))
-        })?;
+        let bytes = storage
+            .get(&info.key)
+            .await?
+            .ok_or_else(|| DataError::Storage(format!("object {} is missing", info.key)))?;
         let segment = Segment::decode(&bytes, id, PAGE_SIZE as usize)
             .map_err(|why| DataError::Storage(format!("object {} is damaged: {why}", info.key)))?;
         // The segment continues the log exactly where it stands (overlaps skip the frames

@@ -70,7 +70,7 @@ impl NodeStorage {
             .map_err(|_| DataError::Internal("object storage is used outside the runtime".into()))
     }
 
-    fn context<'a>(&'a self, runtime: &'a tokio::runtime::Handle) -> ShipContext<'a> {
+    pub(crate) fn context<'a>(&'a self, runtime: &'a tokio::runtime::Handle) -> ShipContext<'a> {
         ShipContext {
             storage: &self.storage,
             settings: &self.settings,
@@ -196,14 +196,14 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
                         tracing::debug!(database_id = %id, %why, "round postponed")
                     }
                     Ok(Err(e)) => {
-                        if !db.file_path().exists()
-                            && db.config().state == DatabaseState::Active
-                        {
+                        if !db.file_path().exists() && db.config().state == DatabaseState::Active {
                             db.mark_needs_rebuild();
                         }
                         tracing::warn!(database_id = %id, error = %e, "shipping failed; retrying")
                     }
-                    Err(e) => tracing::error!(database_id = %id, error = %e, "shipping round panicked"),
+                    Err(e) => {
+                        tracing::error!(database_id = %id, error = %e, "shipping round panicked")
+                    }
                 }
             }
             let gc_due = lock(&storage.last_gc)
@@ -222,6 +222,20 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
             lock(&storage.in_flight).remove(&id);
         });
     }
+}
+
+/// Writes a new database's entry in the node's index at once (it is durable from its first
+/// instant, and a node that loses its disk right after the create still knows it).
+pub(crate) fn write_index_entry(
+    storage: &NodeStorage,
+    config: &DatabaseConfig,
+) -> Result<(), DataError> {
+    let runtime = storage.runtime()?;
+    let bytes = serde_json::to_vec(config).map_err(|e| DataError::Internal(e.to_string()))?;
+    runtime.block_on(storage.storage.put(
+        &keys::node_database(&storage.node_name, &config.id),
+        Bytes::from(bytes),
+    ))
 }
 
 /// Writes the node's index entries that changed: each database's configuration under
@@ -257,11 +271,25 @@ pub async fn collect_garbage(
     id: &str,
     retention_days: u32,
 ) -> Result<u64, DataError> {
-    let catalog = Catalog::load(storage, id).await?;
-    if retention_days == 0 || catalog.generations.is_empty() {
-        return Ok(catalog.bytes);
+    if retention_days == 0 {
+        return Ok(Catalog::load(storage, id).await?.bytes);
     }
-    let cutoff = now_ms() - i64::from(retention_days) * 86_400_000;
+    collect_garbage_before(
+        storage,
+        id,
+        now_ms() - i64::from(retention_days) * 86_400_000,
+    )
+    .await
+}
+
+/// Retention with the window starting at `cutoff_ms`.
+pub async fn collect_garbage_before(
+    storage: &Storage,
+    id: &str,
+    cutoff_ms: i64,
+) -> Result<u64, DataError> {
+    let cutoff = cutoff_ms;
+    let catalog = Catalog::load(storage, id).await?;
     let Some(keep) = catalog
         .generations
         .iter()
@@ -288,7 +316,11 @@ pub async fn collect_garbage(
         freed += segment.bytes;
     }
     if freed > 0 {
-        tracing::info!(database_id = id, freed, "retention removed history outside the window");
+        tracing::info!(
+            database_id = id,
+            freed,
+            "retention removed history outside the window"
+        );
     }
     Ok(catalog.bytes.saturating_sub(freed))
 }
@@ -391,9 +423,14 @@ async fn rebuild(
     std::fs::create_dir_all(&staging)?;
     let file = staging.join("data");
     let retention = storage.retention_days(&db.config());
-    let restored =
-        restore::restore_to_file(&storage.storage, db.id(), Target::Latest, Some(retention), &file)
-            .await;
+    let restored = restore::restore_to_file(
+        &storage.storage,
+        db.id(),
+        Target::Latest,
+        Some(retention),
+        &file,
+    )
+    .await;
     let restored = match restored {
         Ok(restored) => restored,
         Err(e) => {
@@ -404,9 +441,11 @@ async fn rebuild(
     let node = Arc::clone(node);
     let db = Arc::clone(db);
     let frame_no = restored.frame_no;
-    tokio::task::spawn_blocking(move || node.install_rebuilt(&db, &staging, restored.continuing_state()))
-        .await
-        .map_err(|e| DataError::Internal(e.to_string()))??;
+    tokio::task::spawn_blocking(move || {
+        node.install_rebuilt(&db, &staging, restored.continuing_state())
+    })
+    .await
+    .map_err(|e| DataError::Internal(e.to_string()))??;
     Ok(frame_no)
 }
 

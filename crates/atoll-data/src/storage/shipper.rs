@@ -85,6 +85,8 @@ pub struct DatabaseLog {
     last_error: Mutex<Option<String>>,
     /// Wakes the node's shipper loop (a `sync` commit waits, or a snapshot is due).
     wake: Arc<tokio::sync::Notify>,
+    /// A new generation was asked for (`start_generation`): the next round cuts one.
+    generation_asked: std::sync::atomic::AtomicBool,
 }
 
 impl DatabaseLog {
@@ -119,6 +121,7 @@ impl DatabaseLog {
             sync_done: Condvar::new(),
             last_error: Mutex::default(),
             wake,
+            generation_asked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -170,10 +173,22 @@ impl DatabaseLog {
         Ok(())
     }
 
+    /// Asks the next round for a new generation (a snapshot at the head of the log), as
+    /// the shipper cuts by itself when the log since the last one is long.
+    pub fn start_generation(&self) {
+        self.generation_asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Whether a generation was asked for and not cut yet.
+    pub fn generation_pending(&self) -> bool {
+        self.generation_asked.load(Ordering::Acquire) || lock(&self.state).needs_snapshot
+    }
+
     /// Whether a round is due: a snapshot is owed, a `sync` commit waits, or the oldest
     /// unshipped commit has waited `lag`.
     pub fn due(&self, lag: Duration) -> bool {
-        if lock(&self.state).needs_snapshot {
+        if lock(&self.state).needs_snapshot || self.generation_asked.load(Ordering::Acquire) {
             return true;
         }
         {
@@ -285,7 +300,8 @@ impl DatabaseLog {
         }
         let file_bytes = std::fs::metadata(&self.file).map(|m| m.len()).unwrap_or(0);
         let bound = file_bytes.clamp(64 * 1024 * 1024, 1024 * 1024 * 1024);
-        if state.bytes_since_snapshot > bound {
+        if state.bytes_since_snapshot > bound || self.generation_asked.swap(false, Ordering::AcqRel)
+        {
             self.snapshot(ctx, &mut state, false)?;
         }
         Ok(())
@@ -457,40 +473,67 @@ impl DatabaseLog {
         drop(reader);
         let result = (|| {
             copied?;
-            let (sha256, bytes) = file_sha256(&tmp)?;
-            let start = state.durable_frame_no;
-            let dir = keys::generation(&self.id, start, created_ms);
-            ctx.block_on(ctx.storage.put_file(&format!("{dir}snapshot.db"), &tmp))?;
-            let manifest = Manifest {
-                database_id: self.id.clone(),
-                start,
-                start_checksum: state.durable_checksum,
-                created_ms,
-                bytes,
-                pages: bytes / PAGE_SIZE,
-                sha256,
-                atoll_version: env!("CARGO_PKG_VERSION").to_string(),
-            };
-            let json = serde_json::to_vec_pretty(&manifest)
-                .map_err(|e| DataError::Internal(e.to_string()))?;
-            ctx.block_on(
-                ctx.storage
-                    .put(&format!("{dir}manifest.json"), Bytes::from(json)),
-            )?;
-            state.generation_start = start;
-            state.generation_created_ms = created_ms;
-            state.bytes_since_snapshot = 0;
-            state.needs_snapshot = false;
-            if state.last_commit_ms == 0 {
-                state.last_commit_ms = created_ms;
-            }
-            self.commit_state(state)?;
-            tracing::info!(database_id = %self.id, start, bytes, "generation stored");
-            Ok(())
+            store_generation(ctx, &self.id, &tmp, created_ms, state)?;
+            self.commit_state(state)
         })();
         let _ = std::fs::remove_file(&tmp);
         result
     }
+}
+
+/// Stores `file` (a consistent copy of database `id` as of `state`'s durable frame) as a
+/// new generation taken at `created_ms`, snapshot first and manifest last, and records it
+/// in `state`.
+pub(crate) fn store_generation(
+    ctx: &ShipContext<'_>,
+    id: &str,
+    file: &Path,
+    created_ms: i64,
+    state: &mut LogState,
+) -> Result<(), DataError> {
+    let (sha256, bytes) = file_sha256(file)?;
+    let start = state.durable_frame_no;
+    let dir = keys::generation(id, start, created_ms);
+    ctx.block_on(ctx.storage.put_file(&format!("{dir}snapshot.db"), file))?;
+    let manifest = Manifest {
+        database_id: id.to_string(),
+        start,
+        start_checksum: state.durable_checksum,
+        created_ms,
+        bytes,
+        pages: bytes / PAGE_SIZE,
+        sha256,
+        atoll_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let json =
+        serde_json::to_vec_pretty(&manifest).map_err(|e| DataError::Internal(e.to_string()))?;
+    ctx.block_on(
+        ctx.storage
+            .put(&format!("{dir}manifest.json"), Bytes::from(json)),
+    )?;
+    state.generation_start = start;
+    state.generation_created_ms = created_ms;
+    state.bytes_since_snapshot = 0;
+    state.needs_snapshot = false;
+    if state.last_commit_ms == 0 {
+        state.last_commit_ms = created_ms;
+    }
+    tracing::info!(database_id = %id, start, bytes, "generation stored");
+    Ok(())
+}
+
+/// The first generation of a new database, from its file before anyone can write it:
+/// the database is restorable from its first instant. Writes `log.json` beside `file`.
+pub(crate) fn first_generation(
+    ctx: &ShipContext<'_>,
+    id: &str,
+    file: &Path,
+) -> Result<(), DataError> {
+    let mut state = LogState::default();
+    store_generation(ctx, id, file, now_ms(), &mut state)?;
+    let bytes = serde_json::to_vec(&state).map_err(|e| DataError::Internal(e.to_string()))?;
+    std::fs::write(file.with_file_name("log.json"), bytes)?;
+    Ok(())
 }
 
 /// A generation's `manifest.json`, written after its snapshot.

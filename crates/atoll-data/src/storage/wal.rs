@@ -132,7 +132,9 @@ pub fn read_committed(
         ),
     };
     let frame_bytes = FRAME_HEADER_BYTES + page_size as u64;
-    file.seek(SeekFrom::Start(WAL_HEADER_BYTES + start.frames * frame_bytes))?;
+    file.seek(SeekFrom::Start(
+        WAL_HEADER_BYTES + start.frames * frame_bytes,
+    ))?;
     let mut reader = std::io::BufReader::with_capacity(256 * 1024, file);
 
     let mut committed = Vec::new();
@@ -292,7 +294,8 @@ mod tests {
             .unwrap();
         let wal = dir.path().join("data-wal");
         let before = read_committed(&wal, None, 4096, usize::MAX).unwrap();
-        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);").unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);")
+            .unwrap();
         conn.execute_batch("INSERT INTO t VALUES (2);").unwrap();
         let after = read_committed(&wal, Some(before.position), 4096, usize::MAX).unwrap();
         assert!(after.reset);
