@@ -25,6 +25,7 @@ mod api_tokens;
 mod audit_logs;
 mod auth;
 mod billing;
+mod backups;
 mod databases;
 mod groups;
 mod health;
@@ -156,6 +157,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(locations::routes());
     routes.extend(groups::routes());
     routes.extend(databases::routes());
+    routes.extend(backups::routes());
     routes.extend(usage::routes());
     routes.extend(billing::routes());
     routes
