@@ -384,7 +384,15 @@ impl Node {
                         )
                     })?;
                     let retention = match self.by_id(source_id) {
-                        Some(source) => storage.retention_days(&source.config()),
+                        Some(source) => {
+                            // What the source committed up to now is in object storage
+                            // before the restore reads it (an instant inside the lag).
+                            if let Some(log) = source.log() {
+                                let runtime = storage.runtime()?;
+                                log.ship_round(&storage.context(&runtime))?;
+                            }
+                            storage.retention_days(&source.config())
+                        }
                         None => storage.retention_days(&config),
                     };
                     crate::storage::service::restore_seed(

@@ -211,9 +211,7 @@ impl Action {
             Action::ReadDatabase => rule(Database, GroupScope(Scope::Read), Viewer),
             Action::DeleteDatabase => rule(Database, GroupScope(Scope::DbDelete), Member),
             Action::ReadDatabaseBackups => rule(Database, GroupScope(Scope::Read), Viewer),
-            Action::RestoreDatabaseInPlace => {
-                rule(Database, GroupScope(Scope::DbDelete), Member)
-            }
+            Action::RestoreDatabaseInPlace => rule(Database, GroupScope(Scope::DbDelete), Member),
             Action::ConfigureDatabase => rule(Database, GroupScope(Scope::DbConfigure), Member),
             Action::MintDatabaseToken => rule(Database, GroupScope(Scope::DbMintToken), Member),
             Action::RotateDatabaseCredentials => {

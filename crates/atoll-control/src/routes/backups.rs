@@ -48,7 +48,10 @@ pub fn routes() -> Vec<Route> {
     routes
 }
 
-async fn backups(State(state): State<AppState>, access: Access) -> ApiResult<Json<DatabaseBackups>> {
+async fn backups(
+    State(state): State<AppState>,
+    access: Access,
+) -> ApiResult<Json<DatabaseBackups>> {
     let db = access.database();
     let backups = state.data_plane.backups(&db.node, &db.id).await?;
     Ok(Json(DatabaseBackups {
@@ -117,7 +120,9 @@ pub(crate) fn parse_timestamp(text: &str) -> ApiResult<i64> {
         .map_err(|e| {
             ApiError::Invalid(
                 ErrorCode::InvalidRequest,
-                format!("timestamp {text:?} is not an RFC 3339 instant like 2026-11-24T12:00:00Z: {e}"),
+                format!(
+                    "timestamp {text:?} is not an RFC 3339 instant like 2026-11-24T12:00:00Z: {e}"
+                ),
             )
         })
 }

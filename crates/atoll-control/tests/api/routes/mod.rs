@@ -2,6 +2,7 @@ mod admin;
 mod api_tokens;
 mod audit_logs;
 mod auth;
+mod backups;
 mod databases;
 mod groups;
 mod health;
