@@ -355,3 +355,209 @@ fn now() -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap()
 }
+
+/// An `atoll node` on fixed ports and a data directory that outlives it.
+fn start_node(dir: &Path, port: u16, admin_port: u16, storage_url: &str) -> Child {
+    Command::new(BIN)
+        .args(["node", "--location", "aws-us-east-1"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--storage-url", storage_url, "--durability", "sync"])
+        .env("ATOLL_NODE_SECRET", "a-node-secret-for-tests")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start atoll node")
+}
+
+async fn healthy(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !reqwest::get(url).await.is_ok_and(|r| r.status() == 200) {
+        assert!(Instant::now() < deadline, "{url} did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_and_a_node_whose_disk_is_lost_rebuild_from_object_storage() {
+    let root = temp_dir("durability-node");
+    std::fs::create_dir_all(&root).unwrap();
+    let storage_url = match std::env::var("ATOLL_TEST_S3_URL") {
+        Ok(base) if !base.is_empty() => {
+            format!("{}/node-{}", base.trim_end_matches('/'), free_port())
+        }
+        _ => {
+            eprintln!(
+                "WARNING: ATOLL_TEST_S3_URL is not set: the node runs on file:// only, not on S3"
+            );
+            format!("file://{}", root.join("objects").display())
+        }
+    };
+    let node_dir = root.join("node");
+    let (db_port, admin_port) = (free_port(), free_port());
+    let node = start_node(&node_dir, db_port, admin_port, &storage_url);
+    let mut node = scopeguard(node);
+    healthy(&format!("http://127.0.0.1:{db_port}/health")).await;
+
+    let port = free_port();
+    let api = format!("http://127.0.0.1:{port}");
+    let serve = Command::new(BIN)
+        .arg("serve")
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", root.join("meta.db").display()))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--node", &format!("http://127.0.0.1:{admin_port}")])
+        .env("ATOLL_NODE_SECRET", "a-node-secret-for-tests")
+        .env(
+            "ATOLL_SECRETS_KEY",
+            atoll_meta::SecretsKey::generate_base64(),
+        )
+        .env("ATOLL_USERNAME", "root")
+        .env("ATOLL_PASSWORD", "a-long-password")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _serve = scopeguard(serve);
+    healthy(&format!("{api}/health")).await;
+    let client = reqwest::Client::new();
+    let login: Value = client
+        .post(format!("{api}/v1/auth/login"))
+        .json(&json!({"username": "root", "password": "a-long-password"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = login["token"].as_str().unwrap().to_string();
+    let call = |method: reqwest::Method, path: &str, body: Value| {
+        client
+            .request(method, format!("{api}{path}"))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+    };
+    let status = call(
+        reqwest::Method::POST,
+        "/v1/groups",
+        json!({"name": "east", "location": "aws-us-east-1"}),
+    )
+    .await
+    .unwrap()
+    .status();
+    assert_eq!(status, 200);
+    let created = call(
+        reqwest::Method::POST,
+        "/v1/databases",
+        json!({"name": "orders", "group": "east"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.status(), 200, "{}", created.text().await.unwrap());
+    let database = |name: &'static str| {
+        let call = &call;
+        async move {
+            let got: Value = call(
+                reqwest::Method::GET,
+                &format!("/v1/databases/{name}"),
+                json!(null),
+            )
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+            let minted: Value = call(
+                reqwest::Method::POST,
+                &format!("/v1/databases/{name}/auth/tokens"),
+                json!({}),
+            )
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+            (
+                got["database"]["http_url"].as_str().unwrap().to_string(),
+                minted["jwt"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (url, db_token) = database("orders").await;
+    assert!(execute(
+        &client,
+        &url,
+        &db_token,
+        "CREATE TABLE t (id INTEGER PRIMARY KEY)"
+    )
+    .await
+    .is_some());
+    for id in 1..=20 {
+        assert!(execute(
+            &client,
+            &url,
+            &db_token,
+            &format!("INSERT INTO t VALUES ({id})")
+        )
+        .await
+        .is_some());
+    }
+    let backups: Value = call(
+        reqwest::Method::GET,
+        "/v1/databases/orders/backups",
+        json!(null),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(backups["durability"], "sync", "{backups}");
+    assert_eq!(
+        backups["lag"]["commits"], 0,
+        "sync: nothing waits: {backups}"
+    );
+
+    // The node's disk is lost while it runs: SIGKILL, nothing of its directory left.
+    node.kill();
+    std::fs::remove_dir_all(&node_dir).unwrap();
+    let _node = scopeguard(start_node(&node_dir, db_port, admin_port, &storage_url));
+    healthy(&format!("http://127.0.0.1:{db_port}/health")).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rows = loop {
+        if let Some(result) = execute(&client, &url, &db_token, "SELECT count(*) FROM t").await {
+            break result["rows"][0][0]["value"]
+                .as_str()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap();
+        }
+        assert!(Instant::now() < deadline, "the database was not rebuilt");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rows, 20);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A child process killed when dropped.
+struct Guard(Child);
+
+impl Guard {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn scopeguard(child: Child) -> Guard {
+    Guard(child)
+}
