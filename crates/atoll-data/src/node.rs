@@ -561,7 +561,7 @@ impl Node {
             backup_bytes: self
                 .storage
                 .as_ref()
-                .map(|s| crate::storage::service::stored_bytes(s, id).unwrap_or(0)),
+                .map(|s| crate::storage::service::stored_bytes(s, &db)),
             replication_lag_commits: status.as_ref().map(|s| s.pending_commits),
             replication_lag_ms: status.as_ref().map(|s| s.lag_ms),
             recovering: db.needs_rebuild(),

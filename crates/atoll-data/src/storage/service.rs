@@ -43,6 +43,11 @@ pub struct NodeStorage {
     last_gc: Mutex<HashMap<String, Instant>>,
     /// Bytes each database takes in object storage, as last counted.
     stored_bytes: Mutex<HashMap<String, u64>>,
+    /// Rounds and retention passes running at once, node-wide (a node with many databases
+    /// must not list them all in object storage at the same moment).
+    concurrency: Arc<tokio::sync::Semaphore>,
+    /// When each database's growing lag was last logged.
+    lag_logged: Mutex<HashMap<String, Instant>>,
 }
 
 impl NodeStorage {
@@ -58,6 +63,8 @@ impl NodeStorage {
             in_flight: Mutex::default(),
             last_gc: Mutex::default(),
             stored_bytes: Mutex::default(),
+            concurrency: Arc::new(tokio::sync::Semaphore::new(16)),
+            lag_logged: Mutex::default(),
         })
     }
 
@@ -161,7 +168,29 @@ pub async fn flush_all(node: &Arc<Node>) {
 async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
     write_index(node, storage).await;
     let lag = storage.settings.durability_lag;
+    let mut max_lag_ms = 0u64;
     for db in node.databases() {
+        if let Some(log) = db.log() {
+            let status = log.status();
+            max_lag_ms = max_lag_ms.max(status.lag_ms);
+            // Logged when it grows past twice the bound (once a minute per database).
+            if status.lag_ms > 2 * lag.as_millis() as u64 {
+                let mut logged = lock(&storage.lag_logged);
+                let due = logged
+                    .get(db.id())
+                    .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+                if due {
+                    logged.insert(db.id().to_string(), Instant::now());
+                    tracing::warn!(
+                        database_id = %db.id(),
+                        lag_ms = status.lag_ms,
+                        pending_commits = status.pending_commits,
+                        error = status.last_error.as_deref().unwrap_or(""),
+                        "replication to object storage is behind"
+                    );
+                }
+            }
+        }
         if db.needs_rebuild() {
             spawn_rebuild(node, storage, &db);
             continue;
@@ -181,6 +210,7 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
         let storage = Arc::clone(storage);
         let db = Arc::clone(&db);
         tokio::spawn(async move {
+            let _permit = Arc::clone(&storage.concurrency).acquire_owned().await;
             let id = db.id().to_string();
             if log.due(lag) {
                 let runtime = tokio::runtime::Handle::current();
@@ -191,11 +221,12 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
                 })
                 .await;
                 match result {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(())) => metrics::counter!("atoll_storage_rounds_total").increment(1),
                     Ok(Err(DataError::Unavailable(why))) => {
                         tracing::debug!(database_id = %id, %why, "round postponed")
                     }
                     Ok(Err(e)) => {
+                        metrics::counter!("atoll_storage_round_failures_total").increment(1);
                         if !db.file_path().exists() && db.config().state == DatabaseState::Active {
                             db.mark_needs_rebuild();
                         }
@@ -212,16 +243,25 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
             if gc_due {
                 lock(&storage.last_gc).insert(id.clone(), Instant::now());
                 let retention = storage.retention_days(&db.config());
+                let counted_from = log.take_stored_since_count();
                 match collect_garbage(&storage.storage, &id, retention).await {
                     Ok(bytes) => {
                         lock(&storage.stored_bytes).insert(id.clone(), bytes);
                     }
-                    Err(e) => tracing::warn!(database_id = %id, error = %e, "retention failed"),
+                    Err(e) => {
+                        // Not counted: keep what was stored in the running figure.
+                        lock(&storage.stored_bytes)
+                            .entry(id.clone())
+                            .and_modify(|b| *b += counted_from)
+                            .or_insert(counted_from);
+                        tracing::warn!(database_id = %id, error = %e, "retention failed")
+                    }
                 }
             }
             lock(&storage.in_flight).remove(&id);
         });
     }
+    metrics::gauge!("atoll_storage_lag_seconds").set(max_lag_ms as f64 / 1000.0);
 }
 
 /// Writes a new database's entry in the node's index at once (it is durable from its first
@@ -586,9 +626,14 @@ pub async fn backups(storage: &NodeStorage, db: &Database) -> Result<Backups, Da
     })
 }
 
-/// Bytes in object storage as last counted (by retention, which lists them).
-pub fn stored_bytes(storage: &NodeStorage, id: &str) -> Option<u64> {
-    lock(&storage.stored_bytes).get(id).copied()
+/// Bytes in object storage: as retention last counted them (it lists them), plus what
+/// was stored since.
+pub fn stored_bytes(storage: &NodeStorage, db: &Database) -> u64 {
+    let counted = lock(&storage.stored_bytes)
+        .get(db.id())
+        .copied()
+        .unwrap_or(0);
+    counted + db.log().map_or(0, |l| l.stored_since_count())
 }
 
 /// Deletes everything a purged database left in object storage.

@@ -87,6 +87,8 @@ pub struct DatabaseLog {
     wake: Arc<tokio::sync::Notify>,
     /// A new generation was asked for (`start_generation`): the next round cuts one.
     generation_asked: std::sync::atomic::AtomicBool,
+    /// Bytes stored since retention last counted what the database takes.
+    stored_since_count: AtomicU64,
 }
 
 impl DatabaseLog {
@@ -122,6 +124,7 @@ impl DatabaseLog {
             last_error: Mutex::default(),
             wake,
             generation_asked: std::sync::atomic::AtomicBool::new(false),
+            stored_since_count: AtomicU64::new(0),
         }
     }
 
@@ -142,6 +145,15 @@ impl DatabaseLog {
         if dirty.is_none() {
             *dirty = Some(Instant::now());
         }
+    }
+
+    /// Bytes stored since the last count (`take_stored_since_count` resets it).
+    pub fn stored_since_count(&self) -> u64 {
+        self.stored_since_count.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn take_stored_since_count(&self) -> u64 {
+        self.stored_since_count.swap(0, Ordering::Relaxed)
     }
 
     /// Commits seen so far (compared around a statement).
@@ -379,7 +391,12 @@ impl DatabaseLog {
         let last_ms = segment.commits.last().map_or(0, |c| c.1);
         let key = keys::segment(&self.id, first, last, first_ms, last_ms);
         let encoded = Bytes::from(segment.encode());
+        let encoded_len = encoded.len() as u64;
         ctx.block_on(ctx.storage.put(&key, encoded))?;
+        metrics::counter!("atoll_storage_segments_total").increment(1);
+        metrics::counter!("atoll_storage_log_bytes_total").increment(encoded_len);
+        self.stored_since_count
+            .fetch_add(encoded_len, Ordering::Relaxed);
         state.durable_frame_no = last;
         state.durable_checksum = running;
         state.last_commit_ms = last_ms;
@@ -473,7 +490,8 @@ impl DatabaseLog {
         drop(reader);
         let result = (|| {
             copied?;
-            store_generation(ctx, &self.id, &tmp, created_ms, state)?;
+            let bytes = store_generation(ctx, &self.id, &tmp, created_ms, state)?;
+            self.stored_since_count.fetch_add(bytes, Ordering::Relaxed);
             self.commit_state(state)
         })();
         let _ = std::fs::remove_file(&tmp);
@@ -490,7 +508,7 @@ pub(crate) fn store_generation(
     file: &Path,
     created_ms: i64,
     state: &mut LogState,
-) -> Result<(), DataError> {
+) -> Result<u64, DataError> {
     let (sha256, bytes) = file_sha256(file)?;
     let start = state.durable_frame_no;
     let dir = keys::generation(id, start, created_ms);
@@ -519,7 +537,7 @@ pub(crate) fn store_generation(
         state.last_commit_ms = created_ms;
     }
     tracing::info!(database_id = %id, start, bytes, "generation stored");
-    Ok(())
+    Ok(bytes)
 }
 
 /// The first generation of a new database, from its file before anyone can write it:

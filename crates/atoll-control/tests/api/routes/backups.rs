@@ -109,6 +109,14 @@ async fn point_in_time_copies_and_restores_in_place_through_the_api() {
     assert!(backups["restorable_from"].as_str().unwrap() <= two.as_str());
     assert!(backups["stored_bytes"].as_u64().unwrap() > 0);
 
+    // Stats carry what object storage holds, and the lag.
+    let stats = app
+        .get("/v1/databases/ledger/stats", &app.admin_token)
+        .await
+        .expect(200);
+    assert!(stats["backup_bytes"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stats["replication_lag"]["commits"].is_u64(), "{stats}");
+
     // In place: back to three rows, then undone (back to the present before the restore).
     pause().await;
     let before_restore = now();
