@@ -344,6 +344,11 @@ pub mod keys {
     }
 }
 
+/// Milliseconds since the epoch, as the log records commit times.
+pub fn now_ms_public() -> i64 {
+    now_ms()
+}
+
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
