@@ -117,6 +117,10 @@ impl Node {
             // crash cut off.
             if dir.is_dir() {
                 crate::upload::remove_stale_uploads(&dir, &[])?;
+                // A snapshot or a state file a crash cut off (`storage::shipper`).
+                for leftover in ["snapshot.tmp", "log.json.tmp", "config.json.tmp"] {
+                    let _ = std::fs::remove_file(dir.join(leftover));
+                }
             }
             let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
                 continue;
