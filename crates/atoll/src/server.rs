@@ -554,12 +554,12 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
     let mut db_limits = args.db_limits.limits()?;
-    db_limits.node.storage = Some(args.storage.config(&args.data_dir, "local")?);
     let tls = args.tls.server_tls()?;
     // Both ports first: a second `atoll dev` on busy ports must fail before it creates
     // anything in the data directory (no stray meta.db or secrets.key).
     let listener = bind(args.listen, "the platform API", "--listen").await?;
     let db_listener = bind(args.db_listen, "the database hosts", "--db-listen").await?;
+    db_limits.node.storage = Some(args.storage.config(&args.data_dir, "local")?);
     crate::file_modes::tighten_data_dir(&args.data_dir);
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;

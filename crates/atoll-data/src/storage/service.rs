@@ -217,7 +217,14 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
                 let round_storage = Arc::clone(&storage);
                 let round_log = Arc::clone(&log);
                 let result = tokio::task::spawn_blocking(move || {
-                    round_log.ship_round(&round_storage.context(&runtime))
+                    // `sync` commits that arrived during a round wait for the next one at
+                    // once, not for the next tick (group commit: each round takes them all).
+                    loop {
+                        let result = round_log.ship_round(&round_storage.context(&runtime));
+                        if result.is_err() || !round_log.sync_pending() {
+                            return result;
+                        }
+                    }
                 })
                 .await;
                 match result {

@@ -192,6 +192,12 @@ impl DatabaseLog {
         self.wake.notify_one();
     }
 
+    /// Whether a `sync` commit waits for a round.
+    pub fn sync_pending(&self) -> bool {
+        let sync = lock(&self.sync);
+        sync.requested > sync.completed
+    }
+
     /// Whether a generation was asked for and not cut yet.
     pub fn generation_pending(&self) -> bool {
         self.generation_asked.load(Ordering::Acquire) || lock(&self.state).needs_snapshot
