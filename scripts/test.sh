@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh
 #
-# 1. every Rust test on the embedded SQLite backend (unit tests, the store's conformance
+# 1. every Rust test on the embedded SQLite backend, with an S3-compatible server on loopback
+#    for the durable-storage tests (scripts/s3.sh; unit tests, the store's conformance
 #    suite on SQLite *and* PostgreSQL, the HTTP tests and the authorization matrix, the
 #    `atoll` binary's server commands);
 # 2. the HTTP tests and the authorization matrix again on PostgreSQL
@@ -22,6 +23,11 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+
+# The storage tests run on S3 as well as on file:// (moto's server on loopback).
+source scripts/s3.sh
+set -euo pipefail
+trap 'kill "$ATOLL_S3_PID" 2>/dev/null || true' EXIT
 
 echo "==> Rust tests (SQLite backend)"
 cargo test --workspace --locked

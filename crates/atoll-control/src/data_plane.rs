@@ -235,6 +235,48 @@ impl DataPlane {
         }
     }
 
+    /// What object storage holds of a database (its node reads it).
+    pub async fn backups(&self, node_name: &str, id: &str) -> Result<wire::Backups, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => node.backups(id).await.map_err(data_error),
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                send(
+                    client
+                        .get(format!("{}/v1/databases/{id}/backups", remote.admin_url))
+                        .bearer_auth(secret),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Restores a database in place to its state at `timestamp_ms`.
+    pub async fn restore_in_place(
+        &self,
+        node_name: &str,
+        id: &str,
+        timestamp_ms: i64,
+    ) -> Result<wire::RestoreOutcome, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                let node = Arc::clone(node);
+                let id = id.to_string();
+                blocking(move || node.restore_in_place(&id, timestamp_ms)).await
+            }
+            DataPlane::Remote { client, secret, .. } => {
+                let remote = self.remote_node(node_name)?;
+                send(
+                    client
+                        .post(format!("{}/v1/databases/{id}/restore", remote.admin_url))
+                        .bearer_auth(secret)
+                        .json(&wire::RestoreInPlace { timestamp_ms }),
+                )
+                .await
+            }
+        }
+    }
+
     /// The heaviest statements of a database (statistics live on its node).
     pub async fn top_queries(
         &self,
@@ -371,6 +413,7 @@ async fn send<T: serde::de::DeserializeOwned>(
         401 => DataError::Unauthorized(format!("the data node refused the node secret: {message}")),
         404 => DataError::UnknownDatabase(message),
         409 => DataError::Conflict(message),
+        503 => DataError::Storage(message),
         _ => DataError::Internal(message),
     }))
 }
@@ -404,6 +447,8 @@ fn data_error(error: DataError) -> ApiError {
         | DataError::TooLarge(m)
         | DataError::Timeout(m)
         | DataError::TooManyRequests(m, _)
+        | DataError::Storage(m)
+        | DataError::Recovering(m, _)
         | DataError::Internal(m) => ApiError::Upstream(m),
     }
 }
@@ -449,6 +494,21 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         allow_attach: db.allow_attach,
         allowed_ips: db.allowed_ips.clone(),
         keys,
+        durability: None,
+        pitr_retention_days: plan_retention_days(&org.plan_id),
+    }
+}
+
+/// Days of point-in-time history a plan keeps, as Turso's plans do (free 1 day, then 10,
+/// 30 and 90); `None` for a plan of the operator's own, which gets the node's
+/// `--pitr-retention-days`.
+pub fn plan_retention_days(plan_id: &str) -> Option<u32> {
+    match plan_id {
+        "starter" | "free" => Some(1),
+        "developer" => Some(10),
+        "scaler" => Some(30),
+        "pro" => Some(90),
+        _ => None,
     }
 }
 

@@ -17,6 +17,12 @@ pub fn rfc3339(millis: i64) -> String {
     t.format(&Rfc3339).unwrap_or_default()
 }
 
+/// RFC 3339 in UTC with milliseconds (`2026-11-22T10:00:00.123Z`): instants of a
+/// database's history, which point-in-time restores are asked for to the millisecond.
+pub fn rfc3339_millis(millis: i64) -> String {
+    datetime(millis).format(&Rfc3339).unwrap_or_default()
+}
+
 /// `YYYY-MM-DD`, the date form of token listings.
 pub fn date(millis: i64) -> String {
     let t = datetime(millis);

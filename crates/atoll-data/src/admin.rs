@@ -55,6 +55,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}", axum::routing::delete(delete))
         .route("/v1/databases/{id}/config", put(configure))
         .route("/v1/databases/{id}/stats", get(stats))
+        .route("/v1/databases/{id}/restore", axum::routing::post(restore))
+        .route("/v1/databases/{id}/backups", get(backups))
         .route("/v1/databases/{id}/queries", get(top_queries))
         .route("/v1/usage/collect", axum::routing::post(collect_usage))
         .route("/v1/usage/{id}/ack", axum::routing::post(acknowledge_usage))
@@ -113,6 +115,26 @@ async fn create(
         blocking(move || node.create_database(request).map(|_| ())).await?;
     }
     Ok(Json(serde_json::json!({})))
+}
+
+/// Restores a database in place to an instant of its history (`storage::service`).
+async fn restore(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    Json(request): Json<atoll_types::node::RestoreInPlace>,
+) -> Result<Json<atoll_types::node::RestoreOutcome>, DataError> {
+    let node = Arc::clone(&state.node);
+    Ok(Json(
+        blocking(move || node.restore_in_place(&id, request.timestamp_ms)).await?,
+    ))
+}
+
+/// What object storage holds of a database: generations, the restorable window, the lag.
+async fn backups(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<atoll_types::node::Backups>, DataError> {
+    Ok(Json(state.node.backups(&id).await?))
 }
 
 async fn configure(

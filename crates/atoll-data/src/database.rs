@@ -7,12 +7,14 @@
 use crate::error::DataError;
 use crate::jwt::{self, Claims, JwtError};
 use crate::sandbox::{self, Mode, SandboxSettings, SandboxedConnection};
+use crate::storage::shipper::DatabaseLog;
 use crate::write_lock::WriteLockWatch;
 use atoll_types::node::{DatabaseConfig, DatabaseState};
 use ed25519_dalek::VerifyingKey;
+use rusqlite::config::DbConfig;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -49,10 +51,19 @@ pub struct Database {
     verified_tokens: VerifiedTokens,
     /// Writers waiting for this database's write lock (`write_lock`).
     write_lock: Arc<WriteLockWatch>,
+    /// Its log in object storage; `None` on a node without storage.
+    log: Option<Arc<DatabaseLog>>,
+    /// Its files are missing or damaged and it is being rebuilt from object storage: it
+    /// answers 503 until that is done.
+    rebuilding: AtomicBool,
 }
 
 impl Database {
-    pub(crate) fn new(dir: PathBuf, config: DatabaseConfig) -> Database {
+    pub(crate) fn new(
+        dir: PathBuf,
+        config: DatabaseConfig,
+        log: Option<Arc<DatabaseLog>>,
+    ) -> Database {
         let keys = decode_keys(&config);
         Database {
             id: config.id.clone(),
@@ -61,7 +72,23 @@ impl Database {
             keys: RwLock::new(Arc::new(keys)),
             verified_tokens: VerifiedTokens::default(),
             write_lock: Arc::default(),
+            log,
+            rebuilding: AtomicBool::new(false),
         }
+    }
+
+    /// Its log in object storage, where the node has storage.
+    pub fn log(&self) -> Option<&Arc<DatabaseLog>> {
+        self.log.as_ref()
+    }
+
+    /// Whether it waits to be rebuilt from object storage.
+    pub fn needs_rebuild(&self) -> bool {
+        self.rebuilding.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_needs_rebuild(&self) {
+        self.rebuilding.store(true, Ordering::Release);
     }
 
     pub fn write_lock(&self) -> &Arc<WriteLockWatch> {
@@ -126,6 +153,15 @@ impl Database {
     /// Refuses queries unless the database is active, saying what to do.
     pub fn ensure_queryable(&self) -> Result<(), DataError> {
         let config = self.config();
+        if self.needs_rebuild() {
+            return Err(DataError::Recovering(
+                format!(
+                    "database {} is being rebuilt from object storage (its files on this node were missing or damaged); try again shortly",
+                    config.name
+                ),
+                5,
+            ));
+        }
         match config.state {
             DatabaseState::Active => Ok(()),
             DatabaseState::AwaitingUpload => Err(DataError::Unavailable(format!(
@@ -165,10 +201,38 @@ impl Database {
         shutdown: &Arc<AtomicBool>,
     ) -> Result<SandboxedConnection, DataError> {
         let size_limit = self.config().size_limit;
-        sandbox::open(&self.file_path(), mode, settings, shutdown, |conn| {
+        let file = self.file_path();
+        if self.log.is_some() && !file.exists() && self.config().state == DatabaseState::Active {
+            // Never let SQLite create an empty file in place of a lost one: rebuild it.
+            self.mark_needs_rebuild();
+            return Err(DataError::Recovering(
+                format!(
+                    "database {} is being rebuilt from object storage (its file on this node is missing); try again shortly",
+                    self.config().name
+                ),
+                5,
+            ));
+        }
+        let log = self.log.clone();
+        sandbox::open(&file, mode, settings, shutdown, |conn| {
             conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
             // See `CONNECTION_PRAGMAS`.
             conn.execute_batch(CONNECTION_PRAGMAS)?;
+            if let Some(log) = log {
+                // Only the shipper checkpoints, after shipping (`storage::shipper`): a
+                // checkpoint here could copy frames into the file that object storage
+                // never got, and a reset WAL would lose them.
+                conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+                conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
+                if mode != Mode::ReadOnly {
+                    // Commit times for point-in-time restore, in commit order (the hook
+                    // runs under the write lock).
+                    conn.commit_hook(Some(move || {
+                        log.record_commit();
+                        false
+                    }));
+                }
+            }
             if let Some(limit) = size_limit {
                 let pages = (limit / PAGE_SIZE).max(1);
                 conn.pragma_update(None, "max_page_count", pages)?;

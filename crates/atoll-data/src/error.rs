@@ -39,6 +39,14 @@ pub enum DataError {
     /// (`Retry-After`).
     #[error("{0}")]
     TooManyRequests(String, u64),
+    /// Object storage failed, or holds an object that is corrupt or missing: the message
+    /// names the object.
+    #[error("object storage: {0}")]
+    Storage(String),
+    /// The database is being rebuilt from object storage; the number is the seconds to
+    /// wait (`Retry-After`).
+    #[error("{0}")]
+    Recovering(String, u64),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -56,6 +64,7 @@ impl DataError {
             DataError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             DataError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             DataError::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
+            DataError::Storage(_) | DataError::Recovering(..) => StatusCode::SERVICE_UNAVAILABLE,
             DataError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -63,7 +72,7 @@ impl DataError {
 
 impl IntoResponse for DataError {
     fn into_response(self) -> Response {
-        if let DataError::Internal(cause) = &self {
+        if let DataError::Internal(cause) | DataError::Storage(cause) = &self {
             tracing::error!(%cause, "data plane request failed");
         }
         let mut response = (
@@ -71,7 +80,7 @@ impl IntoResponse for DataError {
             Json(serde_json::json!({ "error": self.to_string() })),
         )
             .into_response();
-        if let DataError::TooManyRequests(_, seconds) = &self {
+        if let DataError::TooManyRequests(_, seconds) | DataError::Recovering(_, seconds) = &self {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(*seconds),

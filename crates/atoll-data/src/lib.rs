@@ -30,6 +30,7 @@ pub mod node;
 pub mod rate_limit;
 pub mod sandbox;
 pub mod sql_pool;
+pub mod storage;
 pub mod tls;
 pub mod upload;
 pub mod write_lock;

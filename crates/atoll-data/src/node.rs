@@ -5,6 +5,8 @@ use crate::database::Database;
 use crate::error::DataError;
 use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
 use crate::sql_pool::SqlPool;
+use crate::storage::service::{NodeStorage, StorageConfig};
+use crate::storage::shipper::LogState;
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, DatabaseStats, Seed};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -36,6 +38,9 @@ pub struct Node {
     sql: SqlPool,
     /// Raised when the node shuts down: every running statement is interrupted.
     shutdown: Arc<AtomicBool>,
+    /// Object storage, the durable home of its databases (`storage`); `None` only for
+    /// nodes built without it (some tests).
+    storage: Option<Arc<NodeStorage>>,
 }
 
 /// How a node runs tenant SQL.
@@ -44,6 +49,9 @@ pub struct NodeSettings {
     pub sandbox: SandboxSettings,
     /// Threads of the tenant SQL pool.
     pub sql_threads: usize,
+    /// Object storage (`--storage-url`); `None`: no log, no backups (tests only: the
+    /// `atoll` commands always set one).
+    pub storage: Option<StorageConfig>,
 }
 
 impl Default for NodeSettings {
@@ -51,6 +59,7 @@ impl Default for NodeSettings {
         NodeSettings {
             sandbox: SandboxSettings::default(),
             sql_threads: SqlPool::default_threads(),
+            storage: None,
         }
     }
 }
@@ -66,6 +75,10 @@ impl Node {
         let dbs = data_dir.join("dbs");
         std::fs::create_dir_all(&dbs)?;
         let shutdown = Arc::new(AtomicBool::new(false));
+        let storage = match &settings.storage {
+            Some(config) => Some(Arc::new(NodeStorage::open(config)?)),
+            None => None,
+        };
         let node = Node {
             data_dir: data_dir.to_path_buf(),
             registry: RwLock::new(Registry::default()),
@@ -79,6 +92,7 @@ impl Node {
             sql: SqlPool::new(settings.sql_threads),
             sandbox: settings.sandbox,
             shutdown,
+            storage,
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
@@ -90,7 +104,11 @@ impl Node {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(".creating-") || n.starts_with(".deleting-"));
-            if interrupted {
+            let restoring = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".restoring-"));
+            if interrupted || restoring {
                 tracing::warn!(dir = %dir.display(), "removing what an interrupted create or delete left");
                 std::fs::remove_dir_all(&dir)?;
                 continue;
@@ -99,18 +117,149 @@ impl Node {
             // crash cut off.
             if dir.is_dir() {
                 crate::upload::remove_stale_uploads(&dir, &[])?;
+                // A snapshot or a state file a crash cut off (`storage::shipper`).
+                for leftover in ["snapshot.tmp", "log.json.tmp", "config.json.tmp"] {
+                    let _ = std::fs::remove_file(dir.join(leftover));
+                }
             }
             let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
                 continue;
             };
             match serde_json::from_str::<DatabaseConfig>(&text) {
-                Ok(config) => node.insert(Arc::new(Database::new(dir, config))),
+                Ok(config) => {
+                    let log = node.new_log(&config.id, &dir);
+                    node.insert(Arc::new(Database::new(dir, config, log)))
+                }
                 Err(e) => {
                     tracing::warn!(dir = %dir.display(), error = %e, "skipping database with unreadable config")
                 }
             }
         }
         Ok(node)
+    }
+
+    /// Object storage, where the node has it.
+    pub fn storage(&self) -> Option<&Arc<NodeStorage>> {
+        self.storage.as_ref()
+    }
+
+    fn new_log(&self, id: &str, dir: &Path) -> Option<Arc<crate::storage::shipper::DatabaseLog>> {
+        self.storage
+            .as_ref()
+            .map(|s| s.new_log(id, &dir.join("data")))
+    }
+
+    /// Every database it holds.
+    pub fn databases(&self) -> Vec<Arc<Database>> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// A staging directory beside the databases (removed at the next start if left).
+    pub(crate) fn staging_dir(&self, name: &str) -> Result<PathBuf, DataError> {
+        self.db_dir(name)?;
+        Ok(self.data_dir.join("dbs").join(format!(".restoring-{name}")))
+    }
+
+    /// Registers a database of the node's index that has no files here and needs none
+    /// (awaiting its upload), or whose files were just rebuilt in its directory.
+    pub(crate) fn install_recovered(
+        &self,
+        config: DatabaseConfig,
+        state: Option<LogState>,
+    ) -> Result<Arc<Database>, DataError> {
+        let dir = self.db_dir(&config.id)?;
+        std::fs::create_dir_all(&dir)?;
+        write_config(&dir.join("config.json"), &config)?;
+        let log = self.new_log(&config.id, &dir);
+        if let (Some(log), Some(state)) = (&log, state) {
+            log.reset(state)?;
+        }
+        let db = Arc::new(Database::new(dir, config, log));
+        self.insert(Arc::clone(&db));
+        Ok(db)
+    }
+
+    /// Registers a database of the node's index whose files are gone, to be rebuilt: it
+    /// answers 503 until [`Node::install_rebuilt`].
+    pub(crate) fn install_recovering(
+        &self,
+        config: DatabaseConfig,
+    ) -> Result<Arc<Database>, DataError> {
+        let dir = self.db_dir(&config.id)?;
+        let log = self.new_log(&config.id, &dir);
+        let db = Arc::new(Database::new(dir, config, log));
+        db.mark_needs_rebuild();
+        self.insert(Arc::clone(&db));
+        Ok(db)
+    }
+
+    /// Installs a rebuilt file (in `staging/data`) as `db`'s: whatever was left of the
+    /// old directory is kept aside as `.damaged-<id>-<ms>` for an operator to inspect.
+    pub(crate) fn install_rebuilt(
+        &self,
+        db: &Database,
+        staging: &Path,
+        state: LogState,
+    ) -> Result<(), DataError> {
+        let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
+        let config = db.config();
+        write_config(&staging.join("config.json"), &config)?;
+        let state_bytes =
+            serde_json::to_vec(&state).map_err(|e| DataError::Internal(e.to_string()))?;
+        std::fs::write(staging.join("log.json"), state_bytes)?;
+        sync_dir(staging)?;
+        self.pool.forget(db.id());
+        if db.dir().exists() {
+            let aside = self.data_dir.join("dbs").join(format!(
+                ".damaged-{}-{}",
+                db.id(),
+                crate::storage::now_ms()
+            ));
+            std::fs::rename(db.dir(), aside)?;
+        }
+        std::fs::rename(staging, db.dir())?;
+        sync_dir(&self.data_dir.join("dbs"))?;
+        let log = self.new_log(db.id(), db.dir());
+        let rebuilt = Arc::new(Database::new(
+            db.dir().to_path_buf(),
+            DatabaseConfig::clone(&config),
+            log,
+        ));
+        self.insert(rebuilt);
+        self.pool.forget(db.id());
+        Ok(())
+    }
+
+    /// Restores a database in place to its state at `timestamp_ms` (`storage::service`).
+    pub fn restore_in_place(
+        &self,
+        id: &str,
+        timestamp_ms: i64,
+    ) -> Result<atoll_types::node::RestoreOutcome, DataError> {
+        let db = self
+            .by_id(id)
+            .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+        let storage = self.storage.as_ref().ok_or_else(|| {
+            DataError::BadRequest("this node has no object storage (--storage-url)".into())
+        })?;
+        crate::storage::service::restore_in_place(self, storage, &db, timestamp_ms)
+    }
+
+    /// What object storage holds of a database.
+    pub async fn backups(&self, id: &str) -> Result<atoll_types::node::Backups, DataError> {
+        let db = self
+            .by_id(id)
+            .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+        let storage = self.storage.as_ref().ok_or_else(|| {
+            DataError::BadRequest("this node has no object storage (--storage-url)".into())
+        })?;
+        crate::storage::service::backups(storage, &db).await
     }
 
     pub fn sandbox(&self) -> &SandboxSettings {
@@ -133,6 +282,9 @@ impl Node {
 
     fn insert(&self, db: Arc<Database>) {
         let config = db.config();
+        if let Some(storage) = &self.storage {
+            storage.config_changed(db.id());
+        }
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
         // A deleted database keeps its files (it may be restored) but not its hostname,
         // which a new database may take.
@@ -225,6 +377,36 @@ impl Node {
                     })?;
                     copy_database(self, &source, &file)?;
                 }
+                Seed::PointInTime {
+                    source_id,
+                    timestamp_ms,
+                } => {
+                    let storage = self.storage.as_ref().ok_or_else(|| {
+                        DataError::BadRequest(
+                            "this node has no object storage (--storage-url) to restore from"
+                                .into(),
+                        )
+                    })?;
+                    let retention = match self.by_id(source_id) {
+                        Some(source) => {
+                            // What the source committed up to now is in object storage
+                            // before the restore reads it (an instant inside the lag).
+                            if let Some(log) = source.log() {
+                                let runtime = storage.runtime()?;
+                                log.ship_round(&storage.context(&runtime))?;
+                            }
+                            storage.retention_days(&source.config())
+                        }
+                        None => storage.retention_days(&config),
+                    };
+                    crate::storage::service::restore_seed(
+                        storage,
+                        source_id,
+                        *timestamp_ms,
+                        retention,
+                        &file,
+                    )?;
+                }
                 Seed::Dump { sql } => {
                     initialise_empty(&file)?;
                     // A dump is tenant SQL like any other: it runs in the sandbox (no
@@ -242,6 +424,18 @@ impl Node {
                 }
             }
             write_config(&staging.join("config.json"), &config)?;
+            if let (Some(storage), false) = (&self.storage, seed == Seed::Upload) {
+                // Durable from its first instant, before anyone can write it.
+                let runtime = storage.runtime()?;
+                crate::storage::shipper::first_generation(
+                    &storage.context(&runtime),
+                    &config.id,
+                    &file,
+                )?;
+            }
+            if let Some(storage) = &self.storage {
+                crate::storage::service::write_index_entry(storage, &config)?;
+            }
             sync_dir(&staging)?;
             std::fs::rename(&staging, &dir)?;
             sync_dir(&self.data_dir.join("dbs"))?;
@@ -251,7 +445,8 @@ impl Node {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(e);
         }
-        let db = Arc::new(Database::new(dir, config));
+        let log = self.new_log(&config.id, &dir);
+        let db = Arc::new(Database::new(dir, config, log));
         self.insert(Arc::clone(&db));
         Ok(db)
     }
@@ -289,6 +484,9 @@ impl Node {
             return Err(e);
         }
         db.set_config(config.clone());
+        if let Some(storage) = &self.storage {
+            storage.config_changed(db.id());
+        }
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
         if serves(&old)
             && registry
@@ -329,6 +527,26 @@ impl Node {
         };
         self.pool.forget(id);
         self.meters.forget(id);
+        if let Some(storage) = &self.storage {
+            storage.database_removed(id);
+            // Purging a deleted database (its restore window over) deletes its history too;
+            // a delete of a database that was never deleted through the API keeps it in
+            // object storage, restorable by id, whoever asked for it.
+            if db.config().state == DatabaseState::Deleted {
+                let storage = Arc::clone(storage);
+                let id = id.to_string();
+                if let Ok(runtime) = storage.runtime() {
+                    runtime.spawn(async move {
+                        match crate::storage::service::purge(&storage, &id).await {
+                            Ok(n) => tracing::info!(database_id = %id, objects = n, "purged from object storage"),
+                            Err(e) => tracing::warn!(database_id = %id, error = %e, "purging object storage failed"),
+                        }
+                    });
+                }
+            } else {
+                tracing::warn!(database_id = %id, "database removed from this node; its history stays in object storage");
+            }
+        }
         // Rename first so a crash half-way never leaves a loadable, half-deleted database.
         let trash = self.data_dir.join("dbs").join(format!(".deleting-{id}"));
         std::fs::rename(db.dir(), &trash)?;
@@ -340,9 +558,17 @@ impl Node {
         let db = self
             .by_id(id)
             .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+        let status = db.log().map(|l| l.status());
         Ok(DatabaseStats {
             storage_bytes: db.storage_bytes(),
             state: Some(db.config().state),
+            backup_bytes: self
+                .storage
+                .as_ref()
+                .map(|s| crate::storage::service::stored_bytes(s, &db)),
+            replication_lag_commits: status.as_ref().map(|s| s.pending_commits),
+            replication_lag_ms: status.as_ref().map(|s| s.lag_ms),
+            recovering: db.needs_rebuild(),
         })
     }
 

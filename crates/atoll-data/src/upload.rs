@@ -876,6 +876,12 @@ fn install(
         .write(true)
         .open(temp.path())?
         .sync_all()?;
+    // Object storage gets the new file as a new generation before any frame written on
+    // top of it is shipped (noted before the file moves, so a crash in between still
+    // does).
+    if let Some(log) = db.log() {
+        log.expect_new_file()?;
+    }
     // Nothing may hold the old file open across the swap (a connection opened before the
     // upload would keep reading an empty database).
     node.pool.forget(db.id());
@@ -889,6 +895,14 @@ fn install(
     crate::node::sync_dir(db.dir())?;
     node.activate(db)?;
     node.pool.forget(db.id());
+    if let (Some(log), Some(storage)) = (db.log(), node.storage()) {
+        // The new file's generation, before writes on top of it are shipped. A failure
+        // leaves it owed: the shipper's next round stores it.
+        let runtime = storage.runtime()?;
+        if let Err(e) = log.ship_round(&storage.context(&runtime)) {
+            tracing::warn!(database_id = %db.id(), error = %e, "the upload's first generation is not stored yet; retrying");
+        }
+    }
     tracing::info!(database_id = %db.id(), "upload installed");
     Ok(())
 }

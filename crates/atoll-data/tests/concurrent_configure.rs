@@ -27,6 +27,8 @@ fn concurrent_configures_of_one_database_all_succeed() {
         allow_attach: false,
         allowed_ips: vec![],
         keys: vec![],
+        durability: None,
+        pitr_retention_days: None,
     };
     let db = node
         .create_database(CreateDatabase {

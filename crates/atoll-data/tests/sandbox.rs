@@ -26,6 +26,7 @@ async fn strict_node(adjust: impl FnOnce(&mut NodeSettings)) -> TestNode {
             ..SandboxSettings::default()
         },
         sql_threads: 4,
+        storage: None,
     };
     adjust(&mut settings);
     start_node_with_settings(DataLimits::default(), settings).await

@@ -88,6 +88,8 @@ impl TestNode {
                 kid: KID.into(),
                 public_key: jwt::encode_key(self.key.verifying_key().as_bytes()),
             }],
+            durability: None,
+            pitr_retention_days: None,
         };
         self.node
             .create_database(CreateDatabase { config, seed })

@@ -6,6 +6,7 @@
 //! nothing of HTTP servers or SQL, so the CLI and the typed client can share it.
 
 pub mod audit;
+pub mod backups;
 pub mod databases;
 pub mod error;
 pub mod expiration;

@@ -52,6 +52,23 @@ pub struct DatabaseConfig {
     pub allowed_ips: Vec<String>,
     /// Keys of the database and of its group.
     pub keys: Vec<TokenKey>,
+    /// How its commits are acknowledged; `None`: the node's `--durability`.
+    #[serde(default)]
+    pub durability: Option<Durability>,
+    /// Days its history stays restorable (its organization's plan); `None`: the node's
+    /// default.
+    #[serde(default)]
+    pub pitr_retention_days: Option<u32>,
+}
+
+/// When a commit is acknowledged (`docs/STORAGE.md`, "Durability modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Once it is in the node's WAL; object storage has it within `--durability-lag`.
+    Lag,
+    /// Only once object storage has it.
+    Sync,
 }
 
 /// How a new database starts.
@@ -66,6 +83,13 @@ pub enum Seed {
     Copy { source_id: String },
     /// An SQL dump, run in one transaction.
     Dump { sql: String },
+    /// Another database (or this one's own history) as it was at `timestamp_ms`, or as the
+    /// end of its log (`None`), rebuilt from object storage: works on any node, and for a
+    /// source that was deleted or whose node is gone.
+    PointInTime {
+        source_id: String,
+        timestamp_ms: Option<i64>,
+    },
 }
 
 impl Seed {
@@ -86,8 +110,68 @@ pub struct CreateDatabase {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseStats {
     pub storage_bytes: u64,
+    /// Bytes its backups take in object storage; `None` where the node has no storage.
+    #[serde(default)]
+    pub backup_bytes: Option<u64>,
+    /// Commits not yet in object storage, and the age of the oldest of them.
+    #[serde(default)]
+    pub replication_lag_commits: Option<u64>,
+    #[serde(default)]
+    pub replication_lag_ms: Option<u64>,
+    /// Being rebuilt from object storage (its files were missing or damaged): not served
+    /// until done.
+    #[serde(default)]
+    pub recovering: bool,
     /// The state on the node: an upload turns `awaiting_upload` into `active` there first.
     pub state: Option<DatabaseState>,
+}
+
+/// `POST /v1/databases/{id}/restore` of the node admin API: the database goes back to its
+/// state at `timestamp_ms`, written as a new transaction at the head of its log (so the
+/// restore itself can be undone by restoring to a time before it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreInPlace {
+    pub timestamp_ms: i64,
+}
+
+/// What a restore in place did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreOutcome {
+    /// The commit time of the last transaction of the state restored.
+    pub restored_commit_ms: i64,
+    /// The frame the restore was written at (the log's new head).
+    pub frame_no: u64,
+}
+
+/// `GET /v1/databases/{id}/backups` of the node admin API: what object storage holds of a
+/// database and how far behind it the node is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backups {
+    pub storage_url: String,
+    /// Generations, oldest first.
+    pub generations: Vec<Generation>,
+    /// The restorable window (ms since the epoch); `None` before the first snapshot.
+    pub window_start_ms: Option<i64>,
+    pub window_end_ms: Option<i64>,
+    pub retention_days: u32,
+    /// Bytes in object storage (snapshots and log).
+    pub stored_bytes: u64,
+    /// The last frame in object storage, and what is not there yet.
+    pub durable_frame_no: u64,
+    pub lag_commits: u64,
+    pub lag_ms: u64,
+    pub durability: Option<Durability>,
+    /// The last shipping failure, if shipping fails now.
+    pub last_error: Option<String>,
+}
+
+/// A snapshot in object storage and the log that follows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Generation {
+    /// The snapshot holds the database as of this frame.
+    pub start_frame_no: u64,
+    pub created_ms: i64,
+    pub snapshot_bytes: u64,
 }
 
 /// `GET /v1/node` of the node admin API: who the node is and where clients reach it.

@@ -156,4 +156,10 @@ pub struct TopQuery {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DatabaseStats {
     pub top_queries: Vec<TopQuery>,
+    /// Atoll: bytes the database's backups take in object storage (snapshots and log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_bytes: Option<u64>,
+    /// Atoll: commits on its node not in object storage yet, and the age of the oldest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<crate::backups::BackupLag>,
 }

@@ -43,6 +43,21 @@ pub enum Figure {
     /// RSS of an idle `atoll dev` process holding many databases.
     #[value(name = "rss_idle")]
     RssIdle,
+    /// Rebuilding a database from object storage (`file://`): its latest state, MB/s, and
+    /// a point-in-time restore of a database with a long log history, seconds.
+    #[value(name = "restore")]
+    Restore,
+}
+
+/// Object storage of the benchmark's node (`--storage`).
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum, Debug)]
+pub enum StorageMode {
+    /// No object storage: the figures of a node without durability.
+    Off,
+    /// Shipping within `--durability-lag` (what `atoll dev` runs).
+    Lag,
+    /// Commits acknowledged once stored.
+    Sync,
 }
 
 #[derive(Args, Clone)]
@@ -76,6 +91,18 @@ pub struct BenchArgs {
     /// Uploads per protocol.
     #[arg(long, default_value_t = 3)]
     upload_samples: usize,
+    /// Object storage of the node under test (`file://` in the temporary directory).
+    /// `off` keeps the figures comparable with a node without durability; `lag` is what
+    /// `atoll dev` runs. The `restore` figure always has storage.
+    #[arg(long, value_enum, default_value_t = StorageMode::Off)]
+    storage: StorageMode,
+    /// Size of the database the `restore` figure rebuilds, MiB.
+    #[arg(long, default_value_t = 1024)]
+    restore_mb: u64,
+    /// Log history (page bytes written) of the database the `restore` figure restores to
+    /// an instant of, MiB.
+    #[arg(long, default_value_t = 1024)]
+    history_mb: u64,
     /// `--load`: the load test instead of the figures (`load.rs`).
     #[command(flatten)]
     load: crate::load::LoadArgs,
@@ -99,6 +126,8 @@ struct Bench {
     store: Store,
     node: Arc<atoll_data::node::Node>,
     node_name: String,
+    /// Its data directory (object storage is `file://<dir>/storage`).
+    dir: PathBuf,
     _shutdown: tokio::sync::oneshot::Sender<()>,
     _db_shutdown: tokio::sync::oneshot::Sender<()>,
 }
@@ -128,16 +157,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
-    let bench = Arc::new(Bench::start(args.database_url.as_deref(), dir).await?);
+    let bench = Arc::new(Bench::start(args.database_url.as_deref(), dir, args.storage).await?);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "# atoll bench {}: store {}, {cpus} cpus, client and server in one process on loopback",
+        "# atoll bench {}: store {}, object storage {:?}, {cpus} cpus, client and server in one process on loopback",
         env!("CARGO_PKG_VERSION"),
         if args.database_url.is_some() {
             "postgres"
         } else {
             "sqlite"
         },
+        args.storage,
     );
     let wants = |figure: Figure| args.only.is_none_or(|only| only == figure);
     let main = bench.org("main").await?;
@@ -172,13 +202,20 @@ async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     if wants(Figure::RssIdle) {
         rss_idle(args, &dir.join("idle-dev")).await?;
     }
+    if wants(Figure::Restore) {
+        restore(args, &dir.join("restore")).await?;
+    }
     Ok(())
 }
 
 impl Bench {
     /// A server on a store and a node in `dir`, laid out as `atoll dev` lays out its data
     /// directory (`meta.db`, `dbs/`), unless `database_url` names another store.
-    async fn start(database_url: Option<&str>, dir: &Path) -> anyhow::Result<Bench> {
+    async fn start(
+        database_url: Option<&str>,
+        dir: &Path,
+        storage: StorageMode,
+    ) -> anyhow::Result<Bench> {
         let store = match database_url {
             Some(url) => Store::open(url)
                 .await
@@ -193,7 +230,7 @@ impl Bench {
                 store.with_secrets(keyring)
             }
         };
-        let node = crate::server::open_node(dir, Default::default()).await?;
+        let node = crate::server::open_node(dir, node_settings(dir, storage)).await?;
         let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let db_address = db_listener.local_addr()?;
         let db_url = format!("http://{db_address}");
@@ -259,6 +296,7 @@ impl Bench {
             store,
             node,
             node_name,
+            dir: dir.to_path_buf(),
             _shutdown: tx,
             _db_shutdown: db_tx,
         })
@@ -796,6 +834,24 @@ async fn insert(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::Result<()
         bail!("insert: {} acknowledged, {rows} rows", result.ok);
     }
     print_throughput("insert_autocommit", &result, args.connections, 5_000.0);
+    if args.storage != StorageMode::Off {
+        // What object storage costs: PUTs and bytes of the log per 1,000 inserts.
+        let db = bench
+            .node
+            .by_label(&format!("ins-{}", org.slug))
+            .context("the insert database")?;
+        wait_durable(&bench.node, db.id()).await?;
+        let storage_dir = bench.dir.join("storage");
+        let (puts, bytes) = log_objects(&storage_dir, db.id());
+        let per = 1000.0 / result.ok.max(1) as f64;
+        println!(
+            "insert_object_storage: {:.1} PUTs and {:.0} KB of log per 1,000 inserts ({:?} mode; {puts} segments for {} inserts)",
+            puts as f64 * per,
+            bytes as f64 * per / 1000.0,
+            args.storage,
+            result.ok
+        );
+    }
     Ok(())
 }
 
@@ -994,7 +1050,9 @@ async fn rss_idle(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     let seed_start = Instant::now();
     {
         // A server of this process on the directory, only to seed it; stopped when dropped.
-        let seeder = Bench::start(None, dir).await?;
+        // With object storage where `atoll dev` keeps it, so the idle process finds every
+        // database's first generation stored (as its own creates leave them).
+        let seeder = Bench::start(None, dir, StorageMode::Lag).await?;
         let org = seeder.org("idle").await?;
         let names = Arc::new((0..count).map(|i| format!("idle-{i:06}")).collect());
         seed_databases(&seeder, &org.slug, &names).await?;
@@ -1064,3 +1122,192 @@ async fn rss_idle(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
 
 /// How long `atoll dev` idles before its RSS is read.
 const IDLE_WAIT: Duration = Duration::from_secs(5);
+
+/// The node settings of a benchmark node: default, with `file://<dir>/storage` unless off.
+fn node_settings(dir: &Path, storage: StorageMode) -> atoll_data::node::NodeSettings {
+    let durability = match storage {
+        StorageMode::Off => return Default::default(),
+        StorageMode::Lag => atoll_data::storage::DurabilityMode::Lag,
+        StorageMode::Sync => atoll_data::storage::DurabilityMode::Sync,
+    };
+    atoll_data::node::NodeSettings {
+        storage: Some(atoll_data::storage::service::StorageConfig {
+            url: format!("file://{}", dir.join("storage").display()),
+            node_name: "local".into(),
+            settings: atoll_data::storage::StorageSettings {
+                durability,
+                ..Default::default()
+            },
+        }),
+        ..Default::default()
+    }
+}
+
+/// What object storage holds of a database under `storage_dir`: objects in its log and
+/// their bytes.
+fn log_objects(storage_dir: &Path, id: &str) -> (u64, u64) {
+    let dir = storage_dir.join("dbs").join(id).join("log");
+    let mut count = 0;
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        count += 1;
+        bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+    }
+    (count, bytes)
+}
+
+/// `restore`: a database of `--restore-mb` in object storage rebuilt at its latest state
+/// (MB/s of the file produced), and a database with `--history-mb` of log history restored
+/// to an instant in the middle of it (seconds). Both on a node of their own with `file://`
+/// storage, written through the node's own connections (as tenants' writes are).
+async fn restore(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
+    use atoll_data::storage::restore::{restore_to_file, Target};
+    std::fs::create_dir_all(dir)?;
+    let node = crate::server::open_node(dir, node_settings(dir, StorageMode::Lag)).await?;
+    let storage = node.storage().cloned().context("no storage")?;
+
+    eprintln!("restore: writing a {} MiB database…", args.restore_mb);
+    let big = create_node_database(&node, "big").await?;
+    write_pages(&node, &big, args.restore_mb, false).await?;
+    wait_durable(&node, &big).await?;
+    // A generation at the head: the rebuild reads one snapshot, as after a quiet period.
+    node.by_id(&big)
+        .context("big")?
+        .log()
+        .context("log")?
+        .start_generation();
+    wait_durable(&node, &big).await?;
+    let target = dir.join("restored-big.db");
+    let start = Instant::now();
+    restore_to_file(&storage.storage, &big, Target::Latest, None, &target).await?;
+    let seconds = start.elapsed().as_secs_f64();
+    let mb = std::fs::metadata(&target)?.len() as f64 / 1_000_000.0;
+    let rate = mb / seconds;
+    println!(
+        "restore_latest: {rate:.0} MB/s ({mb:.0} MB in {seconds:.2} s, file:// store, checksums verified, quick_check included); target >= 200 MB/s: {}",
+        verdict(rate >= 200.0)
+    );
+    let _ = std::fs::remove_file(&target);
+
+    eprintln!("restore: writing {} MiB of log history…", args.history_mb);
+    let busy = create_node_database(&node, "busy").await?;
+    // A 64 MiB database rewritten again and again: the log grows, the file does not.
+    write_pages(&node, &busy, 64.min(args.history_mb), false).await?;
+    let mut written = 64.min(args.history_mb);
+    let mut middle = None;
+    while written < args.history_mb {
+        let chunk = 64.min(args.history_mb - written);
+        write_pages(&node, &busy, chunk, true).await?;
+        written += chunk;
+        if middle.is_none() && written >= args.history_mb / 2 {
+            wait_durable(&node, &busy).await?;
+            middle = Some(atoll_data::storage::now_ms_public());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    wait_durable(&node, &busy).await?;
+    let at = middle.unwrap_or_else(atoll_data::storage::now_ms_public);
+    let target = dir.join("restored-busy.db");
+    let start = Instant::now();
+    restore_to_file(&storage.storage, &busy, Target::Time(at), None, &target).await?;
+    let seconds = start.elapsed().as_secs_f64();
+    let catalog = atoll_data::storage::restore::Catalog::load(&storage.storage, &busy).await?;
+    println!(
+        "restore_point_in_time: {seconds:.2} s (to the middle of {} MiB of history; {} generations, {} segments); target <= 30 s: {}",
+        args.history_mb,
+        catalog.generations.len(),
+        catalog.segments.len(),
+        verdict(seconds <= 30.0)
+    );
+    let _ = std::fs::remove_file(&target);
+    node.begin_shutdown();
+    Ok(())
+}
+
+async fn create_node_database(
+    node: &Arc<atoll_data::node::Node>,
+    name: &str,
+) -> anyhow::Result<String> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let config = atoll_types::node::DatabaseConfig {
+        id: id.clone(),
+        name: name.into(),
+        org_id: "bench".into(),
+        group_id: "bench".into(),
+        label: format!("{name}-bench"),
+        state: atoll_types::node::DatabaseState::Active,
+        block_reads: false,
+        block_writes: false,
+        block_reason: None,
+        size_limit: None,
+        allow_attach: false,
+        allowed_ips: vec![],
+        keys: vec![],
+        durability: None,
+        pitr_retention_days: None,
+    };
+    let node = Arc::clone(node);
+    tokio::task::spawn_blocking(move || {
+        node.create_database(atoll_types::node::CreateDatabase {
+            config,
+            seed: atoll_types::node::Seed::Empty,
+        })
+    })
+    .await??;
+    Ok(id)
+}
+
+/// Writes `mib` MiB of pages into table `t` of a database, in 8 MiB transactions, through
+/// a connection of the node (its commits are shipped like a tenant's); with `rewrite`, the
+/// rows already there are replaced instead.
+async fn write_pages(
+    node: &Arc<atoll_data::node::Node>,
+    id: &str,
+    mib: u64,
+    rewrite: bool,
+) -> anyhow::Result<()> {
+    let db = node.by_id(id).context("database")?;
+    let node = Arc::clone(node);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let conn = db.open_connection(
+            atoll_data::sandbox::Mode::ReadWrite,
+            node.sandbox(),
+            &Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )?;
+        conn.conn
+            .execute_batch("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)")?;
+        // Rows of 3000 bytes: one a page.
+        let rows_per_chunk = 8 * 1024 * 1024 / 4096;
+        let chunks = (mib * 1024 * 1024 / 4096).div_ceil(rows_per_chunk);
+        for chunk in 0..chunks {
+            let first = chunk * rows_per_chunk + 1;
+            let last = first + rows_per_chunk - 1;
+            let sql = if rewrite {
+                format!("UPDATE t SET b = randomblob(3000) WHERE id BETWEEN {} AND {}", first % (16 * 1024) + 1, (first % (16 * 1024)) + rows_per_chunk)
+            } else {
+                format!("WITH RECURSIVE c(x) AS (SELECT {first} UNION ALL SELECT x + 1 FROM c WHERE x < {last}) INSERT INTO t SELECT x, randomblob(3000) FROM c")
+            };
+            conn.conn.execute_batch(&sql)?;
+        }
+        Ok(())
+    })
+    .await?
+}
+
+/// Waits until everything committed on the database is in object storage.
+async fn wait_durable(node: &Arc<atoll_data::node::Node>, id: &str) -> anyhow::Result<()> {
+    let log = node
+        .by_id(id)
+        .context("database")?
+        .log()
+        .cloned()
+        .context("log")?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while log.status().pending_commits > 0 || log.generation_pending() {
+        if Instant::now() > deadline {
+            bail!("the log was not shipped in 10 minutes: {:?}", log.status());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}

@@ -21,6 +21,8 @@ const DATA_DIR_ENTRIES: &[&str] = &[
     "admin.password",
     "secrets.key",
     "dbs",
+    // The default object storage (`file://<data-dir>/storage`): every database's history.
+    "storage",
 ];
 
 /// Makes every file and directory this process creates from now on owner-only.

@@ -51,6 +51,8 @@ pub struct NodeArgs {
     log_format: crate::logging::LogFormat,
     #[command(flatten)]
     metrics: crate::server::MetricsArgs,
+    #[command(flatten)]
+    storage: crate::server::StorageArgs,
 }
 
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
@@ -63,7 +65,9 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     }
     atoll_types::names::validate_resource_name("location", &args.location)
         .map_err(anyhow::Error::msg)?;
-    let limits = args.limits.limits()?;
+    let mut limits = args.limits.limits()?;
+    let node_name = args.name.clone().unwrap_or_else(|| args.location.clone());
+    limits.node.storage = Some(args.storage.config(&args.data_dir, &node_name)?);
     let tls = args.tls.server_tls()?;
     crate::file_modes::tighten_data_dir(&args.data_dir);
     let node = open_node(&args.data_dir, limits.node.clone()).await?;
@@ -94,7 +98,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     );
     let data_state =
         atoll_data::DataPlaneState::with_limits(Arc::clone(&node), &args.hosts.db_domain, limits);
-    let admin_state = atoll_data::admin::AdminState::new(node, info, &secret);
+    let admin_state = atoll_data::admin::AdminState::new(Arc::clone(&node), info, &secret);
     let admin = tokio::spawn(atoll_data::admin::serve(
         Listener::new(admin_listener, tls.clone()),
         admin_state,
@@ -102,6 +106,8 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     ));
     atoll_data::serve(Listener::new(listener, tls), data_state, shutdown_signal()).await?;
     admin.abort();
+    // Whatever is committed goes to object storage before the process ends.
+    atoll_data::storage::service::flush_all(&node).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -50,6 +50,8 @@ pub struct DevArgs {
     secrets: crate::secrets_key::SecretsArgs,
     #[command(flatten)]
     metrics: MetricsArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 #[derive(Args, Clone)]
@@ -104,6 +106,9 @@ pub struct ServeArgs {
     secrets: crate::secrets_key::ServeSecretsArgs,
     #[command(flatten)]
     metrics: MetricsArgs,
+    /// Object storage of its own data node (without `--node`).
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 #[derive(Args, Clone)]
@@ -271,6 +276,8 @@ impl DbLimitArgs {
                     ..SandboxSettings::default()
                 },
                 sql_threads: self.sql_threads.unwrap_or_else(SqlPool::default_threads),
+                // Set by each command from its `StorageArgs`.
+                storage: None,
             },
         })
     }
@@ -359,6 +366,7 @@ struct InProcessNode {
     db_url: String,
     hostname_suffix: String,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    node: Arc<atoll_data::node::Node>,
 }
 
 /// Opens a node's data directory off the async executor.
@@ -375,7 +383,23 @@ pub(crate) async fn open_node(
             .map_err(|e| {
                 anyhow::anyhow!("cannot open the data node in {}: {e}", data_dir.display())
             })?;
-    Ok(Arc::new(node))
+    let node = Arc::new(node);
+    if let Some(storage) = node.storage() {
+        tracing::info!(storage = %storage.storage.url(), "object storage");
+        // Databases whose files are gone come back from object storage (in the
+        // background: each answers 503 until it is rebuilt).
+        let rebuilding = atoll_data::storage::service::recover(&node)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read the node's index in object storage: {e}"))?;
+        if rebuilding > 0 {
+            tracing::warn!(
+                databases = rebuilding,
+                "rebuilding databases from object storage"
+            );
+        }
+        atoll_data::storage::service::start(&node);
+    }
+    Ok(node)
 }
 
 /// `<db-domain>`, with the port when it is not 80.
@@ -419,7 +443,8 @@ async fn start_in_process_node(
         shutdown_signal(),
     ));
     Ok(InProcessNode {
-        data_plane: DataPlane::in_process(node, &db_url, &hostname_suffix),
+        data_plane: DataPlane::in_process(Arc::clone(&node), &db_url, &hostname_suffix),
+        node,
         db_url,
         hostname_suffix,
         task,
@@ -455,6 +480,72 @@ impl MetricsArgs {
     }
 }
 
+/// Object storage, the durable home of every database (docs/OPERATIONS.md, "Backups and
+/// recovery"; docs/STORAGE.md).
+#[derive(Args, Clone, Debug)]
+pub(crate) struct StorageArgs {
+    /// Where every database's log and snapshots live: `s3://bucket/prefix` (with the AWS
+    /// variables; `AWS_ENDPOINT_URL` for MinIO, R2, Garage…) or `file:///dir`. Defaults to
+    /// `file://<data-dir>/storage`, which gives point-in-time restore and rebuilds lost
+    /// database files, but shares the node's disk: use object storage in production.
+    #[arg(long, env = "ATOLL_STORAGE_URL")]
+    storage_url: Option<String>,
+    /// When a commit is acknowledged: `lag` (once in the node's WAL; object storage has it
+    /// within --durability-lag) or `sync` (only once object storage has it). A database's
+    /// own `durability` setting overrides it.
+    #[arg(long, env = "ATOLL_DURABILITY", value_enum, default_value_t = DurabilityArg::Lag)]
+    durability: DurabilityArg,
+    /// The longest a commit waits to be shipped in `lag` mode (seconds, fractions allowed):
+    /// what a lost disk can lose at most.
+    #[arg(long, env = "ATOLL_DURABILITY_LAG", default_value_t = 1.0)]
+    durability_lag: f64,
+    /// Days of history kept restorable for databases whose plan names none.
+    #[arg(long, env = "ATOLL_PITR_RETENTION_DAYS", default_value_t = 30)]
+    pitr_retention_days: u32,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DurabilityArg {
+    Lag,
+    Sync,
+}
+
+impl StorageArgs {
+    /// The node's storage configuration; `data_dir` gives the default `file://` store.
+    pub(crate) fn config(
+        &self,
+        data_dir: &Path,
+        node_name: &str,
+    ) -> anyhow::Result<atoll_data::storage::service::StorageConfig> {
+        if !(self.durability_lag > 0.0 && self.durability_lag <= 3600.0) {
+            bail!("--durability-lag must be between 0 and 3600 seconds");
+        }
+        let url = match &self.storage_url {
+            Some(url) => url.clone(),
+            None => {
+                std::fs::create_dir_all(data_dir).with_context(|| {
+                    format!("cannot create data directory {}", data_dir.display())
+                })?;
+                let dir = data_dir.canonicalize()?.join("storage");
+                format!("file://{}", dir.display())
+            }
+        };
+        Ok(atoll_data::storage::service::StorageConfig {
+            url,
+            node_name: node_name.to_string(),
+            settings: atoll_data::storage::StorageSettings {
+                durability_lag: std::time::Duration::from_secs_f64(self.durability_lag),
+                durability: match self.durability {
+                    DurabilityArg::Lag => atoll_data::storage::DurabilityMode::Lag,
+                    DurabilityArg::Sync => atoll_data::storage::DurabilityMode::Sync,
+                },
+                default_retention_days: self.pitr_retention_days,
+                ..Default::default()
+            },
+        })
+    }
+}
+
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
@@ -462,12 +553,13 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
-    let db_limits = args.db_limits.limits()?;
+    let mut db_limits = args.db_limits.limits()?;
     let tls = args.tls.server_tls()?;
     // Both ports first: a second `atoll dev` on busy ports must fail before it creates
     // anything in the data directory (no stray meta.db or secrets.key).
     let listener = bind(args.listen, "the platform API", "--listen").await?;
     let db_listener = bind(args.db_listen, "the database hosts", "--db-listen").await?;
+    db_limits.node.storage = Some(args.storage.config(&args.data_dir, "local")?);
     crate::file_modes::tighten_data_dir(&args.data_dir);
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
@@ -559,6 +651,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
     node.task.abort();
+    // Whatever is committed goes to object storage before the process ends.
+    atoll_data::storage::service::flush_all(&node.node).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -572,7 +666,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
-    let db_limits = args.db_limits.limits()?;
+    let mut db_limits = args.db_limits.limits()?;
+    if args.nodes.is_empty() {
+        db_limits.node.storage = Some(args.storage.config(&args.data_dir, "local")?);
+    }
     let tls = args.tls.server_tls()?;
     let keyring = crate::secrets_key::serve_keyring(&args.secrets)?;
     if let Some(path) = sqlite_store_path(&args.database_url) {
@@ -605,7 +702,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .await?;
         let data_plane = node.data_plane;
-        own_node = Some(node.task);
+        own_node = Some((node.task, node.node));
         data_plane
     } else {
         let secret = args
@@ -643,8 +740,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), tls = tls.is_some(), "control plane listening");
     atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
-    if let Some(task) = own_node {
+    if let Some((task, node)) = own_node {
         task.abort();
+        atoll_data::storage::service::flush_all(&node).await;
     }
     tracing::info!("stopped");
     Ok(())

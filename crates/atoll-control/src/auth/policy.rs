@@ -89,6 +89,11 @@ pub enum Action {
     ListDeletedDatabases,
     /// The group is the deleted database's: the handler checks a group-scoped token against it.
     RestoreDatabase,
+    /// Backups in object storage and the restorable window.
+    ReadDatabaseBackups,
+    /// Restoring a database in place to an instant of its history: it replaces the data
+    /// (undoably), so it takes what deleting takes.
+    RestoreDatabaseInPlace,
     SetOrganizationPlan,
     ReadOrganizationUsage,
     ReadInvoices,
@@ -220,6 +225,8 @@ impl Action {
             }
             Action::ReadDatabase => rule(Database, GroupScope(Scope::Read), Viewer),
             Action::DeleteDatabase => rule(Database, GroupScope(Scope::DbDelete), Member),
+            Action::ReadDatabaseBackups => rule(Database, GroupScope(Scope::Read), Viewer),
+            Action::RestoreDatabaseInPlace => rule(Database, GroupScope(Scope::DbDelete), Member),
             Action::ConfigureDatabase => rule(Database, GroupScope(Scope::DbConfigure), Member),
             Action::MintDatabaseToken => rule(Database, GroupScope(Scope::DbMintToken), Member),
             Action::RotateDatabaseCredentials => {

@@ -620,11 +620,15 @@ async fn seed_for(
     match seed.kind.as_str() {
         "database_upload" => Ok(PlannedSeed::just(Seed::Upload)),
         "database" => {
-            if seed.timestamp.as_deref().is_some_and(|t| !t.is_empty()) {
-                return Err(ApiError::NotAvailable(
-                    "point-in-time restore is not available on this server yet: omit `timestamp` to copy the database as it is now".into(),
-                ));
-            }
+            let timestamp_ms = match seed.timestamp.as_deref().filter(|t| !t.is_empty()) {
+                Some(text) => Some(super::backups::parse_timestamp(text).map_err(|_| {
+                    ApiError::Invalid(
+                        ErrorCode::InvalidSeed,
+                        format!("seed timestamp {text:?} is not an RFC 3339 instant like 2026-11-24T12:00:00Z"),
+                    )
+                })?),
+                None => None,
+            };
             let source_name = seed
                 .name
                 .clone()
@@ -668,6 +672,17 @@ async fn seed_for(
                     ErrorCode::InvalidSeed,
                     format!("database {source_name} has no data to copy yet"),
                 ));
+            }
+            if let Some(at) = timestamp_ms {
+                // From object storage: on any node, whatever holds the source now.
+                return Ok(PlannedSeed {
+                    seed: Seed::PointInTime {
+                        source_id: source.id.clone(),
+                        timestamp_ms: Some(at),
+                    },
+                    parent: Some((source.id, source.name, at)),
+                    dump_id: None,
+                });
             }
             if source.node != node {
                 return Err(ApiError::Invalid(

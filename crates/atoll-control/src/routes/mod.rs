@@ -30,6 +30,7 @@ mod api_tokens;
 mod audit_logs;
 mod auth;
 mod aws_migration;
+mod backups;
 mod billing;
 mod databases;
 mod groups;
@@ -165,6 +166,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(locations::routes());
     routes.extend(groups::routes());
     routes.extend(databases::routes());
+    routes.extend(backups::routes());
     routes.extend(usage::routes());
     routes.extend(billing::routes());
     routes.extend(instances::routes());

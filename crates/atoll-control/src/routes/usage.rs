@@ -250,8 +250,17 @@ async fn top_queries(state: &AppState, db: &Database) -> ApiResult<Vec<TopQuery>
 }
 
 async fn stats(State(state): State<AppState>, access: Access) -> ApiResult<Json<DatabaseStats>> {
+    let db = access.database();
+    let node_stats = state.data_plane.stats(&db.node, &db.id).await?;
     Ok(Json(DatabaseStats {
-        top_queries: top_queries(&state, access.database()).await?,
+        top_queries: top_queries(&state, db).await?,
+        backup_bytes: node_stats.backup_bytes,
+        replication_lag: node_stats.replication_lag_commits.map(|commits| {
+            atoll_types::backups::BackupLag {
+                commits,
+                seconds: node_stats.replication_lag_ms.unwrap_or(0) as f64 / 1000.0,
+            }
+        }),
     }))
 }
 

@@ -203,8 +203,12 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         | ("GET", "/v1/organizations/{org}/databases/{db}/instances/{instance}") => {
             team_group(Scope(S::Read), Role::Viewer)
         }
-        ("DELETE", "/v1/organizations/{org}/databases/{db}") => {
+        ("DELETE", "/v1/organizations/{org}/databases/{db}")
+        | ("POST", "/v1/organizations/{org}/databases/{db}/restore") => {
             team_group(Scope(S::DbDelete), Role::Member)
+        }
+        ("GET", "/v1/organizations/{org}/databases/{db}/backups") => {
+            team_group(Scope(S::Read), Role::Viewer)
         }
         ("PATCH", "/v1/organizations/{org}/databases/{db}/configuration")
         | ("POST", "/v1/organizations/{org}/databases/{db}/wakeup")
@@ -610,6 +614,14 @@ async fn prepare(
                         .replace("{instance}", "local")
                 ),
                 None,
+            ),
+            // To the present: inside the window of any database, and a no-op on its data.
+            ("POST", "/{db}/restore") => Cell::new(
+                spec,
+                format!("{db_path}/restore"),
+                Some(json!({"timestamp": time::OffsetDateTime::now_utc()
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap()})),
             ),
             (_, rest) => Cell::new(
                 spec,

@@ -241,6 +241,41 @@ impl<'a> Run<'a> {
     /// `sequence`: every statement of the text in turn, without arguments or rows,
     /// stopping at the first failure.
     pub(crate) fn sequence(&self, sql: &str) -> Result<Outcome<()>, HranaError> {
+        let commits_before = self.sync_log().map(|log| log.commit_count());
+        let outcome = self.sequence_inner(sql)?;
+        Ok(outcome.and_then(|()| self.durable_since(commits_before)))
+    }
+
+    /// The database's log when its commits are acknowledged only once stored (`sync`).
+    fn sync_log(&self) -> Option<&Arc<crate::storage::shipper::DatabaseLog>> {
+        let storage = self.caller.node.storage()?;
+        if storage.durability(&self.config) != atoll_types::node::Durability::Sync {
+            return None;
+        }
+        self.caller.db.log()
+    }
+
+    /// In `sync` mode, after a statement that committed (an autocommit write, a `COMMIT`):
+    /// waits until object storage has the commit, else fails the statement with
+    /// `DURABILITY_UNAVAILABLE` (the commit is in the node's WAL; its outcome is unknown to
+    /// the client, as with any failure after a commit was sent).
+    fn durable_since(&self, commits_before: Option<u64>) -> Outcome<()> {
+        let (Some(before), Some(log)) = (commits_before, self.sync_log()) else {
+            return Ok(());
+        };
+        if log.commit_count() == before {
+            return Ok(());
+        }
+        let timeout = self
+            .caller
+            .node
+            .storage()
+            .map_or(Duration::from_secs(10), |s| s.settings.sync_timeout);
+        log.wait_durable(timeout)
+            .map_err(|e| hrana_error("DURABILITY_UNAVAILABLE", e.to_string()))
+    }
+
+    fn sequence_inner(&self, sql: &str) -> Result<Outcome<()>, HranaError> {
         let no_arguments = proto::Stmt::new("", false);
         let mut statements = rusqlite::Batch::new(self.conn, sql);
         loop {
@@ -354,10 +389,12 @@ impl<'a> Run<'a> {
                 "Specifying both positional and named arguments is not supported",
             )));
         }
+        let commits_before = self.sync_log().map(|log| log.commit_count());
         let outcome = match self.prepare_one(sql)? {
             Ok((prepared, text)) => self.run_prepared(prepared, &text, stmt, sink)?,
             Err(error) => Err(error),
         };
+        let outcome = outcome.and_then(|stats| self.durable_since(commits_before).map(|()| stats));
         if let Ok(stats) = &outcome {
             // The statement's text, not its arguments: statistics must not collect data.
             self.caller.node.meters.record_query(

@@ -208,6 +208,8 @@ fn data_error_code(error: &DataError) -> &'static str {
         DataError::Timeout(_) => "TIMEOUT",
         DataError::TooManyRequests(..) => "TOO_MANY_REQUESTS",
         DataError::BadRequest(_) | DataError::Conflict(_) => "BAD_REQUEST",
+        DataError::Storage(_) => "DURABILITY_UNAVAILABLE",
+        DataError::Recovering(..) => "DATABASE_UNAVAILABLE",
         DataError::Internal(_) => "INTERNAL_ERROR",
     }
 }

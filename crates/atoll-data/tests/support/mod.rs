@@ -21,12 +21,16 @@ pub struct TestNode {
     pub node: Arc<Node>,
     pub addr: SocketAddr,
     pub http: reqwest::Client,
-    pub shutdown: tokio::sync::oneshot::Sender<()>,
+    pub shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Whether dropping it removes its data directory (not after [`TestNode::stop`]).
+    remove_on_drop: bool,
 }
 
 impl Drop for TestNode {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.remove_on_drop {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -48,7 +52,15 @@ pub async fn start_node_with(limits: DataLimits) -> TestNode {
 
 pub async fn start_node_with_settings(limits: DataLimits, settings: NodeSettings) -> TestNode {
     let dir = std::env::temp_dir().join(format!("atoll-hrana-{}", uuid::Uuid::new_v4()));
+    serve_node(dir, limits, settings).await
+}
+
+/// A node on `dir` (a new one, or one a stopped node left), serving on a new port, with its
+/// object storage started (databases missing from `dir` are rebuilt from it).
+pub async fn serve_node(dir: PathBuf, limits: DataLimits, settings: NodeSettings) -> TestNode {
     let node = Arc::new(Node::open_with(&dir, settings).unwrap());
+    atoll_data::storage::service::recover(&node).await.unwrap();
+    atoll_data::storage::service::start(&node);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = DataPlaneState::with_limits(Arc::clone(&node), "localhost", limits);
@@ -61,42 +73,61 @@ pub async fn start_node_with_settings(limits: DataLimits, settings: NodeSettings
         node,
         addr,
         http: reqwest::Client::new(),
-        shutdown,
+        shutdown: Some(shutdown),
+        remove_on_drop: true,
     }
 }
 
 impl TestNode {
+    /// Stops serving and keeps the data directory (to start a node on it again), answering it.
+    pub fn stop(mut self) -> PathBuf {
+        self.remove_on_drop = false;
+        self.node.begin_shutdown();
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.dir.clone()
+    }
+
     pub fn create_db(&self, name: &str) -> TestDb {
         self.create_db_with(name, |_| {})
     }
 
     pub fn create_db_with(&self, name: &str, adjust: impl FnOnce(&mut DatabaseConfig)) -> TestDb {
+        self.create_db_from(name, Seed::Empty, adjust)
+    }
+
+    /// A database created from `seed` (it must succeed).
+    pub fn create_db_seeded(&self, name: &str, seed: Seed) -> TestDb {
+        self.create_db_from(name, seed, |_| {})
+    }
+
+    /// The configuration a new database `name` gets (without creating it).
+    pub fn config_for(&self, name: &str) -> DatabaseConfig {
         let key = jwt::generate_key();
-        let mut config = DatabaseConfig {
-            id: uuid::Uuid::new_v4().to_string(),
-            name: name.to_string(),
-            org_id: "org-1".into(),
-            group_id: "group-1".into(),
-            label: format!("{name}-{ORG}"),
-            state: DatabaseState::Active,
-            block_reads: false,
-            block_writes: false,
-            block_reason: None,
-            size_limit: None,
-            allow_attach: false,
-            allowed_ips: vec![],
-            keys: vec![TokenKey {
-                kid: format!("{name}-key"),
-                public_key: jwt::encode_key(key.verifying_key().as_bytes()),
-            }],
-        };
+        config_with_key(name, &key)
+    }
+
+    fn create_db_from(
+        &self,
+        name: &str,
+        seed: Seed,
+        adjust: impl FnOnce(&mut DatabaseConfig),
+    ) -> TestDb {
+        let key = jwt::generate_key();
+        let mut config = config_with_key(name, &key);
         adjust(&mut config);
-        self.node
-            .create_database(CreateDatabase {
-                config: config.clone(),
-                seed: Seed::Empty,
-            })
-            .unwrap();
+        let request = CreateDatabase {
+            config: config.clone(),
+            seed,
+        };
+        if self.node.storage().is_some() {
+            // Restores reach object storage through the runtime, as on the node's
+            // blocking threads.
+            tokio::task::block_in_place(|| self.node.create_database(request)).unwrap();
+        } else {
+            self.node.create_database(request).unwrap();
+        }
         TestDb {
             addr: self.addr,
             http: self.http.clone(),
@@ -109,6 +140,29 @@ impl TestNode {
         let mut config = db.config.clone();
         adjust(&mut config);
         self.node.configure(config).unwrap();
+    }
+}
+
+fn config_with_key(name: &str, key: &SigningKey) -> DatabaseConfig {
+    DatabaseConfig {
+        id: uuid::Uuid::new_v4().to_string(),
+        name: name.to_string(),
+        org_id: "org-1".into(),
+        group_id: "group-1".into(),
+        label: format!("{name}-{ORG}"),
+        state: DatabaseState::Active,
+        block_reads: false,
+        block_writes: false,
+        block_reason: None,
+        size_limit: None,
+        allow_attach: false,
+        allowed_ips: vec![],
+        keys: vec![TokenKey {
+            kid: format!("{name}-key"),
+            public_key: jwt::encode_key(key.verifying_key().as_bytes()),
+        }],
+        durability: None,
+        pitr_retention_days: None,
     }
 }
 

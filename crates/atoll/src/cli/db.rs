@@ -23,7 +23,7 @@ pub enum DbCommand {
     /// Create a database: empty, or from a file, a dump or another database.
     #[command(
         group(ArgGroup::new("source").args(["from_file", "from_dump", "from_db"])),
-        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb\n  atoll db create shop --from-file shop.db\n  atoll db create shop --from-dump dump.sql --wait\n  atoll db create shop-copy --from-db shop"
+        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb\n  atoll db create shop --from-file shop.db\n  atoll db create shop --from-dump dump.sql --wait\n  atoll db create shop-copy --from-db shop\n  atoll db create shop-before --from-db shop --timestamp 2026-11-24T09:30:00Z"
     )]
     Create {
         /// Name of the new database.
@@ -43,6 +43,10 @@ pub enum DbCommand {
         /// Make it a copy of this database of the organization.
         #[arg(long, value_name = "DATABASE")]
         from_db: Option<String>,
+        /// With `--from-db`: the source as it was at this instant (RFC 3339, inside its
+        /// restorable window; see `atoll db backups`).
+        #[arg(long, requires = "from_db", value_name = "TIME")]
+        timestamp: Option<String>,
         /// Return only once the database answers queries (at most 60 s).
         #[arg(long)]
         wait: bool,
@@ -131,6 +135,9 @@ pub enum DbCommand {
     /// `config`, `usage`, `inspect`, `restore`, `list-deleted` (in `db_admin.rs`).
     #[command(flatten)]
     Admin(super::db_admin::DbAdminCommand),
+    /// `backups`, `restore-to` (in `backups.rs`).
+    #[command(flatten)]
+    Backups(super::backups::BackupsCommand),
 }
 
 #[derive(Subcommand)]
@@ -197,12 +204,13 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             from_file,
             from_dump,
             from_db,
+            timestamp,
             wait,
         } => {
             let source = match (from_file, from_dump, from_db) {
                 (Some(file), _, _) => Some(import::Source::File(file)),
                 (_, Some(dump), _) => Some(import::Source::Dump(dump)),
-                (_, _, Some(db)) => Some(import::Source::Database(db)),
+                (_, _, Some(db)) => Some(import::Source::Database(db, timestamp)),
                 _ => None,
             };
             import::create(
@@ -322,6 +330,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             super::db_admin::invalidate_tokens(&client, &name, yes).await
         }
         DbCommand::Admin(command) => super::db_admin::run(&client, command).await,
+        DbCommand::Backups(command) => super::backups::run(&client, command).await,
     }
 }
 

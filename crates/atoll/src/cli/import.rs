@@ -33,8 +33,9 @@ pub enum Source {
     File(PathBuf),
     /// An SQL dump, uploaded to the platform API and loaded by the server.
     Dump(PathBuf),
-    /// A copy of another database of the organization.
-    Database(String),
+    /// A copy of another database of the organization: as it is now, or as it was at an
+    /// instant of its restorable window (RFC 3339).
+    Database(String, Option<String>),
 }
 
 pub struct CreateOptions {
@@ -109,10 +110,11 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
                 None,
             )
         }
-        Some(Source::Database(source)) => (
+        Some(Source::Database(source, timestamp)) => (
             Some(Seed {
                 kind: "database".into(),
                 name: Some(source.clone()),
+                timestamp: timestamp.clone(),
                 ..Default::default()
             }),
             None,
@@ -186,7 +188,11 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
             path.display(),
             url
         ),
-        (Some(Source::Database(source)), _) => {
+        (Some(Source::Database(source, Some(timestamp))), _) => println!(
+            "Created database {name} as {source} was at {timestamp}, at {}.",
+            url
+        ),
+        (Some(Source::Database(source, None)), _) => {
             println!("Created database {name} as a copy of {source} at {}.", url)
         }
         _ => println!("Created database {name} at {}.", url),

@@ -4,6 +4,7 @@
 
 mod api_tokens;
 mod auth;
+mod backups;
 mod client;
 mod config;
 mod data_plane;

@@ -122,9 +122,15 @@ async fn bad_creates_are_refused_and_leave_nothing() {
             "invalid_seed",
         ),
         (
+            // Before the source existed: outside its restorable window.
             json!({"name": "seed", "seed": {"type": "database", "name": "taken", "timestamp": "2026-01-01T00:00:00Z"}}),
-            501,
-            "not_available",
+            400,
+            "invalid_seed",
+        ),
+        (
+            json!({"name": "seed", "seed": {"type": "database", "name": "taken", "timestamp": "yesterday"}}),
+            400,
+            "invalid_seed",
         ),
         (
             json!({"name": "seed", "seed": {"type": "dump", "url": "http://x/dumps/nope"}}),

@@ -3,6 +3,7 @@ mod api_tokens;
 mod audit_logs;
 mod auth;
 mod aws_migration;
+mod backups;
 mod billing;
 mod console;
 mod databases;

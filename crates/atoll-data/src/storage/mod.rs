@@ -1,0 +1,361 @@
+//! Object storage, the durable home of every database (`docs/STORAGE.md`).
+//!
+//! - [`Storage`]: the store behind `--storage-url` (`file://…` or `s3://bucket/prefix`),
+//!   through the `object_store` crate, and the layout of keys in it.
+//! - [`wal`]: reading committed transactions out of a database's WAL.
+//! - [`segment`]: the log's segments, checksummed frame by frame and whole.
+//! - [`shipper`]: each database's log — shipping its WAL, snapshots (generations),
+//!   checkpoints, durability waits, retention.
+//! - [`restore`]: rebuilding a database, as of the end of its log or any instant in its
+//!   restorable window, from a generation and the segments after it.
+
+pub mod restore;
+pub mod segment;
+pub mod service;
+pub mod shipper;
+pub mod wal;
+
+use crate::error::DataError;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutPayload, WriteMultipart};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a commit is acknowledged (`--durability`, or a database's own `durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DurabilityMode {
+    /// When it is in the local WAL; shipped within `--durability-lag`.
+    #[default]
+    Lag,
+    /// Only once the segment holding its commit frame is stored.
+    Sync,
+}
+
+/// How a node ships its databases' logs.
+#[derive(Debug, Clone)]
+pub struct StorageSettings {
+    /// The longest a committed transaction waits before it is shipped (lag mode).
+    pub durability_lag: Duration,
+    /// The node's default mode; a database's configuration may ask for `sync`.
+    pub durability: DurabilityMode,
+    /// The most page bytes one segment holds (a larger transaction gets one of its own).
+    pub segment_max_bytes: usize,
+    /// WAL frames that make the shipper checkpoint (SQLite's own default is 1000).
+    pub checkpoint_frames: u64,
+    /// Days a database's history stays restorable when its configuration names none.
+    pub default_retention_days: u32,
+    /// How often retention's garbage collection runs per database.
+    pub gc_interval: Duration,
+    /// How long a `sync` commit waits for its segment before it fails.
+    pub sync_timeout: Duration,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        StorageSettings {
+            durability_lag: Duration::from_secs(1),
+            durability: DurabilityMode::Lag,
+            segment_max_bytes: 8 * 1024 * 1024,
+            checkpoint_frames: 1000,
+            default_retention_days: 30,
+            gc_interval: Duration::from_secs(3600),
+            sync_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An object store and the prefix Atoll's keys live under.
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+    /// The URL it was opened from, without credentials (for logs and errors).
+    url: String,
+}
+
+/// One listed object: its key relative to the store's prefix, and its size.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+}
+
+impl Storage {
+    /// Opens `file:///dir` (created if missing) or `s3://bucket/prefix`. S3 takes the
+    /// standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `AWS_ENDPOINT_URL` for MinIO, R2, Garage…; plain `http://` endpoints are allowed).
+    pub fn open(url: &str) -> Result<Storage, DataError> {
+        let bad = |why: String| DataError::BadRequest(format!("--storage-url {url}: {why}"));
+        if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(bad(
+                    "a file:// URL needs an absolute path (file:///…)".into()
+                ));
+            }
+            std::fs::create_dir_all(path)
+                .map_err(|e| bad(format!("cannot create the directory: {e}")))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(path)
+                .map_err(|e| bad(e.to_string()))?;
+            return Ok(Storage {
+                store: Arc::new(store),
+                prefix: ObjectPath::default(),
+                url: url.to_string(),
+            });
+        }
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("an s3:// URL names a bucket: s3://bucket/prefix".into()));
+            }
+            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(object_store::RetryConfig {
+                    max_retries: 3,
+                    retry_timeout: Duration::from_secs(30),
+                    ..Default::default()
+                });
+            let endpoint = std::env::var("AWS_ENDPOINT_URL")
+                .or_else(|_| std::env::var("AWS_ENDPOINT"))
+                .ok();
+            if let Some(endpoint) = endpoint {
+                builder = builder
+                    .with_allow_http(endpoint.starts_with("http://"))
+                    .with_endpoint(endpoint)
+                    .with_virtual_hosted_style_request(false);
+            }
+            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
+            {
+                builder = builder.with_region("us-east-1");
+            }
+            let store = builder.build().map_err(|e| bad(e.to_string()))?;
+            return Ok(Storage {
+                store: Arc::new(store),
+                prefix: ObjectPath::from(prefix.trim_matches('/')),
+                url: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
+            });
+        }
+        Err(bad("use file:///absolute/dir or s3://bucket/prefix".into()))
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn path(&self, key: &str) -> ObjectPath {
+        let mut path = self.prefix.clone();
+        for part in key.split('/').filter(|p| !p.is_empty()) {
+            path = path.child(part);
+        }
+        path
+    }
+
+    fn relative(&self, path: &ObjectPath) -> String {
+        let full = path.as_ref();
+        let prefix = self.prefix.as_ref();
+        if prefix.is_empty() {
+            full.to_string()
+        } else {
+            full.strip_prefix(prefix)
+                .unwrap_or(full)
+                .trim_start_matches('/')
+                .to_string()
+        }
+    }
+
+    fn error(&self, what: &str, key: &str, e: impl std::fmt::Display) -> DataError {
+        DataError::Storage(format!("{what} {key} in {}: {e}", self.url))
+    }
+
+    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), DataError> {
+        self.store
+            .put(&self.path(key), PutPayload::from(bytes))
+            .await
+            .map_err(|e| self.error("cannot store", key, e))?;
+        Ok(())
+    }
+
+    /// Stores a local file in parts (snapshots can be large), answering its length.
+    pub async fn put_file(&self, key: &str, file: &Path) -> Result<u64, DataError> {
+        use tokio::io::AsyncReadExt;
+        let upload = self
+            .store
+            .put_multipart(&self.path(key))
+            .await
+            .map_err(|e| self.error("cannot store", key, e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 * 1024 * 1024);
+        let mut source = tokio::fs::File::open(file).await?;
+        let mut buf = vec![0u8; 1024 * 1024];
+        let mut total = 0u64;
+        loop {
+            let n = source.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            writer
+                .wait_for_capacity(4)
+                .await
+                .map_err(|e| self.error("cannot store", key, e))?;
+            writer.write(&buf[..n]);
+        }
+        writer
+            .finish()
+            .await
+            .map_err(|e| self.error("cannot store", key, e))?;
+        Ok(total)
+    }
+
+    /// An object's bytes; `None` when it does not exist.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, DataError> {
+        match self.store.get(&self.path(key)).await {
+            Ok(result) => Ok(Some(
+                result
+                    .bytes()
+                    .await
+                    .map_err(|e| self.error("cannot read", key, e))?,
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error("cannot read", key, e)),
+        }
+    }
+
+    /// Writes an object to a local file, handing each chunk to `inspect` (a running
+    /// checksum) on the way.
+    pub async fn get_to_file(
+        &self,
+        key: &str,
+        file: &Path,
+        mut inspect: impl FnMut(&[u8]),
+    ) -> Result<u64, DataError> {
+        use tokio::io::AsyncWriteExt;
+        let result = self.store.get(&self.path(key)).await.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => {
+                DataError::Storage(format!("object {key} is missing from {}", self.url))
+            }
+            e => self.error("cannot read", key, e),
+        })?;
+        let mut stream = result.into_stream();
+        let mut out = tokio::fs::File::create(file).await?;
+        let mut total = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| self.error("cannot read", key, e))?;
+            inspect(&chunk);
+            total += chunk.len() as u64;
+            out.write_all(&chunk).await?;
+        }
+        out.sync_all().await?;
+        Ok(total)
+    }
+
+    /// Every object under `prefix`, in key order.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>, DataError> {
+        let path = self.path(prefix);
+        let mut stream = self.store.list(Some(&path));
+        let mut out = Vec::new();
+        while let Some(meta) = stream.next().await {
+            let meta = match meta {
+                Ok(meta) => meta,
+                Err(object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(self.error("cannot list", prefix, e)),
+            };
+            out.push(Listed {
+                key: self.relative(&meta.location),
+                size: meta.size,
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), DataError> {
+        match self.store.delete(&self.path(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("cannot delete", key, e)),
+        }
+    }
+
+    /// Deletes every object under `prefix`.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, DataError> {
+        let listed = self.list(prefix).await?;
+        for object in &listed {
+            self.delete(&object.key).await?;
+        }
+        Ok(listed.len())
+    }
+}
+
+/// The keys of one database and of a node's index, in one place (`docs/STORAGE.md`).
+pub mod keys {
+    /// Everything of one database.
+    pub fn database(id: &str) -> String {
+        format!("dbs/{id}/")
+    }
+
+    pub fn generations(id: &str) -> String {
+        format!("dbs/{id}/generations/")
+    }
+
+    /// A generation: the snapshot as of frame `start`, taken at `created_ms`.
+    pub fn generation(id: &str, start: u64, created_ms: i64) -> String {
+        format!("dbs/{id}/generations/{start:020}-{created_ms:020}/")
+    }
+
+    pub fn log(id: &str) -> String {
+        format!("dbs/{id}/log/")
+    }
+
+    pub fn segment(id: &str, first: u64, last: u64, first_ms: i64, last_ms: i64) -> String {
+        format!("dbs/{id}/log/{first:020}-{last:020}-{first_ms:020}-{last_ms:020}.seg")
+    }
+
+    pub fn restores(id: &str) -> String {
+        format!("dbs/{id}/restores/")
+    }
+
+    /// The databases a node holds, each with its configuration, so a node whose disk
+    /// is lost knows what to rebuild.
+    pub fn node_databases(node: &str) -> String {
+        format!("nodes/{node}/databases/")
+    }
+
+    pub fn node_database(node: &str, id: &str) -> String {
+        format!("nodes/{node}/databases/{id}.json")
+    }
+
+    /// `(start, created_ms)` of a generation directory's key (`…/generations/<s>-<c>/…`).
+    pub fn parse_generation(key: &str) -> Option<(u64, i64)> {
+        let rest = key.split("/generations/").nth(1)?;
+        let name = rest.split('/').next()?;
+        let (start, created) = name.split_once('-')?;
+        Some((start.parse().ok()?, created.parse().ok()?))
+    }
+
+    /// `(first, last, first_ms, last_ms)` of a segment's key.
+    pub fn parse_segment(key: &str) -> Option<(u64, u64, i64, i64)> {
+        let name = key.rsplit('/').next()?.strip_suffix(".seg")?;
+        let mut parts = name.split('-');
+        let first = parts.next()?.parse().ok()?;
+        let last = parts.next()?.parse().ok()?;
+        let first_ms = parts.next()?.parse().ok()?;
+        let last_ms = parts.next()?.parse().ok()?;
+        Some((first, last, first_ms, last_ms))
+    }
+}
+
+/// Milliseconds since the epoch, as the log records commit times.
+pub fn now_ms_public() -> i64 {
+    now_ms()
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,355 @@
+//! Rebuilding a database from object storage: the newest generation at or before the
+//! target, then the log's transactions after it, each segment verified, applied page by
+//! page onto a staging file. A missing or damaged object stops the restore with an error
+//! naming it and the frame where the log broke; nothing partial is ever installed.
+
+use super::segment::Segment;
+use super::shipper::{LogState, Manifest};
+use super::{keys, now_ms, Storage};
+use crate::database::PAGE_SIZE;
+use crate::error::DataError;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// Which state of the database to rebuild.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Everything stored.
+    Latest,
+    /// The last transaction committed at or before this instant (ms since the epoch).
+    Time(i64),
+}
+
+/// One generation, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationInfo {
+    pub start: u64,
+    pub created_ms: i64,
+    pub bytes: u64,
+}
+
+/// One segment, as listed (from its key alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub key: String,
+    pub first: u64,
+    pub last: u64,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    pub bytes: u64,
+}
+
+/// Everything stored of one database.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub generations: Vec<GenerationInfo>,
+    pub segments: Vec<SegmentInfo>,
+    pub bytes: u64,
+}
+
+impl Catalog {
+    pub async fn load(storage: &Storage, id: &str) -> Result<Catalog, DataError> {
+        let mut catalog = Catalog::default();
+        for object in storage.list(&keys::generations(id)).await? {
+            catalog.bytes += object.size;
+            if !object.key.ends_with("/manifest.json") {
+                continue;
+            }
+            // Only a generation whose manifest exists is whole: the manifest goes last.
+            if let Some((start, created_ms)) = keys::parse_generation(&object.key) {
+                catalog.generations.push(GenerationInfo {
+                    start,
+                    created_ms,
+                    bytes: 0,
+                });
+            }
+        }
+        for object in storage.list(&keys::generations(id)).await? {
+            if let Some((start, created_ms)) = keys::parse_generation(&object.key) {
+                if object.key.ends_with("/snapshot.db") {
+                    if let Some(g) = catalog
+                        .generations
+                        .iter_mut()
+                        .find(|g| g.start == start && g.created_ms == created_ms)
+                    {
+                        g.bytes = object.size;
+                    }
+                }
+            }
+        }
+        for object in storage.list(&keys::log(id)).await? {
+            catalog.bytes += object.size;
+            if let Some((first, last, first_ms, last_ms)) = keys::parse_segment(&object.key) {
+                catalog.segments.push(SegmentInfo {
+                    key: object.key,
+                    first,
+                    last,
+                    first_ms,
+                    last_ms,
+                    bytes: object.size,
+                });
+            }
+        }
+        catalog.generations.sort_by_key(|g| (g.created_ms, g.start));
+        catalog.segments.sort_by_key(|s| (s.first, s.last));
+        Ok(catalog)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.generations.is_empty()
+    }
+
+    /// The restorable window, `(from, to)` in ms: from the oldest generation (or the
+    /// retention bound, whichever is later) to the last stored commit.
+    pub fn window(&self, retention_days: Option<u32>) -> Option<(i64, i64)> {
+        let oldest = self.generations.first()?.created_ms;
+        let newest_generation = self.generations.last()?.created_ms;
+        let last_commit = self.segments.iter().map(|s| s.last_ms).max().unwrap_or(0);
+        let from = match retention_days {
+            Some(days) if days > 0 => oldest.max(now_ms() - i64::from(days) * 86_400_000),
+            _ => oldest,
+        };
+        Some((
+            from.min(newest_generation),
+            last_commit.max(newest_generation),
+        ))
+    }
+
+    /// The segments that continue the log from frame `after`, in order, tolerating
+    /// overlaps (a segment shipped again after a crash holds the same frames).
+    fn chain_after(&self, after: u64) -> Vec<&SegmentInfo> {
+        let mut chain = Vec::new();
+        let mut head = after;
+        loop {
+            let next = self
+                .segments
+                .iter()
+                .filter(|s| s.first <= head + 1 && s.last > head)
+                .max_by_key(|s| s.last);
+            match next {
+                Some(segment) => {
+                    head = segment.last;
+                    chain.push(segment);
+                }
+                None => return chain,
+            }
+        }
+    }
+}
+
+/// What a restore produced.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    /// The last frame applied, and its checksum: a database rebuilt in place continues its
+    /// log after it.
+    pub frame_no: u64,
+    pub checksum: u64,
+    /// Commit time of the last transaction applied (or the generation's time).
+    pub commit_ms: i64,
+    pub generation: GenerationInfo,
+}
+
+impl Restored {
+    /// The log state of a database that now holds exactly this file: its log goes on
+    /// after the restored frame, and (being a new file) starts with a snapshot... unless
+    /// it is the same database's own state, which its existing log already holds.
+    pub fn continuing_state(&self) -> LogState {
+        LogState {
+            durable_frame_no: self.frame_no,
+            durable_checksum: self.checksum,
+            last_commit_ms: self.commit_ms,
+            wal: None,
+            generation_start: self.generation.start,
+            generation_created_ms: self.generation.created_ms,
+            bytes_since_snapshot: 0,
+            needs_snapshot: false,
+        }
+    }
+}
+
+/// Rebuilds database `id` as of `target` into the file `dest` (which must not exist).
+/// The result passed `PRAGMA quick_check`.
+pub async fn restore_to_file(
+    storage: &Storage,
+    id: &str,
+    target: Target,
+    retention_days: Option<u32>,
+    dest: &Path,
+) -> Result<Restored, DataError> {
+    let catalog = Catalog::load(storage, id).await?;
+    if catalog.is_empty() {
+        return Err(DataError::BadRequest(format!(
+            "database {id} has no backup in object storage yet"
+        )));
+    }
+    if let Target::Time(at) = target {
+        let (from, to) = catalog.window(retention_days).expect("not empty");
+        if at < from || at > now_ms() {
+            return Err(DataError::BadRequest(format!(
+                "{} is outside the restorable window of the database: from {} to now (last write {})",
+                rfc3339(at),
+                rfc3339(from),
+                rfc3339(to)
+            )));
+        }
+    }
+    let generation = match target {
+        Target::Latest => catalog.generations.last(),
+        Target::Time(at) => catalog
+            .generations
+            .iter()
+            .rev()
+            .find(|g| g.created_ms <= at),
+    }
+    .cloned()
+    .ok_or_else(|| {
+        DataError::BadRequest(format!(
+            "no generation of database {id} precedes the requested time"
+        ))
+    })?;
+
+    let dir = keys::generation(id, generation.start, generation.created_ms);
+    let manifest: Manifest = {
+        let key = format!("{dir}manifest.json");
+        let bytes = storage
+            .get(&key)
+            .await?
+            .ok_or_else(|| DataError::Storage(format!("object {key} is missing")))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| DataError::Storage(format!("object {key} is not a manifest: {e}")))?
+    };
+    let snapshot_key = format!("{dir}snapshot.db");
+    let mut hasher = Sha256::new();
+    let bytes = storage
+        .get_to_file(&snapshot_key, dest, |chunk| hasher.update(chunk))
+        .await?;
+    let digest = super::hex(&hasher.finalize());
+    if digest != manifest.sha256 || bytes != manifest.bytes {
+        let _ = std::fs::remove_file(dest);
+        return Err(DataError::Storage(format!(
+            "object {snapshot_key} is corrupt: its SHA-256 or size does not match its manifest"
+        )));
+    }
+
+    // Later generations of the same start (an upload, a rebuild) replaced the file: the
+    // log after this generation's start belongs to it only until the next one.
+    let next_generation_ms = catalog
+        .generations
+        .iter()
+        .find(|g| g.created_ms > generation.created_ms)
+        .map(|g| g.created_ms);
+    let limit_ms = match target {
+        Target::Latest => next_generation_ms.unwrap_or(i64::MAX),
+        Target::Time(at) => at,
+    };
+
+    let mut restored = Restored {
+        frame_no: manifest.start,
+        checksum: manifest.start_checksum,
+        commit_ms: generation.created_ms,
+        generation: generation.clone(),
+    };
+    let result = apply_log(storage, id, &catalog, dest, limit_ms, &mut restored).await;
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(dest);
+        return Err(e);
+    }
+    let check = dest.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::dump::check_loaded(&check))
+        .await
+        .map_err(|e| DataError::Internal(e.to_string()))?
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(dest);
+        })?;
+    Ok(restored)
+}
+
+async fn apply_log(
+    storage: &Storage,
+    id: &str,
+    catalog: &Catalog,
+    dest: &Path,
+    limit_ms: i64,
+    restored: &mut Restored,
+) -> Result<(), DataError> {
+    let mut file = std::fs::OpenOptions::new().write(true).open(dest)?;
+    for info in catalog.chain_after(restored.frame_no) {
+        if info.first_ms > limit_ms {
+            break;
+        }
+        let bytes = storage
+            .get(&info.key)
+            .await?
+            .ok_or_else(|| DataError::Storage(format!("object {} is missing", info.key)))?;
+        let segment = Segment::decode(&bytes, id, PAGE_SIZE as usize)
+            .map_err(|why| DataError::Storage(format!("object {} is damaged: {why}", info.key)))?;
+        // The segment continues the log exactly where it stands (overlaps skip the frames
+        // already applied, which must then be the same frames).
+        let skip = restored.frame_no + 1 - segment.first;
+        let expected_previous = if skip == 0 {
+            segment.previous_checksum
+        } else {
+            segment.frames[skip as usize - 1].checksum
+        };
+        if expected_previous != restored.checksum {
+            return Err(DataError::Storage(format!(
+                "object {} does not continue the log at frame {}: the checksum chain breaks",
+                info.key,
+                restored.frame_no + 1
+            )));
+        }
+        let mut pending = Vec::new();
+        for frame in segment.frames.iter().skip(skip as usize) {
+            pending.push(frame);
+            if frame.size_after == 0 {
+                continue;
+            }
+            let commit_ms = segment
+                .commits
+                .iter()
+                .find(|(f, _)| *f == frame.frame_no)
+                .map_or(info.last_ms, |c| c.1);
+            if commit_ms > limit_ms {
+                file.sync_all()?;
+                return Ok(());
+            }
+            for page in pending.drain(..) {
+                file.seek(SeekFrom::Start(u64::from(page.page_no - 1) * PAGE_SIZE))?;
+                file.write_all(&page.page)?;
+            }
+            file.set_len(u64::from(frame.size_after) * PAGE_SIZE)?;
+            restored.frame_no = frame.frame_no;
+            restored.checksum = frame.checksum;
+            restored.commit_ms = commit_ms;
+        }
+    }
+    // A segment whose frames would continue the log exists beyond a gap: the log is broken,
+    // and the state asked for may lie past it.
+    if let Some(beyond) = catalog
+        .segments
+        .iter()
+        .find(|s| s.first > restored.frame_no + 1 && s.first_ms <= limit_ms)
+    {
+        return Err(DataError::Storage(format!(
+            "the log of database {id} is missing frames {} to {} (the next object is {})",
+            restored.frame_no + 1,
+            beyond.first - 1,
+            beyond.key
+        )));
+    }
+    file.sync_all()?;
+    Ok(())
+}
+
+/// RFC 3339 in UTC with milliseconds, for messages.
+pub fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{ms} ms"))
+}

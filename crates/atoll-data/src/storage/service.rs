@@ -1,0 +1,659 @@
+//! A node's side of object storage: the shipper loop that runs every database's rounds,
+//! the node's index of its databases in the store, rebuilding databases whose files are
+//! missing or damaged, point-in-time seeds and restores in place, and retention.
+
+use super::restore::{self, Catalog, Target};
+use super::shipper::{internal_connection, DatabaseLog, ShipContext};
+use super::{keys, now_ms, Storage, StorageSettings};
+use crate::database::Database;
+use crate::error::DataError;
+use crate::node::Node;
+use atoll_types::node::{
+    Backups, DatabaseConfig, DatabaseState, Durability, Generation, RestoreOutcome,
+};
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Where a node keeps its databases' logs (`--storage-url`) and how.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub url: String,
+    /// The node's name: its index of databases lives under `nodes/<name>/`.
+    pub node_name: String,
+    pub settings: StorageSettings,
+}
+
+pub struct NodeStorage {
+    pub storage: Storage,
+    pub settings: StorageSettings,
+    pub node_name: String,
+    /// Wakes the shipper loop (a `sync` commit, a snapshot owed, an index entry to write).
+    pub wake: Arc<tokio::sync::Notify>,
+    runtime: OnceLock<tokio::runtime::Handle>,
+    /// Databases whose entry in the node's index (their configuration) must be written.
+    index_dirty: Mutex<HashSet<String>>,
+    /// Databases deleted on this node whose index entries must go.
+    index_removed: Mutex<HashSet<String>>,
+    /// Rounds running now (a database is never in two at once).
+    in_flight: Mutex<HashSet<String>>,
+    /// When each database's retention last ran.
+    last_gc: Mutex<HashMap<String, Instant>>,
+    /// Bytes each database takes in object storage, as last counted.
+    stored_bytes: Mutex<HashMap<String, u64>>,
+    /// Rounds and retention passes running at once, node-wide (a node with many databases
+    /// must not list them all in object storage at the same moment).
+    concurrency: Arc<tokio::sync::Semaphore>,
+    /// When each database's growing lag was last logged.
+    lag_logged: Mutex<HashMap<String, Instant>>,
+}
+
+impl NodeStorage {
+    pub fn open(config: &StorageConfig) -> Result<NodeStorage, DataError> {
+        Ok(NodeStorage {
+            storage: Storage::open(&config.url)?,
+            settings: config.settings.clone(),
+            node_name: config.node_name.clone(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            runtime: OnceLock::new(),
+            index_dirty: Mutex::default(),
+            index_removed: Mutex::default(),
+            in_flight: Mutex::default(),
+            last_gc: Mutex::default(),
+            stored_bytes: Mutex::default(),
+            concurrency: Arc::new(tokio::sync::Semaphore::new(16)),
+            lag_logged: Mutex::default(),
+        })
+    }
+
+    /// The runtime that reaches object storage from blocking threads.
+    pub(crate) fn runtime(&self) -> Result<tokio::runtime::Handle, DataError> {
+        if let Some(handle) = self.runtime.get() {
+            return Ok(handle.clone());
+        }
+        tokio::runtime::Handle::try_current()
+            .map_err(|_| DataError::Internal("object storage is used outside the runtime".into()))
+    }
+
+    pub(crate) fn context<'a>(&'a self, runtime: &'a tokio::runtime::Handle) -> ShipContext<'a> {
+        ShipContext {
+            storage: &self.storage,
+            settings: &self.settings,
+            runtime,
+        }
+    }
+
+    pub(crate) fn new_log(&self, db_id: &str, file: &Path) -> Arc<DatabaseLog> {
+        Arc::new(DatabaseLog::open(db_id, file, Arc::clone(&self.wake)))
+    }
+
+    /// The database's configuration changed (or it is new): its index entry is written
+    /// by the next pass of the loop.
+    pub(crate) fn config_changed(&self, id: &str) {
+        lock(&self.index_dirty).insert(id.to_string());
+        lock(&self.index_removed).remove(id);
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn database_removed(&self, id: &str) {
+        lock(&self.index_dirty).remove(id);
+        lock(&self.index_removed).insert(id.to_string());
+        self.wake.notify_one();
+    }
+
+    /// The durability a database asks for, or the node's.
+    pub fn durability(&self, config: &DatabaseConfig) -> Durability {
+        config.durability.unwrap_or(match self.settings.durability {
+            super::DurabilityMode::Lag => Durability::Lag,
+            super::DurabilityMode::Sync => Durability::Sync,
+        })
+    }
+
+    pub fn retention_days(&self, config: &DatabaseConfig) -> u32 {
+        config
+            .pitr_retention_days
+            .unwrap_or(self.settings.default_retention_days)
+    }
+}
+
+/// Starts the node's shipper loop. Returns at once; the loop ends when the node shuts down
+/// (after a last round for every database with unshipped commits).
+pub fn start(node: &Arc<Node>) {
+    let Some(storage) = node.storage().cloned() else {
+        return;
+    };
+    let _ = storage.runtime.set(tokio::runtime::Handle::current());
+    let node = Arc::clone(node);
+    tokio::spawn(async move {
+        let tick = (storage.settings.durability_lag / 4)
+            .clamp(Duration::from_millis(20), Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = storage.wake.notified() => {}
+            }
+            if node.is_shutting_down() {
+                break;
+            }
+            pass(&node, &storage).await;
+        }
+    });
+}
+
+/// Ships everything committed so far on every database (a node going away does this last).
+pub async fn flush_all(node: &Arc<Node>) {
+    let Some(storage) = node.storage().cloned() else {
+        return;
+    };
+    let Ok(runtime) = storage.runtime() else {
+        return;
+    };
+    let node = Arc::clone(node);
+    let _ = tokio::task::spawn_blocking(move || {
+        for db in node.databases() {
+            if let Some(log) = db.log() {
+                if log.due(Duration::ZERO) {
+                    if let Err(e) = log.ship_round(&storage.context(&runtime)) {
+                        tracing::warn!(database_id = %db.id(), error = %e, "last shipping round failed");
+                    }
+                }
+            }
+        }
+    })
+    .await;
+}
+
+async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
+    write_index(node, storage).await;
+    let lag = storage.settings.durability_lag;
+    let mut max_lag_ms = 0u64;
+    for db in node.databases() {
+        if let Some(log) = db.log() {
+            let status = log.status();
+            max_lag_ms = max_lag_ms.max(status.lag_ms);
+            // Logged when it grows past twice the bound (once a minute per database).
+            if status.lag_ms > 2 * lag.as_millis() as u64 {
+                let mut logged = lock(&storage.lag_logged);
+                let due = logged
+                    .get(db.id())
+                    .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+                if due {
+                    logged.insert(db.id().to_string(), Instant::now());
+                    tracing::warn!(
+                        database_id = %db.id(),
+                        lag_ms = status.lag_ms,
+                        pending_commits = status.pending_commits,
+                        error = status.last_error.as_deref().unwrap_or(""),
+                        "replication to object storage is behind"
+                    );
+                }
+            }
+        }
+        if db.needs_rebuild() {
+            spawn_rebuild(node, storage, &db);
+            continue;
+        }
+        let Some(log) = db.log().cloned() else {
+            continue;
+        };
+        let gc_due = lock(&storage.last_gc)
+            .get(db.id())
+            .is_none_or(|at| at.elapsed() >= storage.settings.gc_interval);
+        if !log.due(lag) && !gc_due {
+            continue;
+        }
+        if !lock(&storage.in_flight).insert(db.id().to_string()) {
+            continue;
+        }
+        let storage = Arc::clone(storage);
+        let db = Arc::clone(&db);
+        tokio::spawn(async move {
+            let _permit = Arc::clone(&storage.concurrency).acquire_owned().await;
+            let id = db.id().to_string();
+            if log.due(lag) {
+                let runtime = tokio::runtime::Handle::current();
+                let round_storage = Arc::clone(&storage);
+                let round_log = Arc::clone(&log);
+                let result = tokio::task::spawn_blocking(move || {
+                    // `sync` commits that arrived during a round wait for the next one at
+                    // once, not for the next tick (group commit: each round takes them all).
+                    loop {
+                        let result = round_log.ship_round(&round_storage.context(&runtime));
+                        if result.is_err() || !round_log.sync_pending() {
+                            return result;
+                        }
+                    }
+                })
+                .await;
+                match result {
+                    Ok(Ok(())) => metrics::counter!("atoll_storage_rounds_total").increment(1),
+                    Ok(Err(DataError::Unavailable(why))) => {
+                        tracing::debug!(database_id = %id, %why, "round postponed")
+                    }
+                    Ok(Err(e)) => {
+                        metrics::counter!("atoll_storage_round_failures_total").increment(1);
+                        if !db.file_path().exists() && db.config().state == DatabaseState::Active {
+                            db.mark_needs_rebuild();
+                        }
+                        tracing::warn!(database_id = %id, error = %e, "shipping failed; retrying")
+                    }
+                    Err(e) => {
+                        tracing::error!(database_id = %id, error = %e, "shipping round panicked")
+                    }
+                }
+            }
+            let gc_due = lock(&storage.last_gc)
+                .get(&id)
+                .is_none_or(|at| at.elapsed() >= storage.settings.gc_interval);
+            if gc_due {
+                lock(&storage.last_gc).insert(id.clone(), Instant::now());
+                let retention = storage.retention_days(&db.config());
+                let counted_from = log.take_stored_since_count();
+                match collect_garbage(&storage.storage, &id, retention).await {
+                    Ok(bytes) => {
+                        lock(&storage.stored_bytes).insert(id.clone(), bytes);
+                    }
+                    Err(e) => {
+                        // Not counted: keep what was stored in the running figure.
+                        lock(&storage.stored_bytes)
+                            .entry(id.clone())
+                            .and_modify(|b| *b += counted_from)
+                            .or_insert(counted_from);
+                        tracing::warn!(database_id = %id, error = %e, "retention failed")
+                    }
+                }
+            }
+            lock(&storage.in_flight).remove(&id);
+        });
+    }
+    metrics::gauge!("atoll_storage_lag_seconds").set(max_lag_ms as f64 / 1000.0);
+}
+
+/// Writes a new database's entry in the node's index at once (it is durable from its first
+/// instant, and a node that loses its disk right after the create still knows it).
+pub(crate) fn write_index_entry(
+    storage: &NodeStorage,
+    config: &DatabaseConfig,
+) -> Result<(), DataError> {
+    let runtime = storage.runtime()?;
+    let bytes = serde_json::to_vec(config).map_err(|e| DataError::Internal(e.to_string()))?;
+    runtime.block_on(storage.storage.put(
+        &keys::node_database(&storage.node_name, &config.id),
+        Bytes::from(bytes),
+    ))
+}
+
+/// Writes the node's index entries that changed: each database's configuration under
+/// `nodes/<node>/databases/`, so a node whose disk is lost knows what it held.
+async fn write_index(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
+    let dirty: Vec<String> = lock(&storage.index_dirty).drain().collect();
+    for id in dirty {
+        let Some(db) = node.by_id(&id) else {
+            continue;
+        };
+        let config = serde_json::to_vec(&*db.config()).unwrap_or_default();
+        let key = keys::node_database(&storage.node_name, &id);
+        if let Err(e) = storage.storage.put(&key, Bytes::from(config)).await {
+            tracing::warn!(database_id = %id, error = %e, "cannot write the node's index; retrying");
+            lock(&storage.index_dirty).insert(id);
+        }
+    }
+    let removed: Vec<String> = lock(&storage.index_removed).drain().collect();
+    for id in removed {
+        let key = keys::node_database(&storage.node_name, &id);
+        if let Err(e) = storage.storage.delete(&key).await {
+            tracing::warn!(database_id = %id, error = %e, "cannot update the node's index; retrying");
+            lock(&storage.index_removed).insert(id);
+        }
+    }
+}
+
+/// Retention: keeps the newest generation at or before the start of the window and
+/// everything after it, so every instant inside the window stays restorable; deletes
+/// older generations and the log they no longer need. Answers the bytes that remain.
+pub async fn collect_garbage(
+    storage: &Storage,
+    id: &str,
+    retention_days: u32,
+) -> Result<u64, DataError> {
+    if retention_days == 0 {
+        return Ok(Catalog::load(storage, id).await?.bytes);
+    }
+    collect_garbage_before(
+        storage,
+        id,
+        now_ms() - i64::from(retention_days) * 86_400_000,
+    )
+    .await
+}
+
+/// Retention with the window starting at `cutoff_ms`.
+pub async fn collect_garbage_before(
+    storage: &Storage,
+    id: &str,
+    cutoff_ms: i64,
+) -> Result<u64, DataError> {
+    let cutoff = cutoff_ms;
+    let catalog = Catalog::load(storage, id).await?;
+    let Some(keep) = catalog
+        .generations
+        .iter()
+        .rev()
+        .find(|g| g.created_ms <= cutoff)
+        .cloned()
+    else {
+        return Ok(catalog.bytes);
+    };
+    let mut freed = 0u64;
+    for generation in catalog
+        .generations
+        .iter()
+        .filter(|g| g.created_ms < keep.created_ms)
+    {
+        let prefix = keys::generation(id, generation.start, generation.created_ms);
+        // The manifest first: a generation without one is never used.
+        storage.delete(&format!("{prefix}manifest.json")).await?;
+        storage.delete(&format!("{prefix}snapshot.db")).await?;
+        freed += generation.bytes;
+    }
+    for segment in catalog.segments.iter().filter(|s| s.last <= keep.start) {
+        storage.delete(&segment.key).await?;
+        freed += segment.bytes;
+    }
+    if freed > 0 {
+        tracing::info!(
+            database_id = id,
+            freed,
+            "retention removed history outside the window"
+        );
+    }
+    Ok(catalog.bytes.saturating_sub(freed))
+}
+
+/// Rebuilds, at node start, every database of the node's index whose files are missing,
+/// and every local database whose file is missing or damaged. Each is served again as
+/// soon as it is rebuilt; until then it answers 503 with `Retry-After`.
+pub async fn recover(node: &Arc<Node>) -> Result<usize, DataError> {
+    let Some(storage) = node.storage().cloned() else {
+        return Ok(0);
+    };
+    let _ = storage.runtime.set(tokio::runtime::Handle::current());
+    let listed = storage
+        .storage
+        .list(&keys::node_databases(&storage.node_name))
+        .await?;
+    let mut count = 0;
+    for object in listed {
+        let Some(bytes) = storage.storage.get(&object.key).await? else {
+            continue;
+        };
+        let config: DatabaseConfig = match serde_json::from_slice(&bytes) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::warn!(key = %object.key, error = %e, "unreadable index entry");
+                continue;
+            }
+        };
+        if node.by_id(&config.id).is_some() {
+            continue;
+        }
+        if config.state == DatabaseState::AwaitingUpload {
+            // Nothing was stored yet: it comes back awaiting its upload.
+            node.install_recovered(config, None)?;
+            count += 1;
+            continue;
+        }
+        tracing::warn!(database_id = %config.id, "database missing from this node's disk: rebuilding it from object storage");
+        let db = node.install_recovering(config)?;
+        spawn_rebuild(node, &storage, &db);
+        count += 1;
+    }
+    for db in node.databases() {
+        let state = db.config().state;
+        if state == DatabaseState::AwaitingUpload || db.needs_rebuild() {
+            continue;
+        }
+        if !file_is_sound(&db.file_path()) {
+            tracing::warn!(database_id = %db.id(), "database file missing or damaged: rebuilding it from object storage");
+            db.mark_needs_rebuild();
+            spawn_rebuild(node, &storage, &db);
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// A cheap start-up check: the file exists and begins with SQLite's header.
+fn file_is_sound(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .is_ok_and(|()| &header == b"SQLite format 3\0")
+}
+
+fn spawn_rebuild(node: &Arc<Node>, storage: &Arc<NodeStorage>, db: &Arc<Database>) {
+    if !lock(&storage.in_flight).insert(db.id().to_string()) {
+        return;
+    }
+    db.mark_needs_rebuild();
+    let node = Arc::clone(node);
+    let storage = Arc::clone(storage);
+    let db = Arc::clone(db);
+    tokio::spawn(async move {
+        let id = db.id().to_string();
+        let started = Instant::now();
+        match rebuild(&node, &storage, &db).await {
+            Ok(frame_no) => tracing::info!(
+                database_id = %id,
+                frame_no,
+                ms = started.elapsed().as_millis() as u64,
+                "database rebuilt from object storage"
+            ),
+            Err(e) => {
+                tracing::error!(database_id = %id, error = %e, "rebuilding from object storage failed; retrying")
+            }
+        }
+        lock(&storage.in_flight).remove(&id);
+    });
+}
+
+async fn rebuild(
+    node: &Arc<Node>,
+    storage: &Arc<NodeStorage>,
+    db: &Arc<Database>,
+) -> Result<u64, DataError> {
+    let staging = node.staging_dir(db.id())?;
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    let file = staging.join("data");
+    let retention = storage.retention_days(&db.config());
+    let restored = restore::restore_to_file(
+        &storage.storage,
+        db.id(),
+        Target::Latest,
+        Some(retention),
+        &file,
+    )
+    .await;
+    let restored = match restored {
+        Ok(restored) => restored,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    let node = Arc::clone(node);
+    let db = Arc::clone(db);
+    let frame_no = restored.frame_no;
+    tokio::task::spawn_blocking(move || {
+        node.install_rebuilt(&db, &staging, restored.continuing_state())
+    })
+    .await
+    .map_err(|e| DataError::Internal(e.to_string()))??;
+    Ok(frame_no)
+}
+
+/// Rebuilds `source_id` as of `timestamp_ms` (or its latest state) into `file`, for a new
+/// database. Runs on a blocking thread.
+pub(crate) fn restore_seed(
+    storage: &NodeStorage,
+    source_id: &str,
+    timestamp_ms: Option<i64>,
+    retention_days: u32,
+    file: &Path,
+) -> Result<(), DataError> {
+    let runtime = storage.runtime()?;
+    let target = timestamp_ms.map_or(Target::Latest, Target::Time);
+    runtime.block_on(restore::restore_to_file(
+        &storage.storage,
+        source_id,
+        target,
+        Some(retention_days),
+        file,
+    ))?;
+    Ok(())
+}
+
+/// Restores a database in place to its state at `timestamp_ms`: everything up to now is
+/// shipped first (so the present stays restorable), the past state is rebuilt beside it,
+/// then written into the live database as one transaction through SQLite's backup API, so
+/// open connections see it at their next read and the log records it like any write.
+/// Runs on a blocking thread.
+pub(crate) fn restore_in_place(
+    node: &Node,
+    storage: &NodeStorage,
+    db: &Database,
+    timestamp_ms: i64,
+) -> Result<RestoreOutcome, DataError> {
+    let log = db
+        .log()
+        .ok_or_else(|| DataError::Internal("the database has no log".into()))?;
+    db.ensure_queryable()?;
+    let runtime = storage.runtime()?;
+    log.ship_round(&storage.context(&runtime))?;
+    let staging = node.staging_dir(&format!("{}-restore", db.id()))?;
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    let past = staging.join("data");
+    let result = (|| {
+        let restored = runtime.block_on(restore::restore_to_file(
+            &storage.storage,
+            db.id(),
+            Target::Time(timestamp_ms),
+            Some(storage.retention_days(&db.config())),
+            &past,
+        ))?;
+        let source = rusqlite::Connection::open(&past)?;
+        let mut live = internal_connection(&db.file_path())?;
+        let hook_log = Arc::clone(log);
+        live.commit_hook(Some(move || {
+            hook_log.record_commit();
+            false
+        }));
+        write_whole(&source, &mut live)?;
+        drop(live);
+        node.pool.forget(db.id());
+        log.ship_round(&storage.context(&runtime))?;
+        let record = serde_json::json!({
+            "restored_to_ms": timestamp_ms,
+            "restored_commit_ms": restored.commit_ms,
+            "at_ms": now_ms(),
+            "frame_no": log.state().durable_frame_no,
+        });
+        runtime.block_on(storage.storage.put(
+            &format!("{}{}.json", keys::restores(db.id()), now_ms()),
+            Bytes::from(record.to_string()),
+        ))?;
+        Ok(RestoreOutcome {
+            restored_commit_ms: restored.commit_ms,
+            frame_no: log.state().durable_frame_no,
+        })
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+/// Copies every page of `source` into `live` in one write transaction, waiting (bounded)
+/// for a writer that holds the lock.
+fn write_whole(
+    source: &rusqlite::Connection,
+    live: &mut rusqlite::Connection,
+) -> Result<(), DataError> {
+    use rusqlite::backup::{Backup, StepResult};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let backup = Backup::new(source, live)?;
+    loop {
+        match backup.step(-1)? {
+            StepResult::Done => return Ok(()),
+            StepResult::More => continue,
+            StepResult::Busy | StepResult::Locked => {
+                if Instant::now() >= deadline {
+                    return Err(DataError::Unavailable(
+                        "the database stayed busy for 30 s; the restore was not applied, try again"
+                            .into(),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// What object storage holds of a database, and the shipper's lag.
+pub async fn backups(storage: &NodeStorage, db: &Database) -> Result<Backups, DataError> {
+    let config = db.config();
+    let retention = storage.retention_days(&config);
+    let catalog = Catalog::load(&storage.storage, db.id()).await?;
+    let window = catalog.window(Some(retention));
+    let status = db.log().map(|l| l.status()).unwrap_or_default();
+    Ok(Backups {
+        storage_url: storage.storage.url().to_string(),
+        generations: catalog
+            .generations
+            .iter()
+            .map(|g| Generation {
+                start_frame_no: g.start,
+                created_ms: g.created_ms,
+                snapshot_bytes: g.bytes,
+            })
+            .collect(),
+        window_start_ms: window.map(|w| w.0),
+        window_end_ms: window.map(|w| w.1),
+        retention_days: retention,
+        stored_bytes: catalog.bytes,
+        durable_frame_no: status.durable_frame_no,
+        lag_commits: status.pending_commits,
+        lag_ms: status.lag_ms,
+        durability: Some(storage.durability(&config)),
+        last_error: status.last_error,
+    })
+}
+
+/// Bytes in object storage: as retention last counted them (it lists them), plus what
+/// was stored since.
+pub fn stored_bytes(storage: &NodeStorage, db: &Database) -> u64 {
+    let counted = lock(&storage.stored_bytes)
+        .get(db.id())
+        .copied()
+        .unwrap_or(0);
+    counted + db.log().map_or(0, |l| l.stored_since_count())
+}
+
+/// Deletes everything a purged database left in object storage.
+pub async fn purge(storage: &NodeStorage, id: &str) -> Result<usize, DataError> {
+    let removed = storage.storage.delete_prefix(&keys::database(id)).await?;
+    storage
+        .storage
+        .delete(&keys::node_database(&storage.node_name, id))
+        .await?;
+    lock(&storage.stored_bytes).remove(id);
+    Ok(removed)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
