@@ -129,8 +129,12 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
             path.display(),
             options.name
         ))),
-        Some(Source::Database(source)) => Some(Progress::waiting(&format!(
+        Some(Source::Database(source, None)) => Some(Progress::waiting(&format!(
             "Copying {source} into {}",
+            options.name
+        ))),
+        Some(Source::Database(source, Some(timestamp))) => Some(Progress::waiting(&format!(
+            "Restoring {source} as of {timestamp} into {}",
             options.name
         ))),
         _ => None,
