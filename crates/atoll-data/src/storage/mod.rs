@@ -222,31 +222,65 @@ impl Storage {
     }
 
     /// Writes an object to a local file, handing each chunk to `inspect` (a running
-    /// checksum) on the way.
+    /// checksum) on the way. A local store's file is copied on a blocking thread; a
+    /// remote object's stream is written in large chunks (one small write per network
+    /// chunk made a 1 GiB restore several times slower).
     pub async fn get_to_file(
         &self,
         key: &str,
         file: &Path,
-        mut inspect: impl FnMut(&[u8]),
+        mut inspect: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<u64, DataError> {
         use tokio::io::AsyncWriteExt;
+        const CHUNK: usize = 4 * 1024 * 1024;
         let result = self.store.get(&self.path(key)).await.map_err(|e| match e {
             object_store::Error::NotFound { .. } => {
                 DataError::Storage(format!("object {key} is missing from {}", self.url))
             }
             e => self.error("cannot read", key, e),
         })?;
-        let mut stream = result.into_stream();
-        let mut out = tokio::fs::File::create(file).await?;
-        let mut total = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| self.error("cannot read", key, e))?;
-            inspect(&chunk);
-            total += chunk.len() as u64;
-            out.write_all(&chunk).await?;
+        match result.payload {
+            object_store::GetResultPayload::File(mut source, _) => {
+                let target = file.to_path_buf();
+                tokio::task::spawn_blocking(move || -> Result<u64, DataError> {
+                    use std::io::{Read, Write};
+                    let mut out = std::fs::File::create(&target)?;
+                    let mut buf = vec![0u8; CHUNK];
+                    let mut total = 0u64;
+                    loop {
+                        let n = source.read(&mut buf)?;
+                        if n == 0 {
+                            break;
+                        }
+                        inspect(&buf[..n]);
+                        out.write_all(&buf[..n])?;
+                        total += n as u64;
+                    }
+                    out.sync_all()?;
+                    Ok(total)
+                })
+                .await
+                .map_err(|e| DataError::Internal(e.to_string()))?
+            }
+            object_store::GetResultPayload::Stream(mut stream) => {
+                let mut out = tokio::fs::File::create(file).await?;
+                let mut pending = Vec::with_capacity(CHUNK);
+                let mut total = 0u64;
+                while let Some(chunk) = stream.next().await {
+                    let chunk = chunk.map_err(|e| self.error("cannot read", key, e))?;
+                    inspect(&chunk);
+                    total += chunk.len() as u64;
+                    pending.extend_from_slice(&chunk);
+                    if pending.len() >= CHUNK {
+                        out.write_all(&pending).await?;
+                        pending.clear();
+                    }
+                }
+                out.write_all(&pending).await?;
+                out.sync_all().await?;
+                Ok(total)
+            }
         }
-        out.sync_all().await?;
-        Ok(total)
     }
 
     /// Every object under `prefix`, in key order.

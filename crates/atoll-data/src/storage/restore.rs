@@ -221,11 +221,19 @@ pub async fn restore_to_file(
             .map_err(|e| DataError::Storage(format!("object {key} is not a manifest: {e}")))?
     };
     let snapshot_key = format!("{dir}snapshot.db");
-    let mut hasher = Sha256::new();
+    let hasher = std::sync::Arc::new(std::sync::Mutex::new(Sha256::new()));
+    let hashing = std::sync::Arc::clone(&hasher);
     let bytes = storage
-        .get_to_file(&snapshot_key, dest, |chunk| hasher.update(chunk))
+        .get_to_file(&snapshot_key, dest, move |chunk| {
+            hashing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .update(chunk)
+        })
         .await?;
-    let digest = super::hex(&hasher.finalize());
+    let digest = super::hex(
+        &std::mem::take(&mut *hasher.lock().unwrap_or_else(|p| p.into_inner())).finalize(),
+    );
     if digest != manifest.sha256 || bytes != manifest.bytes {
         let _ = std::fs::remove_file(dest);
         return Err(DataError::Storage(format!(
