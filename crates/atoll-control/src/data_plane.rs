@@ -18,12 +18,16 @@ pub enum DataPlane {
         node: Arc<Node>,
         http_base: String,
         hostname_suffix: String,
+        /// How long a quarantined database is kept before a purge may remove it.
+        quarantine_retention: std::time::Duration,
     },
     /// `atoll node`s reached through their admin API.
     Remote {
         nodes: Vec<RemoteNode>,
         client: reqwest::Client,
         secret: String,
+        /// Sent with every order ([`wire::STORE_ID_HEADER`]): a node serves one store.
+        store_id: String,
     },
 }
 
@@ -43,12 +47,31 @@ impl DataPlane {
             node,
             http_base: http_base.trim_end_matches('/').to_string(),
             hostname_suffix: hostname_suffix.to_string(),
+            quarantine_retention: atoll_data::quarantine::DEFAULT_RETENTION,
         }
     }
 
-    /// Connects to `atoll node`s by their admin URLs, asking each who it is. Fails when a
-    /// node does not answer or refuses the secret.
-    pub async fn remote(admin_urls: &[String], secret: &str) -> Result<DataPlane, ApiError> {
+    /// The in-process data plane, keeping quarantined databases for `retention` before a
+    /// purge may remove them (no effect on remote nodes: each has its own setting).
+    pub fn with_quarantine_retention(mut self, retention: std::time::Duration) -> DataPlane {
+        if let DataPlane::InProcess {
+            quarantine_retention,
+            ..
+        } = &mut self
+        {
+            *quarantine_retention = retention;
+        }
+        self
+    }
+
+    /// Connects to `atoll node`s by their admin URLs, asking each who it is, as the control
+    /// plane of the store `store_id`. Fails when a node does not answer, refuses the
+    /// secret, or belongs to another store.
+    pub async fn remote(
+        admin_urls: &[String],
+        secret: &str,
+        store_id: &str,
+    ) -> Result<DataPlane, ApiError> {
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(120))
             .build()
@@ -59,7 +82,8 @@ impl DataPlane {
             let info: wire::NodeInfo = send(
                 client
                     .get(format!("{admin_url}/v1/node"))
-                    .bearer_auth(secret),
+                    .bearer_auth(secret)
+                    .header(wire::STORE_ID_HEADER, store_id),
             )
             .await?;
             if nodes.iter().any(|n: &RemoteNode| n.info.name == info.name) {
@@ -74,7 +98,57 @@ impl DataPlane {
             nodes,
             client,
             secret: secret.to_string(),
+            store_id: store_id.to_string(),
         })
+    }
+
+    /// An order to a remote node's admin API, with its credential and the store's id.
+    fn order(
+        &self,
+        method: reqwest::Method,
+        node_name: &str,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, ApiError> {
+        match self {
+            DataPlane::Remote {
+                client,
+                secret,
+                store_id,
+                ..
+            } => {
+                let remote = self.remote_node(node_name)?;
+                Ok(client
+                    .request(method, format!("{}{path}", remote.admin_url))
+                    .bearer_auth(secret)
+                    .header(wire::STORE_ID_HEADER, store_id.as_str()))
+            }
+            DataPlane::InProcess { .. } => Err(ApiError::Internal("no remote nodes".into())),
+        }
+    }
+
+    /// The names of the nodes, in order.
+    pub fn node_names(&self) -> Vec<String> {
+        match self {
+            DataPlane::InProcess { .. } => vec![IN_PROCESS_NODE.to_string()],
+            DataPlane::Remote { nodes, .. } => nodes.iter().map(|n| n.info.name.clone()).collect(),
+        }
+    }
+
+    /// Accepts orders from the store `store_id` only. A remote node checks it on every
+    /// order; the in-process node's data directory is stamped here, at start, so a
+    /// process pointed at another store refuses to manage its databases.
+    pub fn claim_store(&self, store_id: &str) -> Result<(), ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                atoll_data::identity::StoreStamp::open(node.data_dir())
+                    .and_then(|stamp| stamp.claim(store_id))
+                    .map_err(|e| ApiError::Internal(e.to_string()))
+            }
+            DataPlane::Remote { store_id: ours, .. } if ours == store_id => Ok(()),
+            DataPlane::Remote { .. } => Err(ApiError::Internal(
+                "the data plane was set up for another store".into(),
+            )),
+        }
     }
 
     fn remote_node(&self, name: &str) -> Result<&RemoteNode, ApiError> {
@@ -153,15 +227,9 @@ impl DataPlane {
                 }
                 blocking(move || node.create_database(request).map(|_| ())).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let _: serde_json::Value = send(
-                    client
-                        .post(format!("{}/v1/databases", remote.admin_url))
-                        .bearer_auth(secret)
-                        .json(&request),
-                )
-                .await?;
+            DataPlane::Remote { .. } => {
+                let order = self.order(reqwest::Method::POST, node_name, "/v1/databases")?;
+                let _: serde_json::Value = send(order.json(&request)).await?;
                 Ok(())
             }
         }
@@ -173,11 +241,10 @@ impl DataPlane {
                 let node = Arc::clone(node);
                 blocking(move || node.configure(config).map(|_| ())).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let url = format!("{}/v1/databases/{}/config", remote.admin_url, config.id);
-                let _: serde_json::Value =
-                    send(client.put(url).bearer_auth(secret).json(&config)).await?;
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{}/config", config.id);
+                let order = self.order(reqwest::Method::PUT, node_name, &path)?;
+                let _: serde_json::Value = send(order.json(&config)).await?;
                 Ok(())
             }
         }
@@ -191,10 +258,9 @@ impl DataPlane {
                 let id = id.to_string();
                 blocking(move || node.delete_database(&id)).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let url = format!("{}/v1/databases/{id}", remote.admin_url);
-                send::<serde_json::Value>(client.delete(url).bearer_auth(secret))
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}");
+                send::<serde_json::Value>(self.order(reqwest::Method::DELETE, node_name, &path)?)
                     .await
                     .map(|_| ())
             }
@@ -223,14 +289,9 @@ impl DataPlane {
                 let id = id.to_string();
                 blocking(move || node.stats(&id)).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                send(
-                    client
-                        .get(format!("{}/v1/databases/{id}/stats", remote.admin_url))
-                        .bearer_auth(secret),
-                )
-                .await
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}/stats");
+                send(self.order(reqwest::Method::GET, node_name, &path)?).await
             }
         }
     }
@@ -245,14 +306,9 @@ impl DataPlane {
             DataPlane::InProcess { node, .. } => {
                 Ok(node.meters.top_queries(id, atoll_data::admin::TOP_QUERIES))
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                send(
-                    client
-                        .get(format!("{}/v1/databases/{id}/queries", remote.admin_url))
-                        .bearer_auth(secret),
-                )
-                .await
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}/queries");
+                send(self.order(reqwest::Method::GET, node_name, &path)?).await
             }
         }
     }
@@ -263,19 +319,15 @@ impl DataPlane {
             DataPlane::InProcess { node, .. } => {
                 Ok(vec![(IN_PROCESS_NODE.to_string(), node.meters.collect())])
             }
-            DataPlane::Remote {
-                nodes,
-                client,
-                secret,
-            } => {
+            DataPlane::Remote { nodes, .. } => {
                 let mut batches = Vec::new();
                 for remote in nodes {
-                    let batch: wire::UsageBatch = send(
-                        client
-                            .post(format!("{}/v1/usage/collect", remote.admin_url))
-                            .bearer_auth(secret),
-                    )
-                    .await?;
+                    let order = self.order(
+                        reqwest::Method::POST,
+                        &remote.info.name,
+                        "/v1/usage/collect",
+                    )?;
+                    let batch: wire::UsageBatch = send(order).await?;
                     batches.push((remote.info.name.clone(), batch));
                 }
                 Ok(batches)
@@ -289,61 +341,193 @@ impl DataPlane {
                 node.meters.acknowledge(batch_id);
                 Ok(())
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let url = format!("{}/v1/usage/{batch_id}/ack", remote.admin_url);
-                send::<serde_json::Value>(client.post(url).bearer_auth(secret))
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/usage/{batch_id}/ack");
+                send::<serde_json::Value>(self.order(reqwest::Method::POST, node_name, &path)?)
                     .await
                     .map(|_| ())
             }
         }
     }
 
-    /// Ids of the databases each node holds.
-    async fn node_database_ids(&self) -> Result<Vec<(String, Vec<String>)>, ApiError> {
+    /// Ids of the databases a node holds.
+    async fn node_database_ids(&self, node_name: &str) -> Result<Vec<String>, ApiError> {
         match self {
-            DataPlane::InProcess { node, .. } => {
-                Ok(vec![(IN_PROCESS_NODE.to_string(), node.database_ids())])
-            }
-            DataPlane::Remote {
-                nodes,
-                client,
-                secret,
-            } => {
-                let mut all = Vec::new();
-                for remote in nodes {
-                    let ids: wire::DatabaseIds = send(
-                        client
-                            .get(format!("{}/v1/databases", remote.admin_url))
-                            .bearer_auth(secret),
-                    )
-                    .await?;
-                    all.push((remote.info.name.clone(), ids.ids));
-                }
-                Ok(all)
+            DataPlane::InProcess { node, .. } => Ok(node.database_ids()),
+            DataPlane::Remote { .. } => {
+                let order = self.order(reqwest::Method::GET, node_name, "/v1/databases")?;
+                let ids: wire::DatabaseIds = send(order).await?;
+                Ok(ids.ids)
             }
         }
     }
 
-    /// At start: removes what a crash left half-done. Databases still `creating` are
-    /// removed from the store and their node; node databases the store does not know are
-    /// deleted.
-    pub async fn reconcile(&self, store: &Store) -> Result<(), ApiError> {
-        for db in store.databases_in_state(DatabaseState::Creating).await? {
-            tracing::warn!(database = %db.id, name = %db.name, "removing a database whose creation was interrupted");
-            self.delete_database(&db.node, &db.id).await?;
-            store.delete_database(&db.id).await?;
+    /// Moves a database the store does not know out of its node's service, keeping its
+    /// files (see `atoll_data::quarantine`).
+    pub async fn quarantine(
+        &self,
+        node_name: &str,
+        id: &str,
+    ) -> Result<wire::QuarantinedDatabase, ApiError> {
+        match self {
+            DataPlane::InProcess {
+                node,
+                quarantine_retention,
+                ..
+            } => {
+                let (node, id, retention) =
+                    (Arc::clone(node), id.to_string(), *quarantine_retention);
+                blocking(move || {
+                    atoll_data::quarantine::quarantine(
+                        &node,
+                        &id,
+                        retention,
+                        atoll_meta::now_millis(),
+                    )
+                })
+                .await
+            }
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}/quarantine");
+                send(self.order(reqwest::Method::POST, node_name, &path)?).await
+            }
         }
-        for (node, ids) in self.node_database_ids().await? {
-            for id in ids {
-                if store.database_by_id(&id).await?.is_none() {
-                    tracing::warn!(database = %id, node = %node, "deleting a database the metadata store does not know");
-                    self.delete_database(&node, &id).await?;
+    }
+
+    /// The quarantined databases of a node.
+    pub async fn quarantined(
+        &self,
+        node_name: &str,
+    ) -> Result<Vec<wire::QuarantinedDatabase>, ApiError> {
+        match self {
+            DataPlane::InProcess {
+                node,
+                quarantine_retention,
+                ..
+            } => {
+                let (node, retention) = (Arc::clone(node), *quarantine_retention);
+                blocking(move || {
+                    atoll_data::quarantine::list(
+                        node.data_dir(),
+                        retention,
+                        atoll_meta::now_millis(),
+                    )
+                })
+                .await
+            }
+            DataPlane::Remote { .. } => {
+                let order = self.order(reqwest::Method::GET, node_name, "/v1/quarantine")?;
+                let quarantine: wire::Quarantine = send(order).await?;
+                Ok(quarantine.databases)
+            }
+        }
+    }
+
+    /// Removes a quarantined database for good (refused before its retention is over).
+    pub async fn purge_quarantined(
+        &self,
+        node_name: &str,
+        id: &str,
+    ) -> Result<wire::QuarantinedDatabase, ApiError> {
+        match self {
+            DataPlane::InProcess {
+                node,
+                quarantine_retention,
+                ..
+            } => {
+                let (node, id, retention) =
+                    (Arc::clone(node), id.to_string(), *quarantine_retention);
+                blocking(move || {
+                    atoll_data::quarantine::purge(
+                        node.data_dir(),
+                        &id,
+                        retention,
+                        atoll_meta::now_millis(),
+                    )
+                })
+                .await
+            }
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/quarantine/{id}");
+                send(self.order(reqwest::Method::DELETE, node_name, &path)?).await
+            }
+        }
+    }
+
+    /// One pass that converges the nodes to the store (see `crate::reconciler`):
+    ///
+    /// - a database still `creating` after `creating_grace` was abandoned by a control
+    ///   plane that died mid-create: removed from its node (by id: the store names it)
+    ///   and from the store. Younger ones are left alone: another replica may be creating
+    ///   them at this very moment;
+    /// - a database a node holds that the store does not know is quarantined, never
+    ///   deleted.
+    ///
+    /// A node that cannot be reached is reported and skipped; the next pass retries.
+    pub async fn reconcile(
+        &self,
+        store: &Store,
+        creating_grace: std::time::Duration,
+        now: i64,
+    ) -> Result<ReconcileReport, ApiError> {
+        // The in-process node is checked here too, not only at start: nothing below may
+        // touch a data directory that belongs to another store.
+        if let DataPlane::InProcess { .. } = self {
+            self.claim_store(&store.store_id().await?)?;
+        }
+        let mut report = ReconcileReport::default();
+        let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
+        for db in store.databases_in_state(DatabaseState::Creating).await? {
+            if db.created_at > now.saturating_sub(grace_ms) {
+                continue;
+            }
+            match self.delete_database(&db.node, &db.id).await {
+                Ok(()) => {
+                    tracing::warn!(database = %db.id, name = %db.name, "removing a database whose creation was abandoned");
+                    store.delete_database(&db.id).await?;
+                    report.abandoned_creates.push(db.id);
+                }
+                Err(e) => {
+                    tracing::warn!(database = %db.id, node = %db.node, error = %e, "cannot remove an abandoned create yet");
                 }
             }
         }
-        Ok(())
+        for node_name in self.node_names() {
+            let ids = match self.node_database_ids(&node_name).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::warn!(node = %node_name, error = %e, "data node unreachable: skipped by this reconcile pass");
+                    report.unreachable_nodes.push(node_name);
+                    continue;
+                }
+            };
+            for id in ids {
+                if store.database_by_id(&id).await?.is_some() {
+                    continue;
+                }
+                match self.quarantine(&node_name, &id).await {
+                    Ok(_) => report.quarantined.push((node_name.clone(), id)),
+                    // Gone in the meantime (deleted by whoever forgot it): nothing to keep.
+                    Err(ApiError::NotFound(..)) => {}
+                    Err(e) => {
+                        tracing::warn!(node = %node_name, database = %id, error = %e, "cannot quarantine an unknown database")
+                    }
+                }
+            }
+        }
+        Ok(report)
     }
+}
+
+/// What a reconcile pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Databases whose creation a dead control plane abandoned, removed.
+    pub abandoned_creates: Vec<String>,
+    /// (node, database) pairs moved to the node's quarantine: unknown to the store.
+    pub quarantined: Vec<(String, String)>,
+    /// Nodes the pass could not reach.
+    pub unreachable_nodes: Vec<String>,
 }
 
 /// Sends a node admin request and maps its answer, as the in-process calls are mapped.

@@ -311,6 +311,22 @@ impl Node {
 
     /// Removes a database and its files.
     pub fn delete_database(&self, id: &str) -> Result<(), DataError> {
+        let db = self.detach(id)?;
+        // Rename first so a crash half-way never leaves a loadable, half-deleted database.
+        let trash = self.data_dir.join("dbs").join(format!(".deleting-{id}"));
+        std::fs::rename(db.dir(), &trash)?;
+        std::fs::remove_dir_all(&trash)?;
+        Ok(())
+    }
+
+    /// The node's data directory (`dbs/`, the store stamp, `quarantine/`).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Stops serving a database and forgets it, leaving its files where they are for the
+    /// caller to move or remove (a delete, a quarantine).
+    pub fn detach(&self, id: &str) -> Result<Arc<Database>, DataError> {
         let db = {
             let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
             let db = registry
@@ -329,11 +345,7 @@ impl Node {
         };
         self.pool.forget(id);
         self.meters.forget(id);
-        // Rename first so a crash half-way never leaves a loadable, half-deleted database.
-        let trash = self.data_dir.join("dbs").join(format!(".deleting-{id}"));
-        std::fs::rename(db.dir(), &trash)?;
-        std::fs::remove_dir_all(&trash)?;
-        Ok(())
+        Ok(db)
     }
 
     pub fn stats(&self, id: &str) -> Result<DatabaseStats, DataError> {

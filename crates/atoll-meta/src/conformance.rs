@@ -64,6 +64,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("signing_keys_are_sealed_at_rest", |s| {
             Box::pin(signing_keys_are_sealed_at_rest(s))
         }),
+        ("the_store_has_one_id", |s| {
+            Box::pin(the_store_has_one_id(s))
+        }),
     ]
 }
 
@@ -1229,6 +1232,35 @@ async fn usage_counts_each_batch_once(store: Store) {
             ),
         ]
     );
+}
+
+/// Nodes are stamped with the store's id: it must be the same from every caller, made once
+/// even when replicas ask at the same moment.
+async fn the_store_has_one_id(store: Store) {
+    let asked_together = futures_join_all(
+        (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.store_id().await.unwrap() })
+            })
+            .collect(),
+    )
+    .await;
+    let first = &asked_together[0];
+    assert_eq!(uuid::Uuid::parse_str(first).unwrap().to_string(), *first);
+    assert!(
+        asked_together.iter().all(|id| id == first),
+        "{asked_together:?}"
+    );
+    assert_eq!(store.store_id().await.unwrap(), *first);
+}
+
+async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    ids
 }
 
 async fn leases_and_idle_groups(store: Store) {

@@ -23,6 +23,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("migrations/postgres/0007_isolation_control.sql"),
     ),
+    (
+        9,
+        include_str!("migrations/postgres/0009_store_identity.sql"),
+    ),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).

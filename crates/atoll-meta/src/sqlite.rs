@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("migrations/sqlite/0007_isolation_control.sql"),
     ),
+    (9, include_str!("migrations/sqlite/0009_store_identity.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

@@ -5,6 +5,7 @@ mod credential_cache;
 mod databases;
 mod dumps;
 mod groups;
+mod identity;
 mod invites;
 mod jobs;
 mod members;

@@ -140,3 +140,31 @@ pub struct QueryStats {
     pub rows_written: u64,
     pub count: u64,
 }
+
+/// The header every node admin request carries: the id of the control plane's metadata
+/// store. A node is stamped with the first one it sees and refuses any other, so a control
+/// plane on an empty or wrong store cannot manage another store's databases.
+pub const STORE_ID_HEADER: &str = "x-atoll-store-id";
+
+/// A database a node holds that its store did not know: moved aside, never deleted at
+/// start-up, removed only by an explicit purge once its retention is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinedDatabase {
+    pub id: String,
+    /// From the database's last configuration on the node, when it had one.
+    pub name: Option<String>,
+    pub org_id: Option<String>,
+    pub label: Option<String>,
+    /// When it was moved aside, milliseconds since the epoch.
+    pub quarantined_at: i64,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// Whether its retention is over (a purge may remove it).
+    pub purgeable: bool,
+}
+
+/// `GET /v1/quarantine` of the node admin API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub databases: Vec<QuarantinedDatabase>,
+}

@@ -1,0 +1,404 @@
+//! Nothing deletes data it does not understand (issue 12, finding 1), with processes:
+//! `atoll serve` on PostgreSQL and an `atoll node`.
+//!
+//! - a database the store forgot (PostgreSQL restored from an older backup) is quarantined
+//!   on its node, listed, and removed only by an explicit purge after the retention;
+//! - a replica started on another (empty) store cannot manage the node at all: it refuses
+//!   to start, and the node's databases are untouched;
+//! - `atoll dev` on a data directory whose store was replaced refuses to start.
+//!
+//! The PostgreSQL tests skip (loudly) without a server.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_atoll");
+const SECRET: &str = "a-node-secret-for-tests";
+/// A waiting loop's bound: long enough for a slow debug build on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "atoll-reconciler-{what}-{}-{}",
+        std::process::id(),
+        free_port()
+    ))
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_for(url: &str, child: &mut Child) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if reqwest::get(url)
+            .await
+            .is_ok_and(|r| r.status().as_u16() < 500)
+        {
+            return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("process exited early with {status}");
+        }
+        assert!(Instant::now() < deadline, "{url} did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Node {
+    _process: Process,
+    admin_url: String,
+    dir: PathBuf,
+}
+
+async fn start_node(location: &str, dir: &Path) -> Node {
+    let (port, admin_port) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args(["node", "--location", location])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
+        .args(["--data-dir", dir.to_str().unwrap()])
+        // Purgeable at once, so the test can show the purge.
+        .args(["--quarantine-retention-hours", "0"])
+        .env("ATOLL_NODE_SECRET", SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&format!("http://127.0.0.1:{port}/health"), &mut child).await;
+    Node {
+        _process: Process(child),
+        admin_url: format!("http://127.0.0.1:{admin_port}"),
+        dir: dir.to_path_buf(),
+    }
+}
+
+fn serve_command(database_url: &str, port: u16, nodes: &[&Node], secrets_key: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--database-url", database_url])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--reconcile-interval-secs", "1"])
+        .env("ATOLL_NODE_SECRET", SECRET)
+        .env("ATOLL_SECRETS_KEY", secrets_key)
+        .env("ATOLL_USERNAME", "root")
+        .env("ATOLL_PASSWORD", "a-long-password");
+    for node in nodes {
+        command.args(["--node", &node.admin_url]);
+    }
+    command
+}
+
+struct Api {
+    url: String,
+    client: reqwest::Client,
+    token: String,
+}
+
+impl Api {
+    async fn login(url: String) -> Api {
+        let client = reqwest::Client::new();
+        let login: Value = client
+            .post(format!("{url}/v1/auth/login"))
+            .json(&json!({"username": "root", "password": "a-long-password"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = login["token"].as_str().expect("login token").to_string();
+        Api { url, client, token }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates a database in `group`: its id, URL and a token.
+    async fn database(&self, name: &str, group: &str) -> (String, String, String) {
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/databases",
+                json!({"name": name, "group": group}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let (_, got) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/databases/{name}"),
+                json!(null),
+            )
+            .await;
+        let (_, jwt) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/databases/{name}/auth/tokens"),
+                json!({}),
+            )
+            .await;
+        (
+            got["database"]["DbId"].as_str().unwrap().to_string(),
+            got["database"]["http_url"].as_str().unwrap().to_string(),
+            jwt["jwt"].as_str().unwrap().to_string(),
+        )
+    }
+
+    async fn execute(&self, (_, url, jwt): &(String, String, String), sql: &str) -> Value {
+        let body =
+            json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
+        let response: Value = self
+            .client
+            .post(format!("{url}v2/pipeline"))
+            .bearer_auth(jwt)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(response["results"][0]["type"], "ok", "{response}");
+        response["results"][0]["response"]["result"].clone()
+    }
+}
+
+/// A store client holding the same secrets key as the server, to do what an operator's
+/// restore from an older backup does.
+async fn store_of(database_url: &str, secrets_key: &str) -> atoll_meta::Store {
+    atoll_meta::Store::connect_postgres(database_url)
+        .await
+        .unwrap()
+        .with_secrets(atoll_meta::SecretsKeyring::new(
+            atoll_meta::SecretsKey::from_base64(secrets_key).unwrap(),
+            Vec::new(),
+        ))
+}
+
+#[tokio::test]
+async fn a_database_the_store_forgot_is_quarantined_and_another_store_is_refused() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let Some(other_store_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let node = start_node("aws-us-east-1", &temp_dir("node")).await;
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let port = free_port();
+    let mut child = serve_command(&database_url, port, &[&node], &secrets_key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api_url = format!("http://127.0.0.1:{port}");
+    wait_for(&format!("{api_url}/health"), &mut child).await;
+    let serve = Process(child);
+    let api = Api::login(api_url).await;
+    let (status, body) = api
+        .call(
+            reqwest::Method::POST,
+            "/v1/groups",
+            json!({"name": "east", "location": "aws-us-east-1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let kept = api.database("kept", "east").await;
+    api.execute(&kept, "CREATE TABLE t (v)").await;
+    api.execute(&kept, "INSERT INTO t VALUES ('still here')")
+        .await;
+    let forgotten = api.database("forgotten", "east").await;
+    api.execute(&forgotten, "CREATE TABLE f (v)").await;
+
+    // The store forgets a database its node holds, as a restore of PostgreSQL from a
+    // backup older than the database would.
+    store_of(&database_url, &secrets_key)
+        .await
+        .delete_database(&forgotten.0)
+        .await
+        .unwrap();
+
+    // The reconciler moves it aside on its node, whole, and lists it.
+    let deadline = Instant::now() + PATIENCE;
+    let listed = loop {
+        let (status, listed) = api
+            .call(reqwest::Method::GET, "/v1/admin/quarantine", json!(null))
+            .await;
+        assert_eq!(status, 200, "{listed}");
+        if listed["databases"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+        {
+            break listed;
+        }
+        assert!(Instant::now() < deadline, "never quarantined: {listed}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        listed["databases"][0]["id"],
+        forgotten.0.as_str(),
+        "{listed}"
+    );
+    assert_eq!(listed["databases"][0]["node"], "aws-us-east-1");
+    assert_eq!(listed["databases"][0]["name"], "forgotten");
+    assert_eq!(listed["unreachable_nodes"], json!([]));
+    let aside = node.dir.join("quarantine").join(&forgotten.0);
+    assert!(aside.join("data").is_file());
+    assert!(!node.dir.join("dbs").join(&forgotten.0).exists());
+    let kept_rows = api.execute(&kept, "SELECT v FROM t").await;
+    assert_eq!(kept_rows["rows"][0][0]["value"], "still here");
+
+    // The operator sees it with the CLI.
+    let cli = |args: &[&str]| {
+        let output = Command::new(BIN)
+            .args(args)
+            .env("ATOLL_CONFIG_DIR", node.dir.join("cli"))
+            .env("ATOLL_API_URL", &api.url)
+            .env("ATOLL_API_TOKEN", &api.token)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{args:?}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let table = cli(&["admin", "quarantine", "list"]);
+    assert!(table.contains(&forgotten.0), "{table}");
+    assert!(table.contains("PURGEABLE"), "{table}");
+
+    // Removed only on an explicit order (the node's retention is 0 here).
+    let purged = cli(&["admin", "quarantine", "purge", "--yes"]);
+    assert!(
+        purged.contains(&format!("Purged {}", forgotten.0)),
+        "{purged}"
+    );
+    assert!(!aside.exists());
+    let (status, listed) = api
+        .call(reqwest::Method::GET, "/v1/admin/quarantine", json!(null))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["databases"], json!([]));
+    drop(serve);
+
+    // A node refuses orders without a store id, and from another store.
+    let client = reqwest::Client::new();
+    let bare = client
+        .get(format!("{}/v1/databases", node.admin_url))
+        .bearer_auth(SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), 400);
+    let foreign = client
+        .delete(format!("{}/v1/databases/{}", node.admin_url, kept.0))
+        .bearer_auth(SECRET)
+        .header("x-atoll-store-id", uuid_like())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+
+    // A replica on an empty store cannot manage the node: it refuses to start, saying why.
+    let output = serve_command(&other_store_url, free_port(), &[&node], &secrets_key)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("belongs to metadata store"), "{stderr}");
+    assert!(node.dir.join("dbs").join(&kept.0).join("data").is_file());
+
+    // The right store still manages it, and the data is there.
+    let port = free_port();
+    let mut child = serve_command(&database_url, port, &[&node], &secrets_key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api_url = format!("http://127.0.0.1:{port}");
+    wait_for(&format!("{api_url}/health"), &mut child).await;
+    let _serve = Process(child);
+    let api = Api::login(api_url).await;
+    let kept_rows = api.execute(&kept, "SELECT v FROM t").await;
+    assert_eq!(kept_rows["rows"][0][0]["value"], "still here");
+    let _ = std::fs::remove_dir_all(&node.dir);
+}
+
+fn uuid_like() -> String {
+    format!("00000000-0000-4000-8000-{:012}", free_port())
+}
+
+#[tokio::test]
+async fn atoll_dev_refuses_a_data_directory_whose_store_was_replaced() {
+    let dir = temp_dir("dev");
+    let start = |dir: &Path| {
+        let port = free_port();
+        let child = Command::new(BIN)
+            .args(["dev", "--data-dir", dir.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--db-listen", &format!("127.0.0.1:{}", free_port())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child, format!("http://127.0.0.1:{port}"))
+    };
+    let (mut child, url) = start(&dir);
+    wait_for(&format!("{url}/health"), &mut child).await;
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap();
+    let created = reqwest::Client::new()
+        .post(format!("{url}/v1/databases"))
+        .bearer_auth(token.trim())
+        .json(&json!({"name": "precious", "group": "default"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let _ = child.kill();
+    let _ = child.wait();
+    let databases: Vec<_> = std::fs::read_dir(dir.join("dbs")).unwrap().collect();
+    assert_eq!(databases.len(), 1);
+
+    // The store is replaced by an empty one (meta.db removed): the databases on disk are
+    // not the new store's, and `atoll dev` refuses to touch them.
+    for file in ["meta.db", "meta.db-wal", "meta.db-shm"] {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    let (child, _) = start(&dir);
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("belongs to metadata store"), "{stderr}");
+    let databases: Vec<_> = std::fs::read_dir(dir.join("dbs")).unwrap().collect();
+    assert_eq!(databases.len(), 1, "the database was kept");
+    let _ = std::fs::remove_dir_all(&dir);
+}
