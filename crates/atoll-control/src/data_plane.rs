@@ -271,13 +271,21 @@ impl DataPlane {
         }
     }
 
-    /// Deletes, on their nodes, databases the store has already forgotten. A failure is
-    /// logged, not returned: nobody can reach the database any more, and the node drops it
-    /// at its next start (see [`DataPlane::reconcile`]).
-    pub async fn drop_forgotten(&self, databases: &[Database]) {
+    /// Deletes, on their nodes, databases the store has already forgotten (and holds
+    /// tombstones of). A failure is logged, not returned: nobody can reach the database
+    /// any more, and the reconciler finishes the delete from its tombstone.
+    pub async fn drop_forgotten(&self, store: &Store, databases: &[Database]) {
         for db in databases {
-            if let Err(e) = self.delete_database(&db.node, &db.id).await {
-                tracing::warn!(error = %e, database = %db.id, "could not delete a forgotten database on its node");
+            match self.delete_database(&db.node, &db.id).await {
+                Ok(()) => {
+                    if let Err(e) = store.remove_tombstone(&db.id).await {
+                        tracing::warn!(error = %e, database = %db.id, "could not remove a tombstone: the reconciler will");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, database = %db.id, "could not delete a forgotten database on its node: the reconciler will");
+                    crate::reconciler::request_pass();
+                }
             }
         }
     }
@@ -350,14 +358,16 @@ impl DataPlane {
         }
     }
 
-    /// Ids of the databases a node holds.
-    async fn node_database_ids(&self, node_name: &str) -> Result<Vec<String>, ApiError> {
+    /// The databases a node holds, with their configuration versions.
+    async fn held_databases(&self, node_name: &str) -> Result<Vec<wire::HeldDatabase>, ApiError> {
         match self {
-            DataPlane::InProcess { node, .. } => Ok(node.database_ids()),
+            DataPlane::InProcess { node, .. } => {
+                Ok(atoll_data::admin::held_databases(node).databases)
+            }
             DataPlane::Remote { .. } => {
                 let order = self.order(reqwest::Method::GET, node_name, "/v1/databases")?;
                 let ids: wire::DatabaseIds = send(order).await?;
-                Ok(ids.ids)
+                Ok(ids.databases)
             }
         }
     }
@@ -493,35 +503,123 @@ impl DataPlane {
             }
         }
         for node_name in self.node_names() {
-            let ids = match self.node_database_ids(&node_name).await {
-                Ok(ids) => ids,
+            let held = match self.held_databases(&node_name).await {
+                Ok(held) => held,
                 Err(e) => {
                     tracing::warn!(node = %node_name, error = %e, "data node unreachable: skipped by this reconcile pass");
                     report.unreachable_nodes.push(node_name);
                     continue;
                 }
             };
-            for id in ids {
-                if store.database_by_id(&id).await?.is_some() {
+            self.reconcile_node(store, &node_name, &held, &mut report)
+                .await?;
+        }
+        Ok(report)
+    }
+}
+
+impl DataPlane {
+    /// Converges one reachable node, which holds `held`, to the store.
+    async fn reconcile_node(
+        &self,
+        store: &Store,
+        node_name: &str,
+        held: &[wire::HeldDatabase],
+        report: &mut ReconcileReport,
+    ) -> Result<(), ApiError> {
+        let held_version = |id: &str| held.iter().find(|h| h.id == id).map(|h| h.config_version);
+
+        // Deletes the store decided (tombstones by id): finished here, then forgotten.
+        for tombstone in store.tombstones(node_name).await? {
+            if held_version(&tombstone.id).is_some() {
+                if let Err(e) = self.delete_database(node_name, &tombstone.id).await {
+                    tracing::warn!(node = %node_name, database = %tombstone.id, error = %e, "cannot finish a delete yet");
                     continue;
                 }
-                match self.quarantine(&node_name, &id).await {
-                    Ok(_) => report.quarantined.push((node_name.clone(), id)),
-                    // Gone in the meantime (deleted by whoever forgot it): nothing to keep.
-                    Err(ApiError::NotFound(..)) => {}
-                    Err(e) => {
-                        tracing::warn!(node = %node_name, database = %id, error = %e, "cannot quarantine an unknown database")
+                report.deleted.push(tombstone.id.clone());
+            }
+            store.remove_tombstone(&tombstone.id).await?;
+        }
+
+        // Configurations the node is behind on.
+        let mut wanted = std::collections::HashSet::new();
+        let mut groups = std::collections::HashMap::new();
+        let mut orgs = std::collections::HashMap::new();
+        for db in store.databases_on_node(node_name).await? {
+            wanted.insert(db.id.clone());
+            // A create in progress is its creator's (or, past the grace, removed above).
+            if db.state == DatabaseState::Creating {
+                continue;
+            }
+            let store_version = u64::try_from(db.config_version).unwrap_or(0);
+            match held_version(&db.id) {
+                Some(version) if version >= store_version => {}
+                Some(_) => {
+                    if !groups.contains_key(&db.group_id) {
+                        let group = store.group_by_id(&db.group_id).await?;
+                        groups.insert(db.group_id.clone(), group);
                     }
+                    if !orgs.contains_key(&db.org_id) {
+                        let org = store.org_by_id(&db.org_id).await?;
+                        orgs.insert(db.org_id.clone(), org);
+                    }
+                    let (Some(Some(group)), Some(Some(org))) =
+                        (groups.get(&db.group_id), orgs.get(&db.org_id))
+                    else {
+                        continue;
+                    };
+                    match self
+                        .configure(node_name, node_config(&db, group, org))
+                        .await
+                    {
+                        Ok(()) => report.configured.push(db.id.clone()),
+                        Err(e) => {
+                            tracing::warn!(node = %node_name, database = %db.id, error = %e, "cannot push a configuration yet")
+                        }
+                    }
+                }
+                None => {
+                    // Its files are not on the node (a lost disk): never recreated empty.
+                    // Rebuilding it from object storage is the durable storage's
+                    // (issue 11); until then it is reported.
+                    tracing::error!(node = %node_name, database = %db.id, name = %db.name, "a database of the store is missing from its node");
+                    report.missing.push((node_name.to_string(), db.id.clone()));
                 }
             }
         }
-        Ok(report)
+
+        // What the store does not know: kept aside, never deleted.
+        for held in held {
+            if wanted.contains(&held.id) || store.database_by_id(&held.id).await?.is_some() {
+                continue;
+            }
+            if store.is_tombstoned(&held.id).await? {
+                continue;
+            }
+            match self.quarantine(node_name, &held.id).await {
+                Ok(_) => report
+                    .quarantined
+                    .push((node_name.to_string(), held.id.clone())),
+                // Gone in the meantime (deleted by whoever forgot it): nothing to keep.
+                Err(ApiError::NotFound(..)) => {}
+                Err(e) => {
+                    tracing::warn!(node = %node_name, database = %held.id, error = %e, "cannot quarantine an unknown database")
+                }
+            }
+        }
+        Ok(())
     }
 }
 
 /// What a reconcile pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReconcileReport {
+    /// Databases whose node was given the store's newer configuration.
+    pub configured: Vec<String>,
+    /// Databases deleted from their node from a tombstone.
+    pub deleted: Vec<String>,
+    /// (node, database) pairs the store places on a node that does not hold them.
+    pub missing: Vec<(String, String)>,
     /// Databases whose creation a dead control plane abandoned, removed.
     pub abandoned_creates: Vec<String>,
     /// (node, database) pairs moved to the node's quarantine: unknown to the store.
@@ -534,10 +632,14 @@ pub struct ReconcileReport {
 async fn send<T: serde::de::DeserializeOwned>(
     request: reqwest::RequestBuilder,
 ) -> Result<T, ApiError> {
-    let response = request
-        .send()
-        .await
-        .map_err(|e| ApiError::Upstream(format!("data node unreachable: {e}")))?;
+    let response = request.send().await.map_err(|e| {
+        // Refused or timed out: the node is down or restarting, which a retry outlives.
+        if e.is_connect() || e.is_timeout() {
+            ApiError::NodeUnavailable(format!("data node unreachable: {e}"))
+        } else {
+            ApiError::Upstream(format!("data node unreachable: {e}"))
+        }
+    })?;
     let status = response.status();
     if status.is_success() {
         return response
@@ -633,6 +735,7 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         allow_attach: db.allow_attach,
         allowed_ips: db.allowed_ips.clone(),
         keys,
+        config_version: u64::try_from(db.config_version).unwrap_or(0),
     }
 }
 
@@ -649,22 +752,24 @@ pub async fn push_group_databases(
         .ok_or_else(|| ApiError::Internal("group without organization".into()))?;
     for db in store.databases_in_group(&group.id).await? {
         if db.state != DatabaseState::Creating {
-            configure_unless_gone(data_plane, &db.node, node_config(&db, group, &org)).await?;
+            converge(data_plane, &db.node, node_config(&db, group, &org)).await;
         }
     }
     Ok(())
 }
 
-/// Configures a database that may have been deleted since it was listed (a group or
-/// database delete running at the same time): one its node no longer has needs nothing.
-async fn configure_unless_gone(
-    data_plane: &DataPlane,
-    node: &str,
-    config: DatabaseConfig,
-) -> Result<(), ApiError> {
+/// Tells a database's node its configuration, which the store already holds (intent
+/// first): a node that cannot take it now gets it from the reconciler, which this asks
+/// for a pass at once. So an API change is never half-done: it answers per the store.
+/// One the node no longer has (deleted meanwhile) needs nothing.
+pub async fn converge(data_plane: &DataPlane, node: &str, config: DatabaseConfig) {
+    let id = config.id.clone();
     match data_plane.configure(node, config).await {
-        Err(ApiError::NotFound(..)) => Ok(()),
-        other => other,
+        Ok(()) | Err(ApiError::NotFound(..)) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, database = %id, node, "a node did not take a configuration: the reconciler will push it");
+            crate::reconciler::request_pass();
+        }
     }
 }
 
@@ -677,7 +782,7 @@ pub async fn push_org_databases(
     for group in store.list_groups(&org.id).await? {
         for db in store.databases_in_group(&group.id).await? {
             if db.state != DatabaseState::Creating {
-                configure_unless_gone(data_plane, &db.node, node_config(&db, &group, org)).await?;
+                converge(data_plane, &db.node, node_config(&db, &group, org)).await;
             }
         }
     }

@@ -6,6 +6,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+/// What `Retry-After` says when a data node cannot be reached: about the time a node
+/// takes to restart.
+pub const NODE_RETRY_AFTER_SECS: u64 = 5;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Missing, malformed, unknown, expired or revoked credentials.
@@ -37,9 +41,13 @@ pub enum ApiError {
     /// Something this server does not offer.
     #[error("{0}")]
     NotAvailable(String),
-    /// A data node failed or could not be reached.
+    /// A data node failed.
     #[error("data plane error: {0}")]
     Upstream(String),
+    /// The data node a request needs cannot be reached now: 503 with `Retry-After`. The
+    /// client may retry; nothing of the request was kept.
+    #[error("data node unavailable: {0}")]
+    NodeUnavailable(String),
     /// A failure of ours. The cause is logged where it happens, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -63,6 +71,7 @@ impl ApiError {
             ApiError::QuotaExceeded(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ApiError::NodeUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -80,7 +89,7 @@ impl ApiError {
             ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
             ApiError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
-            ApiError::Upstream(_) => ErrorCode::DataPlane,
+            ApiError::Upstream(_) | ApiError::NodeUnavailable(_) => ErrorCode::DataPlane,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -98,6 +107,10 @@ impl IntoResponse for ApiError {
                 "the database's data node could not complete the request; see the server log"
                     .to_string()
             }
+            ApiError::NodeUnavailable(cause) => {
+                tracing::warn!(%cause, "data node unavailable");
+                "the database's data node cannot be reached right now: retry shortly".to_string()
+            }
             other => other.to_string(),
         };
         let body = ErrorBody {
@@ -105,10 +118,15 @@ impl IntoResponse for ApiError {
             code: self.code().as_str().to_string(),
         };
         let mut response = (self.status(), Json(body)).into_response();
-        if let ApiError::TooManyRequests(_, seconds) = &self {
+        let retry_after = match &self {
+            ApiError::TooManyRequests(_, seconds) => Some(*seconds),
+            ApiError::NodeUnavailable(_) => Some(NODE_RETRY_AFTER_SECS),
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(*seconds),
+                axum::http::HeaderValue::from(seconds),
             );
         }
         response

@@ -3,13 +3,24 @@
 //!
 //! A pass runs every `ControlConfig::reconcile_interval` on every replica; a lease in the
 //! store lets one replica at a time do it, and each step is safe to repeat. What a pass
-//! does is [`crate::data_plane::DataPlane::reconcile`]: finish what dead control planes
-//! abandoned, and quarantine (never delete) what the store does not know.
+//! does is [`crate::data_plane::DataPlane::reconcile`]: push every configuration a node is
+//! behind on, finish deletes from their tombstones, finish what dead control planes
+//! abandoned, and quarantine (never delete) what the store does not know. A failed node
+//! call asks for a pass at once ([`request_pass`]).
 
 use crate::data_plane::ReconcileReport;
 use crate::error::ApiResult;
 use crate::server::AppState;
 use std::time::Duration;
+
+/// Woken when a node call failed after the store recorded a change, so the pass that
+/// finishes it runs now rather than at the next tick.
+static PASS_WANTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Asks this process's reconciler for a pass as soon as it can.
+pub fn request_pass() {
+    PASS_WANTED.notify_one();
+}
 
 /// The lease a pass takes, so two replicas do not run the same steps at once.
 const LEASE: &str = "reconcile";
@@ -42,14 +53,19 @@ pub async fn run_once(
     Ok(Some(report))
 }
 
-/// Runs a pass every `interval`, the first at once, as a holder unique to this replica.
+/// Runs a pass every `interval` (the first at once) and when one is requested, as a holder
+/// unique to this replica.
 pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
     let holder = uuid::Uuid::new_v4().to_string();
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
+            tokio::select! {
+                _ = ticker.tick() => {}
+                // A little later than asked: the node that just failed may be restarting.
+                _ = PASS_WANTED.notified() => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
             if let Err(e) = run_once(&state, &holder, atoll_meta::now_millis()).await {
                 tracing::warn!(error = %e, "reconcile pass failed; retrying at the next tick");
             }

@@ -27,7 +27,7 @@ use crate::error::DataError;
 use crate::identity::StoreStamp;
 use crate::node::Node;
 use atoll_types::node::{
-    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo, Quarantine,
+    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HeldDatabase, NodeInfo, Quarantine,
     QuarantinedDatabase, QueryStats, UsageBatch, STORE_ID_HEADER,
 };
 use axum::extract::{Path, Request, State};
@@ -136,9 +136,25 @@ async fn info(State(state): State<Arc<AdminState>>) -> Json<NodeInfo> {
 }
 
 async fn list(State(state): State<Arc<AdminState>>) -> Json<DatabaseIds> {
-    Json(DatabaseIds {
-        ids: state.node.database_ids(),
-    })
+    Json(held_databases(&state.node))
+}
+
+/// The databases a node holds, with the configuration version and state of each.
+pub fn held_databases(node: &Node) -> DatabaseIds {
+    let ids = node.database_ids();
+    let databases = ids
+        .iter()
+        .filter_map(|id| node.by_id(id))
+        .map(|db| {
+            let config = db.config();
+            HeldDatabase {
+                id: config.id.clone(),
+                config_version: config.config_version,
+                state: config.state,
+            }
+        })
+        .collect();
+    DatabaseIds { ids, databases }
 }
 
 async fn create(

@@ -263,6 +263,12 @@ impl Node {
             .by_id(&config.id)
             .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
         let old = db.config();
+        // Older than what the node has: a slow or retried push, or a replica that read the
+        // store before the last change. The newer configuration stays (docs/STORAGE.md,
+        // "The reconciler").
+        if config.config_version != 0 && config.config_version < old.config_version {
+            return Ok(db);
+        }
         // The node turns `awaiting_upload` into `active` when an upload lands (the data file
         // appears); a control plane that has not heard of it yet must not turn it back.
         if config.state == DatabaseState::AwaitingUpload && db.file_path().exists() {

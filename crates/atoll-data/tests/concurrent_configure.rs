@@ -27,6 +27,7 @@ fn concurrent_configures_of_one_database_all_succeed() {
         allow_attach: false,
         allowed_ips: vec![],
         keys: vec![],
+        config_version: 0,
     };
     let db = node
         .create_database(CreateDatabase {

@@ -88,6 +88,7 @@ impl TestNode {
                 kid: KID.into(),
                 public_key: jwt::encode_key(self.key.verifying_key().as_bytes()),
             }],
+            config_version: 0,
         };
         self.node
             .create_database(CreateDatabase { config, seed })

@@ -67,6 +67,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("the_store_has_one_id", |s| {
             Box::pin(the_store_has_one_id(s))
         }),
+        ("intent_versions_and_tombstones", |s| {
+            Box::pin(intent_versions_and_tombstones(s))
+        }),
     ]
 }
 
@@ -840,6 +843,7 @@ fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Databa
         key_id: "kid".to_string(),
         created_at: 0,
         deleted_at: None,
+        config_version: 1,
     }
 }
 
@@ -1253,6 +1257,93 @@ async fn the_store_has_one_id(store: Store) {
         "{asked_together:?}"
     );
     assert_eq!(store.store_id().await.unwrap(), *first);
+}
+
+/// Every change a node must see bumps the database's `config_version`; every way of
+/// forgetting a database leaves a tombstone naming its node.
+async fn intent_versions_and_tombstones(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("vera"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let version = |store: Store, id: String| async move {
+        store
+            .database_by_id(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .config_version
+    };
+    let mut on_b = new_database(&org.id, &group.id, "one", "one-vera");
+    on_b.node = "node-b".into();
+    let one = store.insert_database(on_b).await.unwrap();
+    assert_eq!(one.config_version, 1);
+    let two = store
+        .insert_database(new_database(&org.id, &group.id, "two", "two-vera"))
+        .await
+        .unwrap();
+
+    let changes = DatabaseChanges {
+        block_writes: Some(true),
+        ..Default::default()
+    };
+    assert_eq!(
+        store
+            .update_database(&one.id, changes)
+            .await
+            .unwrap()
+            .config_version,
+        2
+    );
+    assert_eq!(
+        store
+            .soft_delete_database(&one.id)
+            .await
+            .unwrap()
+            .config_version,
+        3
+    );
+    assert_eq!(
+        store
+            .restore_database(&one.id)
+            .await
+            .unwrap()
+            .config_version,
+        4
+    );
+    // The group's archive state and keys, and the organization's blocks, are part of it.
+    let archive = crate::GroupChanges {
+        archived: Some(true),
+        ..Default::default()
+    };
+    store.update_group(&group.id, archive).await.unwrap();
+    assert_eq!(version(store.clone(), one.id.clone()).await, 5);
+    assert_eq!(version(store.clone(), two.id.clone()).await, 2);
+    store.set_org_blocks(&org.id, true, true).await.unwrap();
+    assert_eq!(version(store.clone(), one.id.clone()).await, 6);
+    assert_eq!(
+        store.databases_on_node("node-b").await.unwrap().len(),
+        1,
+        "one database on node-b"
+    );
+
+    // Forgetting a database leaves a tombstone for its node.
+    assert!(store.tombstones("node-b").await.unwrap().is_empty());
+    store.delete_database(&one.id).await.unwrap();
+    let tombstones = store.tombstones("node-b").await.unwrap();
+    assert_eq!(tombstones.len(), 1);
+    assert_eq!(
+        (tombstones[0].id.as_str(), tombstones[0].node.as_str()),
+        (one.id.as_str(), "node-b")
+    );
+    assert!(store.is_tombstoned(&one.id).await.unwrap());
+    store.remove_tombstone(&one.id).await.unwrap();
+    assert!(!store.is_tombstoned(&one.id).await.unwrap());
+    // So does deleting its group.
+    store.delete_group(&group.id).await.unwrap();
+    assert!(store.is_tombstoned(&two.id).await.unwrap());
+    assert_eq!(store.tombstones("local").await.unwrap().len(), 1);
 }
 
 async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {

@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("migrations/postgres/0009_store_identity.sql"),
     ),
+    (10, include_str!("migrations/postgres/0010_intent.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).
@@ -186,7 +187,13 @@ fn map_error(e: postgres::Error) -> StoreError {
             return StoreError::Duplicate(db.constraint().unwrap_or("unique").to_string());
         }
     }
-    StoreError::Unavailable(e.to_string())
+    // `Display` of a server error is only "db error": say which.
+    match e.as_db_error() {
+        Some(db) => {
+            StoreError::Unavailable(format!("{e}: {} ({})", db.message(), db.code().code()))
+        }
+        None => StoreError::Unavailable(e.to_string()),
+    }
 }
 
 impl Drop for PostgresBackend {

@@ -12,11 +12,13 @@ mod members;
 mod organizations;
 mod signing_keys;
 mod tokens;
+mod tombstones;
 mod usage;
 mod users;
 
 pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
+pub use tombstones::Tombstone;
 pub use usage::{hour_bucket, Usage, UsageEntry};
 pub use users::{NewGroup, NewUser};
 

@@ -52,6 +52,11 @@ pub struct DatabaseConfig {
     pub allowed_ips: Vec<String>,
     /// Keys of the database and of its group.
     pub keys: Vec<TokenKey>,
+    /// The store's version of this configuration (docs/STORAGE.md, "The reconciler"): a
+    /// node ignores a configuration older than the one it has, so a slow or retried push
+    /// never undoes a newer one. 0 (from older control planes) is always applied.
+    #[serde(default)]
+    pub config_version: u64,
 }
 
 /// How a new database starts.
@@ -108,6 +113,18 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseIds {
     pub ids: Vec<String>,
+    /// What the node holds of each database, for the reconciler to compare with the store.
+    #[serde(default)]
+    pub databases: Vec<HeldDatabase>,
+}
+
+/// A database as its node holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldDatabase {
+    pub id: String,
+    /// The version of the configuration the node has.
+    pub config_version: u64,
+    pub state: DatabaseState,
 }
 
 /// The error body of the node admin API.

@@ -477,6 +477,7 @@ async fn seed_databases(
                 key_id,
                 created_at: 0,
                 deleted_at: None,
+                config_version: 1,
             };
             let record = store.insert_database(record).await?;
             let config = atoll_control::data_plane::node_config(&record, &group, &org);

@@ -62,13 +62,19 @@ async fn wait_for(url: &str, child: &mut Child) {
 }
 
 struct Node {
-    _process: Process,
+    process: Process,
     admin_url: String,
     dir: PathBuf,
+    port: u16,
+    admin_port: u16,
 }
 
 async fn start_node(location: &str, dir: &Path) -> Node {
-    let (port, admin_port) = (free_port(), free_port());
+    start_node_on(location, dir, free_port(), free_port()).await
+}
+
+/// A node on given ports: a restarted node keeps its addresses.
+async fn start_node_on(location: &str, dir: &Path, port: u16, admin_port: u16) -> Node {
     let mut child = Command::new(BIN)
         .args(["node", "--location", location])
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -83,9 +89,11 @@ async fn start_node(location: &str, dir: &Path) -> Node {
         .unwrap();
     wait_for(&format!("http://127.0.0.1:{port}/health"), &mut child).await;
     Node {
-        _process: Process(child),
+        process: Process(child),
         admin_url: format!("http://127.0.0.1:{admin_port}"),
         dir: dir.to_path_buf(),
+        port,
+        admin_port,
     }
 }
 
@@ -171,35 +179,30 @@ impl Api {
         )
     }
 
-    async fn execute(&self, (_, url, jwt): &(String, String, String), sql: &str) -> Value {
+    async fn execute(&self, db: &(String, String, String), sql: &str) -> Value {
+        let response = self.try_execute(db, sql).await;
+        assert_eq!(response["results"][0]["type"], "ok", "{response}");
+        response["results"][0]["response"]["result"].clone()
+    }
+
+    /// The Hrana answer (or `{"status": …}` when the body is not JSON).
+    async fn try_execute(&self, (_, url, jwt): &(String, String, String), sql: &str) -> Value {
         let body =
             json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
-        let response: Value = self
+        let response = self
             .client
             .post(format!("{url}v2/pipeline"))
             .bearer_auth(jwt)
             .json(&body)
             .send()
             .await
-            .unwrap()
+            .unwrap();
+        let status = response.status().as_u16();
+        response
             .json()
             .await
-            .unwrap();
-        assert_eq!(response["results"][0]["type"], "ok", "{response}");
-        response["results"][0]["response"]["result"].clone()
+            .unwrap_or_else(|_| json!({"status": status}))
     }
-}
-
-/// A store client holding the same secrets key as the server, to do what an operator's
-/// restore from an older backup does.
-async fn store_of(database_url: &str, secrets_key: &str) -> atoll_meta::Store {
-    atoll_meta::Store::connect_postgres(database_url)
-        .await
-        .unwrap()
-        .with_secrets(atoll_meta::SecretsKeyring::new(
-            atoll_meta::SecretsKey::from_base64(secrets_key).unwrap(),
-            Vec::new(),
-        ))
 }
 
 #[tokio::test]
@@ -238,12 +241,17 @@ async fn a_database_the_store_forgot_is_quarantined_and_another_store_is_refused
     api.execute(&forgotten, "CREATE TABLE f (v)").await;
 
     // The store forgets a database its node holds, as a restore of PostgreSQL from a
-    // backup older than the database would.
-    store_of(&database_url, &secrets_key)
-        .await
-        .delete_database(&forgotten.0)
-        .await
-        .unwrap();
+    // backup older than the database does: the row is simply not there (no tombstone).
+    let (url, id) = (database_url.clone(), forgotten.0.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let deleted = client
+            .execute("DELETE FROM databases WHERE id = $1", &[&id])
+            .unwrap();
+        assert_eq!(deleted, 1);
+    })
+    .await
+    .unwrap();
 
     // The reconciler moves it aside on its node, whole, and lists it.
     let deadline = Instant::now() + PATIENCE;
@@ -401,4 +409,131 @@ async fn atoll_dev_refuses_a_data_directory_whose_store_was_replaced() {
     let databases: Vec<_> = std::fs::read_dir(dir.join("dbs")).unwrap().collect();
     assert_eq!(databases.len(), 1, "the database was kept");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Finding 2: a PATCH, a key rotation and a delete made while a node is down are in the
+/// store (the API answers per the store), and reach the node by themselves when it comes
+/// back; a create that needs the down node is refused with 503 and `Retry-After`.
+#[tokio::test]
+async fn changes_made_while_a_node_is_down_reach_it_when_it_returns() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let mut node = start_node("aws-us-east-1", &temp_dir("down")).await;
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let port = free_port();
+    let mut child = serve_command(&database_url, port, &[&node], &secrets_key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api_url = format!("http://127.0.0.1:{port}");
+    wait_for(&format!("{api_url}/health"), &mut child).await;
+    let _serve = Process(child);
+    let api = Api::login(api_url).await;
+    let (status, body) = api
+        .call(
+            reqwest::Method::POST,
+            "/v1/groups",
+            json!({"name": "east", "location": "aws-us-east-1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let guarded = api.database("guarded", "east").await;
+    api.execute(&guarded, "CREATE TABLE t (v)").await;
+    let gone = api.database("gone", "east").await;
+    api.execute(&gone, "CREATE TABLE g (v)").await;
+
+    // The node dies.
+    let _ = node.process.0.kill();
+    let _ = node.process.0.wait();
+
+    let (status, body) = api
+        .call(
+            reqwest::Method::PATCH,
+            "/v1/databases/guarded/configuration",
+            json!({"block_writes": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["block_writes"], true, "{body}");
+    let (status, body) = api
+        .call(
+            reqwest::Method::POST,
+            "/v1/databases/guarded/auth/rotate",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = api
+        .call(reqwest::Method::DELETE, "/v1/databases/gone", json!(null))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // A create needs the node now: refused, with when to retry, and nothing left behind.
+    let response = api
+        .client
+        .post(format!("{}/v1/databases", api.url))
+        .bearer_auth(&api.token)
+        .json(&json!({"name": "new", "group": "east"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().get("retry-after").is_some());
+    let (status, _) = api
+        .call(reqwest::Method::GET, "/v1/databases/new", json!(null))
+        .await;
+    assert_eq!(status, 404);
+    // The store's answer is the intent.
+    let (_, got) = api
+        .call(
+            reqwest::Method::GET,
+            "/v1/databases/guarded/configuration",
+            json!(null),
+        )
+        .await;
+    assert_eq!(got["block_writes"], true, "{got}");
+    let (_, new_token) = api
+        .call(
+            reqwest::Method::POST,
+            "/v1/databases/guarded/auth/tokens",
+            json!({}),
+        )
+        .await;
+    let rotated = (
+        guarded.0.clone(),
+        guarded.1.clone(),
+        new_token["jwt"].as_str().unwrap().to_string(),
+    );
+
+    // The node comes back, with its old configurations on disk; the reconciler brings it
+    // up to date without any other change: the new token works, writes are blocked.
+    node = start_node_on(
+        "aws-us-east-1",
+        &node.dir.clone(),
+        node.port,
+        node.admin_port,
+    )
+    .await;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = api.try_execute(&rotated, "INSERT INTO t VALUES (1)").await;
+        let code = answer["results"][0]["error"]["code"].as_str().unwrap_or("");
+        if code == "BLOCKED" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never converged: {answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let read = api.execute(&rotated, "SELECT count(*) FROM t").await;
+    assert_eq!(read["rows"][0][0]["value"], "0");
+    // The key rotated away no longer opens it.
+    let old = api.try_execute(&guarded, "SELECT 1").await;
+    assert_ne!(old["results"][0]["type"], "ok", "{old}");
+    // The deleted database no longer answers.
+    let deleted = api.try_execute(&gone, "SELECT 1").await;
+    assert_ne!(deleted["results"][0]["type"], "ok", "{deleted}");
+    // And creates work again.
+    api.database("new", "east").await;
+    let _ = std::fs::remove_dir_all(&node.dir);
 }

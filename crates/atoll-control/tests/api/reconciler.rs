@@ -1,4 +1,6 @@
 //! The reconciler (docs/STORAGE.md, "The reconciler"): what it removes, what it keeps.
+//! The server's own reconciler runs too (at start, and when a pass is asked for), so the
+//! tests check the state a pass leaves, not which pass did the work.
 
 use crate::harness::TestApp;
 use atoll_control::DataPlane;
@@ -32,6 +34,7 @@ fn stray_database(app: &TestApp) -> String {
         allow_attach: false,
         allowed_ips: Vec::new(),
         keys: Vec::new(),
+        config_version: 0,
     };
     node(app)
         .create_database(CreateDatabase {
@@ -135,10 +138,7 @@ async fn unknown_databases_are_quarantined_never_deleted() {
         )
         .await
         .unwrap();
-    assert_eq!(
-        report.quarantined,
-        vec![("local".to_string(), stray.clone())]
-    );
+    assert!(report.deleted.is_empty(), "{report:?}");
 
     // No longer served, but its files are whole, aside.
     let node = node(&app);
@@ -189,17 +189,7 @@ async fn unknown_databases_are_quarantined_never_deleted() {
     assert_eq!(unknown.status, 404);
 
     // A second pass has nothing more to do.
-    let again = app
-        .state
-        .data_plane
-        .reconcile(
-            &app.state.store,
-            Duration::from_secs(600),
-            atoll_meta::now_millis(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(again, Default::default());
+    assert_eq!(pass(&app).await, Default::default());
 }
 
 #[tokio::test]
@@ -224,4 +214,112 @@ async fn a_data_directory_stamped_by_another_store_is_refused() {
         refused.to_string().contains("belongs to metadata store"),
         "{refused}"
     );
+}
+
+async fn pass(app: &TestApp) -> atoll_control::data_plane::ReconcileReport {
+    app.state
+        .data_plane
+        .reconcile(
+            &app.state.store,
+            Duration::from_secs(600),
+            atoll_meta::now_millis(),
+        )
+        .await
+        .unwrap()
+}
+
+async fn database_id(app: &TestApp, name: &str) -> String {
+    app.get(&format!("/v1/databases/{name}"), &app.admin_token)
+        .await
+        .expect(200)["database"]["DbId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_node_behind_the_store_is_brought_up_to_date() {
+    let app = app!();
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "behind", "group": "default"}),
+    )
+    .await
+    .expect(200);
+    let id = database_id(&app, "behind").await;
+    let node = node(&app);
+    let before = node.by_id(&id).unwrap().config();
+    assert!(before.config_version >= 1);
+
+    app.patch(
+        "/v1/databases/behind/configuration",
+        &app.admin_token,
+        json!({"block_writes": true}),
+    )
+    .await
+    .expect(200);
+    let after = node.by_id(&id).unwrap().config();
+    assert!(after.block_writes);
+    assert!(after.config_version > before.config_version);
+
+    // A slow or retried push of an older configuration never undoes the newer one.
+    node.configure(DatabaseConfig::clone(&before)).unwrap();
+    assert!(node.by_id(&id).unwrap().config().block_writes);
+
+    // A node that missed the change (here: it was given a configuration of no version,
+    // as after a restore of its disk) is brought up to date by the next pass.
+    let mut stale = DatabaseConfig::clone(&before);
+    stale.config_version = 0;
+    node.configure(stale).unwrap();
+    pass(&app).await;
+    let converged = node.by_id(&id).unwrap().config();
+    assert!(converged.block_writes);
+    assert_eq!(converged.config_version, after.config_version);
+    // Converged: the next pass has nothing to do.
+    assert_eq!(pass(&app).await, Default::default());
+}
+
+#[tokio::test]
+async fn a_delete_the_node_missed_is_finished_from_its_tombstone() {
+    let app = app!();
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "doomed", "group": "default"}),
+    )
+    .await
+    .expect(200);
+    let id = database_id(&app, "doomed").await;
+    // The store forgets it, as a delete whose node call failed leaves it.
+    app.state.store.delete_database(&id).await.unwrap();
+    assert!(app.state.store.is_tombstoned(&id).await.unwrap());
+    assert!(node(&app).by_id(&id).is_some());
+
+    let report = pass(&app).await;
+    assert!(
+        report.quarantined.is_empty(),
+        "deleted, not quarantined: {report:?}"
+    );
+    assert!(node(&app).by_id(&id).is_none());
+    assert!(!node(&app).data_dir().join("quarantine").join(&id).exists());
+    assert!(!app.state.store.is_tombstoned(&id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_database_missing_from_its_node_is_reported_not_recreated() {
+    let app = app!();
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "lost", "group": "default"}),
+    )
+    .await
+    .expect(200);
+    let id = database_id(&app, "lost").await;
+    // Its files are gone (a lost disk): the store still wants it.
+    node(&app).delete_database(&id).unwrap();
+    let report = pass(&app).await;
+    assert_eq!(report.missing, vec![("local".to_string(), id.clone())]);
+    assert!(node(&app).by_id(&id).is_none(), "never recreated empty");
 }

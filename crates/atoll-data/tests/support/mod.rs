@@ -89,6 +89,7 @@ impl TestNode {
                 kid: format!("{name}-key"),
                 public_key: jwt::encode_key(key.verifying_key().as_bytes()),
             }],
+            config_version: 0,
         };
         adjust(&mut config);
         self.node
