@@ -41,6 +41,10 @@ pub struct RemoteNode {
 /// The name the in-process node is recorded under.
 const IN_PROCESS_NODE: &str = "local";
 
+/// A node a replica reached this recently is healthy (3 reconcile passes at the default
+/// interval): placement prefers healthy nodes.
+pub const HEALTHY_WITHIN_MS: i64 = 90_000;
+
 impl DataPlane {
     pub fn in_process(node: Arc<Node>, http_base: &str, hostname_suffix: &str) -> DataPlane {
         DataPlane::InProcess {
@@ -65,27 +69,65 @@ impl DataPlane {
     }
 
     /// Connects to `atoll node`s by their admin URLs, asking each who it is, as the control
-    /// plane of the store `store_id`. Fails when a node does not answer, refuses the
-    /// secret, or belongs to another store.
+    /// plane of the store `store_id`, and records each in the store. A node that does not
+    /// answer is taken as the store last recorded it (the replica starts and serves the
+    /// other nodes' databases; its own answer 503 until it is back). Fails when a node is
+    /// unreachable and was never recorded, refuses the secret, or belongs to another store.
     pub async fn remote(
         admin_urls: &[String],
         secret: &str,
+        store: &Store,
         store_id: &str,
     ) -> Result<DataPlane, ApiError> {
         let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
             .timeout(std::time::Duration::from_secs(120))
             .build()
             .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let recorded = store.nodes().await?;
         let mut nodes = Vec::new();
         for url in admin_urls {
             let admin_url = url.trim_end_matches('/').to_string();
-            let info: wire::NodeInfo = send(
+            let answer = send::<wire::NodeInfo>(
                 client
                     .get(format!("{admin_url}/v1/node"))
                     .bearer_auth(secret)
                     .header(wire::STORE_ID_HEADER, store_id),
             )
-            .await?;
+            .await;
+            let info = match answer {
+                Ok(info) => {
+                    let now = atoll_meta::now_millis();
+                    store
+                        .record_node(atoll_meta::NodeRecord {
+                            name: info.name.clone(),
+                            location: info.location.clone(),
+                            admin_url: admin_url.clone(),
+                            http_url: info.http_url.clone(),
+                            hostname_suffix: info.hostname_suffix.clone(),
+                            registered_at: now,
+                            last_seen_at: now,
+                        })
+                        .await?;
+                    info
+                }
+                Err(ApiError::NodeUnavailable(cause)) => {
+                    let Some(record) = recorded.iter().find(|r| r.admin_url == admin_url) else {
+                        return Err(ApiError::NodeUnavailable(format!(
+                            "{admin_url} was never reached, so nothing is known of it: {cause}"
+                        )));
+                    };
+                    tracing::warn!(node = %record.name, admin_url = %admin_url, error = %cause, "data node unreachable at start: serving without it until it is back");
+                    wire::NodeInfo {
+                        name: record.name.clone(),
+                        location: record.location.clone(),
+                        hostname_suffix: record.hostname_suffix.clone(),
+                        http_url: record.http_url.clone(),
+                        databases: 0,
+                    }
+                }
+                Err(other) => return Err(other),
+            };
             if nodes.iter().any(|n: &RemoteNode| n.info.name == info.name) {
                 return Err(ApiError::Internal(format!(
                     "two data nodes are named {}",
@@ -161,23 +203,43 @@ impl DataPlane {
         }
     }
 
-    /// The node a new database of a group in `location` goes to: the node of that location
-    /// holding the fewest databases.
-    pub fn place(&self, location: &str) -> Result<String, ApiError> {
-        match self {
-            DataPlane::InProcess { .. } => Ok(IN_PROCESS_NODE.to_string()),
-            DataPlane::Remote { nodes, .. } => nodes
-                .iter()
-                .filter(|n| n.info.location == location)
-                .min_by_key(|n| n.info.databases)
-                .map(|n| n.info.name.clone())
-                .ok_or_else(|| {
-                    ApiError::Invalid(
-                        ErrorCode::InvalidLocation,
-                        format!("no data node serves location {location}"),
-                    )
-                }),
+    /// The node a new database of a group in `location` goes to, computed from the store
+    /// alone so every replica places alike: among the nodes of that location reached by
+    /// some replica within [`HEALTHY_WITHIN_MS`] (all of them when none was), the one the
+    /// store places the fewest databases on, ties by name.
+    pub async fn place(&self, store: &Store, location: &str) -> Result<String, ApiError> {
+        let nodes = match self {
+            DataPlane::InProcess { .. } => return Ok(IN_PROCESS_NODE.to_string()),
+            DataPlane::Remote { nodes, .. } => nodes,
+        };
+        let mut candidates: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.info.location == location)
+            .map(|n| n.info.name.as_str())
+            .collect();
+        if candidates.is_empty() {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidLocation,
+                format!("no data node serves location {location}"),
+            ));
         }
+        let recent = atoll_meta::now_millis() - HEALTHY_WITHIN_MS;
+        let healthy: Vec<String> = store
+            .nodes()
+            .await?
+            .into_iter()
+            .filter(|r| r.last_seen_at >= recent)
+            .map(|r| r.name)
+            .collect();
+        if candidates.iter().any(|c| healthy.iter().any(|h| h == c)) {
+            candidates.retain(|c| healthy.iter().any(|h| h == c));
+        }
+        let counts = store.database_counts_by_node().await?;
+        Ok(candidates
+            .into_iter()
+            .min_by_key(|name| (counts.get(*name).copied().unwrap_or(0), *name))
+            .map(str::to_string)
+            .unwrap_or_default())
     }
 
     /// The database's hostname: `<db>-<org>.<suffix of its node>`.
@@ -321,7 +383,9 @@ impl DataPlane {
         }
     }
 
-    /// The usage batch of every node (the same batch until acknowledged).
+    /// The usage batch of every node that answers (the same batch until acknowledged). A
+    /// node that does not is skipped and logged: its batch waits for the next collection,
+    /// the other nodes' usage is not held up by it.
     pub async fn collect_usage(&self) -> Result<Vec<(String, wire::UsageBatch)>, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
@@ -335,8 +399,12 @@ impl DataPlane {
                         &remote.info.name,
                         "/v1/usage/collect",
                     )?;
-                    let batch: wire::UsageBatch = send(order).await?;
-                    batches.push((remote.info.name.clone(), batch));
+                    match send::<wire::UsageBatch>(order).await {
+                        Ok(batch) => batches.push((remote.info.name.clone(), batch)),
+                        Err(e) => {
+                            tracing::warn!(node = %remote.info.name, error = %e, "usage not collected from an unreachable node; retried at the next collection")
+                        }
+                    }
                 }
                 Ok(batches)
             }
@@ -504,7 +572,14 @@ impl DataPlane {
         }
         for node_name in self.node_names() {
             let held = match self.held_databases(&node_name).await {
-                Ok(held) => held,
+                Ok(held) => {
+                    if let DataPlane::Remote { .. } = self {
+                        store
+                            .node_seen(&node_name, atoll_meta::now_millis())
+                            .await?;
+                    }
+                    held
+                }
                 Err(e) => {
                     tracing::warn!(node = %node_name, error = %e, "data node unreachable: skipped by this reconcile pass");
                     report.unreachable_nodes.push(node_name);

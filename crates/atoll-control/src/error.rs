@@ -48,6 +48,9 @@ pub enum ApiError {
     /// client may retry; nothing of the request was kept.
     #[error("data node unavailable: {0}")]
     NodeUnavailable(String),
+    /// The metadata store cannot be reached: 503 with `Retry-After`, the store named.
+    #[error("metadata store unreachable: {0}")]
+    StoreUnavailable(String),
     /// A failure of ours. The cause is logged where it happens, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -71,7 +74,9 @@ impl ApiError {
             ApiError::QuotaExceeded(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            ApiError::NodeUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NodeUnavailable(_) | ApiError::StoreUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -90,6 +95,7 @@ impl ApiError {
             ApiError::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
             ApiError::Upstream(_) | ApiError::NodeUnavailable(_) => ErrorCode::DataPlane,
+            ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -111,6 +117,11 @@ impl IntoResponse for ApiError {
                 tracing::warn!(%cause, "data node unavailable");
                 "the database's data node cannot be reached right now: retry shortly".to_string()
             }
+            ApiError::StoreUnavailable(cause) => {
+                tracing::error!(%cause, "metadata store unreachable");
+                "the metadata store (PostgreSQL) cannot be reached right now: retry shortly"
+                    .to_string()
+            }
             other => other.to_string(),
         };
         let body = ErrorBody {
@@ -120,7 +131,9 @@ impl IntoResponse for ApiError {
         let mut response = (self.status(), Json(body)).into_response();
         let retry_after = match &self {
             ApiError::TooManyRequests(_, seconds) => Some(*seconds),
-            ApiError::NodeUnavailable(_) => Some(NODE_RETRY_AFTER_SECS),
+            ApiError::NodeUnavailable(_) | ApiError::StoreUnavailable(_) => {
+                Some(NODE_RETRY_AFTER_SECS)
+            }
             _ => None,
         };
         if let Some(seconds) = retry_after {
@@ -170,6 +183,7 @@ impl From<StoreError> for ApiError {
                 ApiError::Internal(format!("unexpected duplicate: {what}"))
             }
             StoreError::Unavailable(cause) => ApiError::Internal(cause),
+            StoreError::Unreachable(cause) => ApiError::StoreUnavailable(cause),
             // A signing key this process cannot open (another replica runs with a key it
             // lacks): the operator's problem, logged by the store, never the caller's.
             StoreError::Secrets(cause) => ApiError::Internal(cause.to_string()),

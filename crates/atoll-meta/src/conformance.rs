@@ -70,6 +70,7 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("intent_versions_and_tombstones", |s| {
             Box::pin(intent_versions_and_tombstones(s))
         }),
+        ("nodes_are_recorded", |s| Box::pin(nodes_are_recorded(s))),
     ]
 }
 
@@ -1344,6 +1345,49 @@ async fn intent_versions_and_tombstones(store: Store) {
     store.delete_group(&group.id).await.unwrap();
     assert!(store.is_tombstoned(&two.id).await.unwrap());
     assert_eq!(store.tombstones("local").await.unwrap().len(), 1);
+}
+
+/// Nodes are recorded at each contact; placement reads their databases from the store.
+async fn nodes_are_recorded(store: Store) {
+    let record = |name: &str, at: i64| crate::NodeRecord {
+        name: name.to_string(),
+        location: "aws-us-east-1".into(),
+        admin_url: format!("http://{name}:8082"),
+        http_url: format!("http://{name}:8081"),
+        hostname_suffix: format!("{name}.example"),
+        registered_at: at,
+        last_seen_at: at,
+    };
+    store.record_node(record("b", 100)).await.unwrap();
+    store.record_node(record("a", 100)).await.unwrap();
+    let mut moved = record("a", 200);
+    moved.admin_url = "http://a-new:8082".into();
+    store.record_node(moved).await.unwrap();
+    let nodes = store.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[0].name, "a");
+    assert_eq!(nodes[0].admin_url, "http://a-new:8082");
+    assert_eq!((nodes[0].registered_at, nodes[0].last_seen_at), (100, 200));
+    store.node_seen("b", 300).await.unwrap();
+    store.node_seen("b", 250).await.unwrap();
+    assert_eq!(
+        store.nodes().await.unwrap()[1].last_seen_at,
+        300,
+        "never goes back"
+    );
+
+    let (_, org, group) = store
+        .create_user(new_user("nora"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    for (name, node) in [("x", "a"), ("y", "a"), ("z", "b")] {
+        let mut db = new_database(&org.id, &group.id, name, &format!("{name}-nora"));
+        db.node = node.into();
+        store.insert_database(db).await.unwrap();
+    }
+    let counts = store.database_counts_by_node().await.unwrap();
+    assert_eq!((counts["a"], counts["b"]), (2, 1));
 }
 
 async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {

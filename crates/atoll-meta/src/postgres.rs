@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/postgres/0009_store_identity.sql"),
     ),
     (10, include_str!("migrations/postgres/0010_intent.sql")),
+    (11, include_str!("migrations/postgres/0011_nodes.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).
@@ -40,9 +41,13 @@ pub(crate) struct PostgresBackend {
 
 impl PostgresBackend {
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let config: postgres::Config = url
+        let mut config: postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Unavailable(format!("invalid PostgreSQL URL: {e}")))?;
+        // An unreachable server must fail a request, not hang it (the URL may set its own).
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(5));
+        }
         let backend = PostgresBackend {
             config,
             idle: Mutex::new(Vec::new()),
@@ -56,7 +61,7 @@ impl PostgresBackend {
     fn new_client(&self) -> Result<Client> {
         self.config
             .connect(NoTls)
-            .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))
+            .map_err(|e| StoreError::Unreachable(format!("cannot connect to PostgreSQL: {e}")))
     }
 
     fn release(&self, client: Client) {
@@ -192,7 +197,8 @@ fn map_error(e: postgres::Error) -> StoreError {
         Some(db) => {
             StoreError::Unavailable(format!("{e}: {} ({})", db.message(), db.code().code()))
         }
-        None => StoreError::Unavailable(e.to_string()),
+        // Not an answer of the server: the connection is gone (or never was).
+        None => StoreError::Unreachable(e.to_string()),
     }
 }
 

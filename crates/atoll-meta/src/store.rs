@@ -9,6 +9,7 @@ mod identity;
 mod invites;
 mod jobs;
 mod members;
+mod nodes;
 mod organizations;
 mod signing_keys;
 mod tokens;
@@ -18,6 +19,7 @@ mod users;
 
 pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
+pub use nodes::NodeRecord;
 pub use tombstones::Tombstone;
 pub use usage::{hour_bucket, Usage, UsageEntry};
 pub use users::{NewGroup, NewUser};
@@ -173,7 +175,7 @@ impl Store {
         metrics::histogram!("atoll_store_operation_duration_seconds", "operation" => op)
             .record(started.elapsed().as_secs_f64());
         match &result {
-            Err(StoreError::Unavailable(cause)) => {
+            Err(StoreError::Unavailable(cause) | StoreError::Unreachable(cause)) => {
                 tracing::error!(operation = op, %cause, "metadata store operation failed");
             }
             Err(StoreError::Secrets(cause)) => {

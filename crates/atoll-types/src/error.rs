@@ -57,6 +57,8 @@ pub enum ErrorCode {
     DeleteProtected,
     /// A quarantined database cannot be purged before its retention is over.
     QuarantineRetention,
+    /// The metadata store cannot be reached: retry after `Retry-After` seconds.
+    StoreUnavailable,
     /// Personal organizations cannot be deleted and have no members to manage.
     PersonalOrganization,
     /// The group's primary location cannot be removed from it.
@@ -116,6 +118,7 @@ impl ErrorCode {
             Self::LastOwner => "last_owner",
             Self::DeleteProtected => "delete_protected",
             Self::QuarantineRetention => "quarantine_retention",
+            Self::StoreUnavailable => "store_unavailable",
             Self::PersonalOrganization => "personal_organization",
             Self::PrimaryLocation => "primary_location",
             Self::FeatureNotAvailableForStarterPlan => "feature_not_available_for_starter_plan",

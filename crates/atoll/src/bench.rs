@@ -222,7 +222,8 @@ impl Bench {
         );
         let node_name = state
             .data_plane
-            .place("local")
+            .place(&state.store, "local")
+            .await
             .map_err(|e| anyhow!("no node for the benchmark: {e}"))?;
         let outcome = atoll_control::bootstrap_user(
             &state,

@@ -21,6 +21,9 @@ const DATA_DIR_ENTRIES: &[&str] = &[
     "admin.password",
     "secrets.key",
     "dbs",
+    // The node's metadata-store stamp and the databases its store did not know.
+    atoll_data::identity::STAMP_FILE,
+    "quarantine",
 ];
 
 /// Makes every file and directory this process creates from now on owner-only.

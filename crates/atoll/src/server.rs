@@ -637,7 +637,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .filter(|s| !s.is_empty())
             .context("--node needs --node-secret (ATOLL_NODE_SECRET)")?;
-        DataPlane::remote(&nodes, &secret, &store_id)
+        DataPlane::remote(&nodes, &secret, &store, &store_id)
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the data nodes: {e}"))?
     };

@@ -75,8 +75,18 @@ async fn start_node(location: &str, dir: &Path) -> Node {
 
 /// A node on given ports: a restarted node keeps its addresses.
 async fn start_node_on(location: &str, dir: &Path, port: u16, admin_port: u16) -> Node {
+    start_named_node(location, location, dir, port, admin_port).await
+}
+
+async fn start_named_node(
+    name: &str,
+    location: &str,
+    dir: &Path,
+    port: u16,
+    admin_port: u16,
+) -> Node {
     let mut child = Command::new(BIN)
-        .args(["node", "--location", location])
+        .args(["node", "--name", name, "--location", location])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
         .args(["--data-dir", dir.to_str().unwrap()])
@@ -536,4 +546,233 @@ async fn changes_made_while_a_node_is_down_reach_it_when_it_returns() {
     // And creates work again.
     api.database("new", "east").await;
     let _ = std::fs::remove_dir_all(&node.dir);
+}
+
+/// Findings 3 and 4: two replicas place databases alike, balanced over the nodes of a
+/// location (from the store, not from counts read at start); a replica starts and serves
+/// while one of the nodes is down.
+#[tokio::test]
+async fn replicas_place_alike_and_start_while_a_node_is_down() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let east_a = start_named_node(
+        "east-a",
+        "aws-us-east-1",
+        &temp_dir("east-a"),
+        free_port(),
+        free_port(),
+    )
+    .await;
+    let mut east_b = start_named_node(
+        "east-b",
+        "aws-us-east-1",
+        &temp_dir("east-b"),
+        free_port(),
+        free_port(),
+    )
+    .await;
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let port = free_port();
+        let mut child = serve_command(&database_url, port, &[&east_a, &east_b], &secrets_key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let api_url = format!("http://127.0.0.1:{port}");
+        wait_for(&format!("{api_url}/health"), &mut child).await;
+        replicas.push((Process(child), api_url));
+    }
+    let first = Api::login(replicas[0].1.clone()).await;
+    // The same credentials work on the other replica (one store).
+    let second = Api {
+        url: replicas[1].1.clone(),
+        client: reqwest::Client::new(),
+        token: first.token.clone(),
+    };
+    let (status, body) = first
+        .call(
+            reqwest::Method::POST,
+            "/v1/groups",
+            json!({"name": "east", "location": "aws-us-east-1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut created = Vec::new();
+    for i in 0..6 {
+        let api = if i % 2 == 0 { &first } else { &second };
+        created.push(api.database(&format!("spread-{i}"), "east").await);
+    }
+    let count = |node: &Node| {
+        std::fs::read_dir(node.dir.join("dbs"))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        (count(&east_a), count(&east_b)),
+        (3, 3),
+        "balanced over the location's nodes"
+    );
+
+    // east-b dies; the second replica restarts meanwhile, and serves.
+    let _ = east_b.process.0.kill();
+    let _ = east_b.process.0.wait();
+    replicas.pop();
+    let port = free_port();
+    let mut child = serve_command(&database_url, port, &[&east_a, &east_b], &secrets_key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api_url = format!("http://127.0.0.1:{port}");
+    wait_for(&format!("{api_url}/health"), &mut child).await;
+    let _restarted = Process(child);
+    let second = Api {
+        url: api_url,
+        client: reqwest::Client::new(),
+        token: first.token.clone(),
+    };
+    let (status, listed) = second
+        .call(reqwest::Method::GET, "/v1/databases", json!(null))
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["databases"].as_array().unwrap().len(), 6);
+    // The databases of the node that is up answer through it.
+    let on_a: Vec<_> = created
+        .iter()
+        .filter(|db| east_a.dir.join("dbs").join(&db.0).exists())
+        .collect();
+    assert_eq!(on_a.len(), 3);
+    for db in on_a {
+        second.execute(db, "SELECT 1").await;
+    }
+    let (status, usage) = second
+        .call(
+            reqwest::Method::GET,
+            "/v1/organizations/root/usage",
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, 200, "{usage}");
+    let _ = std::fs::remove_dir_all(&east_a.dir);
+    let _ = std::fs::remove_dir_all(&east_b.dir);
+}
+
+/// A TCP relay to PostgreSQL that the test can cut (as PostgreSQL going down: listener
+/// closed, every connection dropped) and restore on the same port.
+struct Relay {
+    port: u16,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Relay {
+    async fn start(port: u16, target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let tasks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let connections = std::sync::Arc::clone(&tasks);
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let target = target.clone();
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                connections.lock().unwrap().push(relay);
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+        Relay { port, tasks }
+    }
+
+    fn cut(&self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Finding 8: with PostgreSQL unreachable the API answers 503 with `Retry-After`, and
+/// `/health` names the metadata store; when it is back, the replica serves again by
+/// itself.
+#[tokio::test]
+async fn postgres_down_is_a_503_naming_the_store_and_heals_by_itself() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let config: postgres::Config = database_url.parse().unwrap();
+    let (host, port) = match (config.get_hosts().first(), config.get_ports().first()) {
+        (Some(postgres::config::Host::Tcp(host)), Some(port)) => (host.clone(), *port),
+        _ => panic!("the test PostgreSQL URL must name a TCP host and port"),
+    };
+    let relay_port = free_port();
+    let through_relay = database_url.replacen(
+        &format!("{host}:{port}"),
+        &format!("127.0.0.1:{relay_port}"),
+        1,
+    );
+    assert_ne!(through_relay, database_url, "the URL names {host}:{port}");
+    let target = format!("{host}:{port}");
+    let relay = Relay::start(relay_port, target.clone()).await;
+
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let api_port = free_port();
+    let mut command = serve_command(&through_relay, api_port, &[], &secrets_key);
+    let node_dir = temp_dir("pg-down");
+    let mut child = command
+        .args(["--data-dir", node_dir.to_str().unwrap()])
+        .args(["--db-listen", &format!("127.0.0.1:{}", free_port())])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api_url = format!("http://127.0.0.1:{api_port}");
+    wait_for(&format!("{api_url}/health"), &mut child).await;
+    let _serve = Process(child);
+    let api = Api::login(api_url.clone()).await;
+
+    relay.cut();
+    let health = reqwest::get(format!("{api_url}/health")).await.unwrap();
+    assert_eq!(health.status(), 503);
+    assert!(health.headers().get("retry-after").is_some());
+    let body: Value = health.json().await.unwrap();
+    assert_eq!(body["code"], "store_unavailable", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("metadata store"),
+        "{body}"
+    );
+    let (status, body) = api
+        .call(reqwest::Method::GET, "/v1/organizations", json!(null))
+        .await;
+    assert_eq!(status, 503, "{body}");
+
+    // PostgreSQL is back: the replica reconnects by itself.
+    let _relay = Relay::start(relay.port, target).await;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let health = reqwest::get(format!("{api_url}/health")).await.unwrap();
+        if health.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never healed: {}",
+            health.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = api
+        .call(reqwest::Method::GET, "/v1/organizations", json!(null))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let _ = std::fs::remove_dir_all(&node_dir);
 }

@@ -448,7 +448,10 @@ async fn create(
     }
 
     crate::quotas::check_database(&state, &org).await?;
-    let node = state.data_plane.place(&group.primary_location)?;
+    let node = state
+        .data_plane
+        .place(&state.store, &group.primary_location)
+        .await?;
     let PlannedSeed {
         seed,
         parent,

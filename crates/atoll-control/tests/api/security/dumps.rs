@@ -52,8 +52,11 @@ async fn dumps_expire_and_the_lifecycle_job_deletes_them() {
 
 #[tokio::test]
 async fn a_dump_past_its_lifetime_is_refused_before_the_job_runs() {
+    // Not zero: the lifecycle job's first run, at start, may come after the upload on a
+    // loaded machine and would delete a dump of no lifetime before the create sees it.
+    let lifetime = Duration::from_secs(2);
     let Some(app) = TestApp::start_with(atoll_control::ControlConfig {
-        dump_lifetime: Duration::ZERO,
+        dump_lifetime: lifetime,
         ..test_config()
     })
     .await
@@ -64,6 +67,7 @@ async fn a_dump_past_its_lifetime_is_refused_before_the_job_runs() {
         .as_str()
         .unwrap()
         .to_string();
+    tokio::time::sleep(lifetime + Duration::from_millis(100)).await;
     let reply = create_from(&app, "expired", &url).await;
     assert_eq!(
         (reply.status, reply.code()),
