@@ -58,6 +58,11 @@ impl PostgresBackend {
         Ok(backend)
     }
 
+    /// How to connect (for a connection of its own, such as a `LISTEN`).
+    pub(crate) fn config(&self) -> &postgres::Config {
+        &self.config
+    }
+
     fn new_client(&self) -> Result<Client> {
         self.config
             .connect(NoTls)
