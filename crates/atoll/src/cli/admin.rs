@@ -10,7 +10,7 @@ use clap::Subcommand;
 pub enum AdminCommand {
     /// Databases the nodes hold that the metadata store does not know: moved aside on
     /// their node instead of deleted, removed only by `purge` after the node's retention.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = "Example:\n  atoll admin quarantine list")]
     Quarantine(QuarantineCommand),
 }
 
