@@ -168,6 +168,26 @@ impl DataPlane {
         }
     }
 
+    /// Who each node is: name, location, URLs (the in-process node serves every location:
+    /// it is given as `location`).
+    pub fn node_infos(&self, location: &str) -> Vec<wire::NodeInfo> {
+        match self {
+            DataPlane::InProcess {
+                http_base,
+                hostname_suffix,
+                node,
+                ..
+            } => vec![wire::NodeInfo {
+                name: IN_PROCESS_NODE.to_string(),
+                location: location.to_string(),
+                hostname_suffix: hostname_suffix.clone(),
+                http_url: http_base.clone(),
+                databases: node.database_count(),
+            }],
+            DataPlane::Remote { nodes, .. } => nodes.iter().map(|n| n.info.clone()).collect(),
+        }
+    }
+
     /// The names of the nodes, in order.
     pub fn node_names(&self) -> Vec<String> {
         match self {

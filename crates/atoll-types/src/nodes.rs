@@ -43,3 +43,25 @@ pub struct PurgeQuarantineResponse {
     pub purged: Vec<QuarantinedDatabase>,
     pub unreachable_nodes: Vec<String>,
 }
+
+/// A data node (`GET /v1/admin/nodes`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct NodeSummary {
+    pub name: String,
+    pub location: String,
+    /// Base URL of its database hosts.
+    pub http_url: String,
+    /// Databases the store places on it (deleted ones kept for restore included).
+    pub databases: i64,
+    /// When a control-plane replica last reached it (RFC 3339); none for a node running
+    /// inside the server process.
+    pub last_seen_at: Option<String>,
+    /// Reached recently (within 90 s): new databases may be placed on it.
+    pub healthy: bool,
+}
+
+/// `GET /v1/admin/nodes`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct NodesResponse {
+    pub nodes: Vec<NodeSummary>,
+}

@@ -653,6 +653,36 @@ async fn replicas_place_alike_and_start_while_a_node_is_down() {
     for db in on_a {
         second.execute(db, "SELECT 1").await;
     }
+    // The operator sees both nodes and their databases, from the store.
+    let (status, nodes) = second
+        .call(reqwest::Method::GET, "/v1/admin/nodes", json!(null))
+        .await;
+    assert_eq!(status, 200, "{nodes}");
+    let by_name = |name: &str| {
+        nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} missing: {nodes}"))
+    };
+    assert_eq!(by_name("east-a")["databases"], 3);
+    assert_eq!(by_name("east-a")["healthy"], true);
+    assert_eq!(by_name("east-b")["databases"], 3);
+    assert_eq!(by_name("east-b")["location"], "aws-us-east-1");
+    let table = Command::new(BIN)
+        .args(["admin", "nodes"])
+        .env("ATOLL_CONFIG_DIR", east_a.dir.join("cli"))
+        .env("ATOLL_API_URL", &second.url)
+        .env("ATOLL_API_TOKEN", &second.token)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("east-a") && table.contains("east-b"),
+        "{table}"
+    );
     let (status, usage) = second
         .call(
             reqwest::Method::GET,

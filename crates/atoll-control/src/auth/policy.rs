@@ -82,7 +82,8 @@ pub enum Action {
     /// The group is the deleted database's: the handler checks a group-scoped token against it.
     RestoreDatabase,
     SetOrganizationPlan,
-    /// The data nodes' quarantines (instance administrators).
+    /// The data nodes and their quarantines (instance administrators).
+    ReadNodes,
     ReadQuarantine,
     PurgeQuarantine,
     ReadOrganizationUsage,
@@ -218,14 +219,15 @@ impl Action {
             Action::ReadInvoices => rule(Organization, OrganizationLevel, Admin),
             Action::ReadPlans => rule(Account, Any, Viewer),
             Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
-            Action::SetOrganizationPlan | Action::ReadQuarantine | Action::PurgeQuarantine => {
-                Rule {
-                    target: Account,
-                    tokens: UserLevel,
-                    min_role: Viewer,
-                    instance_admin: true,
-                }
-            }
+            Action::SetOrganizationPlan
+            | Action::ReadNodes
+            | Action::ReadQuarantine
+            | Action::PurgeQuarantine => Rule {
+                target: Account,
+                tokens: UserLevel,
+                min_role: Viewer,
+                instance_admin: true,
+            },
             // Paid plans only: the handler refuses organizations on the free plan.
             Action::ReadAuditLogs => rule(Organization, OrganizationLevel, Admin),
         }

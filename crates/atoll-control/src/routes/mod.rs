@@ -7,7 +7,7 @@
 //! | `/v1/auth/api-tokens…`, `/v2/auth/api-tokens…` | [`api_tokens`] |
 //! | `/v1/user`, `/v1/current-user`, `/v1/user/invites…` | [`user`] |
 //! | `/v1/admin/users`, `/v1/admin/organizations/{org}/plan` | [`admin`] |
-//! | `/v1/admin/quarantine…` | [`nodes`] |
+//! | `/v1/admin/nodes`, `/v1/admin/quarantine…` | [`nodes`] |
 //! | `/v1/organizations`, `/v2/organizations`, `/v1/organizations/{org}` | [`organizations`] |
 //! | `/v1/organizations/{org}/members…` | [`members`] |
 //! | `/v2/organizations/{org}/invites…`, `/v1/organizations/{org}/invite(s)…` | [`invites`] |

@@ -1,4 +1,5 @@
-//! The data nodes as instance administrators see them: `/v1/admin/quarantine…`.
+//! The data nodes as instance administrators see them: `/v1/admin/nodes`,
+//! `/v1/admin/quarantine…`.
 
 use super::Route;
 use crate::auth::{Access, Action};
@@ -7,7 +8,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use atoll_types::node as node_wire;
 use atoll_types::nodes::{
-    PurgeQuarantineRequest, PurgeQuarantineResponse, QuarantineResponse, QuarantinedDatabase,
+    NodeSummary, NodesResponse, PurgeQuarantineRequest, PurgeQuarantineResponse,
+    QuarantineResponse, QuarantinedDatabase,
 };
 use atoll_types::ErrorCode;
 use axum::extract::State;
@@ -16,6 +18,14 @@ use axum::Json;
 
 pub fn routes() -> Vec<Route> {
     vec![
+        Route::new(
+            Method::GET,
+            "/v1/admin/nodes",
+            Action::ReadNodes,
+            "The data nodes: location, databases, health (instance administrators)",
+            list_nodes,
+        )
+        .response::<NodesResponse>(),
         Route::new(
             Method::GET,
             "/v1/admin/quarantine",
@@ -34,6 +44,33 @@ pub fn routes() -> Vec<Route> {
         .request::<PurgeQuarantineRequest>()
         .response::<PurgeQuarantineResponse>(),
     ]
+}
+
+async fn list_nodes(
+    State(state): State<AppState>,
+    _access: Access,
+) -> ApiResult<Json<NodesResponse>> {
+    let records = state.store.nodes().await?;
+    let counts = state.store.database_counts_by_node().await?;
+    let recent = atoll_meta::now_millis() - crate::data_plane::HEALTHY_WITHIN_MS;
+    let nodes = state
+        .data_plane
+        .node_infos(&state.config.server_location)
+        .into_iter()
+        .map(|info| {
+            let record = records.iter().find(|r| r.name == info.name);
+            NodeSummary {
+                databases: counts.get(&info.name).copied().unwrap_or(0),
+                last_seen_at: record.map(|r| crate::wire::rfc3339(r.last_seen_at)),
+                // The node inside this process answers whenever the server does.
+                healthy: record.is_none_or(|r| r.last_seen_at >= recent),
+                name: info.name,
+                location: info.location,
+                http_url: info.http_url,
+            }
+        })
+        .collect();
+    Ok(Json(NodesResponse { nodes }))
 }
 
 fn quarantined(node: &str, entry: node_wire::QuarantinedDatabase) -> QuarantinedDatabase {

@@ -226,9 +226,8 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             team_group(Scope(S::DbCreate), Role::Member)
         }
         ("POST", "/v1/admin/organizations/{org}/plan") => InstanceAdminOnly,
-        ("GET", "/v1/admin/quarantine") | ("POST", "/v1/admin/quarantine/purge") => {
-            InstanceAdminOnly
-        }
+        ("GET", "/v1/admin/nodes" | "/v1/admin/quarantine")
+        | ("POST", "/v1/admin/quarantine/purge") => InstanceAdminOnly,
         (_, p)
             if p.starts_with("/v1/groups")
                 || p.starts_with("/v1/databases")

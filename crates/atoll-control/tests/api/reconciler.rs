@@ -323,3 +323,25 @@ async fn a_database_missing_from_its_node_is_reported_not_recreated() {
     assert_eq!(report.missing, vec![("local".to_string(), id.clone())]);
     assert!(node(&app).by_id(&id).is_none(), "never recreated empty");
 }
+
+#[tokio::test]
+async fn the_nodes_are_listed_with_their_databases() {
+    let app = app!();
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "counted", "group": "default"}),
+    )
+    .await
+    .expect(200);
+    let listed = app
+        .get("/v1/admin/nodes", &app.admin_token)
+        .await
+        .expect(200);
+    let nodes = listed["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{listed}");
+    assert_eq!(nodes[0]["name"], "local");
+    assert_eq!(nodes[0]["databases"], 1);
+    assert_eq!(nodes[0]["healthy"], true);
+    assert_eq!(nodes[0]["http_url"], app.db_url.as_str());
+}

@@ -1,13 +1,23 @@
-//! `atoll admin quarantine list | purge`: instance administration of the data nodes.
+//! `atoll admin nodes`, `atoll admin quarantine list | purge`: instance administration of
+//! the data nodes.
 
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
-use atoll_types::nodes::{PurgeQuarantineRequest, PurgeQuarantineResponse, QuarantineResponse};
+use atoll_types::nodes::{
+    NodesResponse, PurgeQuarantineRequest, PurgeQuarantineResponse, QuarantineResponse,
+};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum AdminCommand {
+    /// The data nodes: location, URL, databases, health.
+    #[command(after_help = "Example:\n  atoll admin nodes")]
+    Nodes {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Databases the nodes hold that the metadata store does not know: moved aside on
     /// their node instead of deleted, removed only by `purge` after the node's retention.
     #[command(subcommand, after_help = "Example:\n  atoll admin quarantine list")]
@@ -41,6 +51,39 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
     let client = Client::new(&settings)?;
     client.require_token()?;
     match command {
+        AdminCommand::Nodes { json } => {
+            let listed: NodesResponse = client.get(client.url(&["v1", "admin", "nodes"])).await?;
+            if json {
+                output::json(&listed);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = listed
+                .nodes
+                .iter()
+                .map(|n| {
+                    vec![
+                        n.name.clone(),
+                        n.location.clone(),
+                        n.http_url.clone(),
+                        n.databases.to_string(),
+                        if n.healthy { "healthy" } else { "unreachable" }.to_string(),
+                        n.last_seen_at.clone().unwrap_or_else(|| "-".into()),
+                    ]
+                })
+                .collect();
+            output::table(
+                &[
+                    "NAME",
+                    "LOCATION",
+                    "URL",
+                    "DATABASES",
+                    "HEALTH",
+                    "LAST SEEN",
+                ],
+                &rows,
+            );
+            Ok(())
+        }
         AdminCommand::Quarantine(QuarantineCommand::List { json }) => {
             let listed: QuarantineResponse = client
                 .get(client.url(&["v1", "admin", "quarantine"]))
