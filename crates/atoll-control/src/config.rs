@@ -76,6 +76,12 @@ pub struct ControlConfig {
     pub usage_collect_interval: std::time::Duration,
     /// How often the lifecycle jobs run (archive, purge, report).
     pub jobs_interval: std::time::Duration,
+    /// How often a reconcile pass converges the nodes to the store (`crate::reconciler`).
+    pub reconcile_interval: std::time::Duration,
+    /// How long a database may stay `creating` before a reconcile pass takes its creator
+    /// for dead and removes it. Longer than any create takes (a dump load is bounded by
+    /// the node's dump timeout), so a pass never removes one another replica is creating.
+    pub creating_grace: std::time::Duration,
     /// What each plan allows per billing cycle.
     pub plans: std::collections::BTreeMap<String, atoll_types::usage::PlanQuotas>,
     /// The plan new organizations (personal and team) start on.
@@ -274,6 +280,8 @@ impl Default for ControlConfig {
             public_url: "http://127.0.0.1:8080".to_string(),
             usage_collect_interval: std::time::Duration::from_secs(10),
             jobs_interval: std::time::Duration::from_secs(60),
+            reconcile_interval: std::time::Duration::from_secs(30),
+            creating_grace: std::time::Duration::from_secs(15 * 60),
             plans: default_plans(),
             default_plan: DEFAULT_PLAN.to_string(),
             plan_prices: default_plan_prices(),

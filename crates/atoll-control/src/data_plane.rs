@@ -18,12 +18,16 @@ pub enum DataPlane {
         node: Arc<Node>,
         http_base: String,
         hostname_suffix: String,
+        /// How long a quarantined database is kept before a purge may remove it.
+        quarantine_retention: std::time::Duration,
     },
     /// `atoll node`s reached through their admin API.
     Remote {
         nodes: Vec<RemoteNode>,
         client: reqwest::Client,
         secret: String,
+        /// Sent with every order ([`wire::STORE_ID_HEADER`]): a node serves one store.
+        store_id: String,
     },
 }
 
@@ -37,31 +41,93 @@ pub struct RemoteNode {
 /// The name the in-process node is recorded under.
 const IN_PROCESS_NODE: &str = "local";
 
+/// A node a replica reached this recently is healthy (3 reconcile passes at the default
+/// interval): placement prefers healthy nodes.
+pub const HEALTHY_WITHIN_MS: i64 = 90_000;
+
 impl DataPlane {
     pub fn in_process(node: Arc<Node>, http_base: &str, hostname_suffix: &str) -> DataPlane {
         DataPlane::InProcess {
             node,
             http_base: http_base.trim_end_matches('/').to_string(),
             hostname_suffix: hostname_suffix.to_string(),
+            quarantine_retention: atoll_data::quarantine::DEFAULT_RETENTION,
         }
     }
 
-    /// Connects to `atoll node`s by their admin URLs, asking each who it is. Fails when a
-    /// node does not answer or refuses the secret.
-    pub async fn remote(admin_urls: &[String], secret: &str) -> Result<DataPlane, ApiError> {
+    /// The in-process data plane, keeping quarantined databases for `retention` before a
+    /// purge may remove them (no effect on remote nodes: each has its own setting).
+    pub fn with_quarantine_retention(mut self, retention: std::time::Duration) -> DataPlane {
+        if let DataPlane::InProcess {
+            quarantine_retention,
+            ..
+        } = &mut self
+        {
+            *quarantine_retention = retention;
+        }
+        self
+    }
+
+    /// Connects to `atoll node`s by their admin URLs, asking each who it is, as the control
+    /// plane of the store `store_id`, and records each in the store. A node that does not
+    /// answer is taken as the store last recorded it (the replica starts and serves the
+    /// other nodes' databases; its own answer 503 until it is back). Fails when a node is
+    /// unreachable and was never recorded, refuses the secret, or belongs to another store.
+    pub async fn remote(
+        admin_urls: &[String],
+        secret: &str,
+        store: &Store,
+        store_id: &str,
+    ) -> Result<DataPlane, ApiError> {
         let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
             .timeout(std::time::Duration::from_secs(120))
             .build()
             .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let recorded = store.nodes().await?;
         let mut nodes = Vec::new();
         for url in admin_urls {
             let admin_url = url.trim_end_matches('/').to_string();
-            let info: wire::NodeInfo = send(
+            let answer = send::<wire::NodeInfo>(
                 client
                     .get(format!("{admin_url}/v1/node"))
-                    .bearer_auth(secret),
+                    .bearer_auth(secret)
+                    .header(wire::STORE_ID_HEADER, store_id),
             )
-            .await?;
+            .await;
+            let info = match answer {
+                Ok(info) => {
+                    let now = atoll_meta::now_millis();
+                    store
+                        .record_node(atoll_meta::NodeRecord {
+                            name: info.name.clone(),
+                            location: info.location.clone(),
+                            admin_url: admin_url.clone(),
+                            http_url: info.http_url.clone(),
+                            hostname_suffix: info.hostname_suffix.clone(),
+                            registered_at: now,
+                            last_seen_at: now,
+                        })
+                        .await?;
+                    info
+                }
+                Err(ApiError::NodeUnavailable(cause)) => {
+                    let Some(record) = recorded.iter().find(|r| r.admin_url == admin_url) else {
+                        return Err(ApiError::NodeUnavailable(format!(
+                            "{admin_url} was never reached, so nothing is known of it: {cause}"
+                        )));
+                    };
+                    tracing::warn!(node = %record.name, admin_url = %admin_url, error = %cause, "data node unreachable at start: serving without it until it is back");
+                    wire::NodeInfo {
+                        name: record.name.clone(),
+                        location: record.location.clone(),
+                        hostname_suffix: record.hostname_suffix.clone(),
+                        http_url: record.http_url.clone(),
+                        databases: 0,
+                    }
+                }
+                Err(other) => return Err(other),
+            };
             if nodes.iter().any(|n: &RemoteNode| n.info.name == info.name) {
                 return Err(ApiError::Internal(format!(
                     "two data nodes are named {}",
@@ -74,7 +140,77 @@ impl DataPlane {
             nodes,
             client,
             secret: secret.to_string(),
+            store_id: store_id.to_string(),
         })
+    }
+
+    /// An order to a remote node's admin API, with its credential and the store's id.
+    fn order(
+        &self,
+        method: reqwest::Method,
+        node_name: &str,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, ApiError> {
+        match self {
+            DataPlane::Remote {
+                client,
+                secret,
+                store_id,
+                ..
+            } => {
+                let remote = self.remote_node(node_name)?;
+                Ok(client
+                    .request(method, format!("{}{path}", remote.admin_url))
+                    .bearer_auth(secret)
+                    .header(wire::STORE_ID_HEADER, store_id.as_str()))
+            }
+            DataPlane::InProcess { .. } => Err(ApiError::Internal("no remote nodes".into())),
+        }
+    }
+
+    /// Who each node is: name, location, URLs (the in-process node serves every location:
+    /// it is given as `location`).
+    pub fn node_infos(&self, location: &str) -> Vec<wire::NodeInfo> {
+        match self {
+            DataPlane::InProcess {
+                http_base,
+                hostname_suffix,
+                node,
+                ..
+            } => vec![wire::NodeInfo {
+                name: IN_PROCESS_NODE.to_string(),
+                location: location.to_string(),
+                hostname_suffix: hostname_suffix.clone(),
+                http_url: http_base.clone(),
+                databases: node.database_count(),
+            }],
+            DataPlane::Remote { nodes, .. } => nodes.iter().map(|n| n.info.clone()).collect(),
+        }
+    }
+
+    /// The names of the nodes, in order.
+    pub fn node_names(&self) -> Vec<String> {
+        match self {
+            DataPlane::InProcess { .. } => vec![IN_PROCESS_NODE.to_string()],
+            DataPlane::Remote { nodes, .. } => nodes.iter().map(|n| n.info.name.clone()).collect(),
+        }
+    }
+
+    /// Accepts orders from the store `store_id` only. A remote node checks it on every
+    /// order; the in-process node's data directory is stamped here, at start, so a
+    /// process pointed at another store refuses to manage its databases.
+    pub fn claim_store(&self, store_id: &str) -> Result<(), ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                atoll_data::identity::StoreStamp::open(node.data_dir())
+                    .and_then(|stamp| stamp.claim(store_id))
+                    .map_err(|e| ApiError::Internal(e.to_string()))
+            }
+            DataPlane::Remote { store_id: ours, .. } if ours == store_id => Ok(()),
+            DataPlane::Remote { .. } => Err(ApiError::Internal(
+                "the data plane was set up for another store".into(),
+            )),
+        }
     }
 
     fn remote_node(&self, name: &str) -> Result<&RemoteNode, ApiError> {
@@ -87,23 +223,43 @@ impl DataPlane {
         }
     }
 
-    /// The node a new database of a group in `location` goes to: the node of that location
-    /// holding the fewest databases.
-    pub fn place(&self, location: &str) -> Result<String, ApiError> {
-        match self {
-            DataPlane::InProcess { .. } => Ok(IN_PROCESS_NODE.to_string()),
-            DataPlane::Remote { nodes, .. } => nodes
-                .iter()
-                .filter(|n| n.info.location == location)
-                .min_by_key(|n| n.info.databases)
-                .map(|n| n.info.name.clone())
-                .ok_or_else(|| {
-                    ApiError::Invalid(
-                        ErrorCode::InvalidLocation,
-                        format!("no data node serves location {location}"),
-                    )
-                }),
+    /// The node a new database of a group in `location` goes to, computed from the store
+    /// alone so every replica places alike: among the nodes of that location reached by
+    /// some replica within [`HEALTHY_WITHIN_MS`] (all of them when none was), the one the
+    /// store places the fewest databases on, ties by name.
+    pub async fn place(&self, store: &Store, location: &str) -> Result<String, ApiError> {
+        let nodes = match self {
+            DataPlane::InProcess { .. } => return Ok(IN_PROCESS_NODE.to_string()),
+            DataPlane::Remote { nodes, .. } => nodes,
+        };
+        let mut candidates: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.info.location == location)
+            .map(|n| n.info.name.as_str())
+            .collect();
+        if candidates.is_empty() {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidLocation,
+                format!("no data node serves location {location}"),
+            ));
         }
+        let recent = atoll_meta::now_millis() - HEALTHY_WITHIN_MS;
+        let healthy: Vec<String> = store
+            .nodes()
+            .await?
+            .into_iter()
+            .filter(|r| r.last_seen_at >= recent)
+            .map(|r| r.name)
+            .collect();
+        if candidates.iter().any(|c| healthy.iter().any(|h| h == c)) {
+            candidates.retain(|c| healthy.iter().any(|h| h == c));
+        }
+        let counts = store.database_counts_by_node().await?;
+        Ok(candidates
+            .into_iter()
+            .min_by_key(|name| (counts.get(*name).copied().unwrap_or(0), *name))
+            .map(str::to_string)
+            .unwrap_or_default())
     }
 
     /// The database's hostname: `<db>-<org>.<suffix of its node>`.
@@ -153,15 +309,9 @@ impl DataPlane {
                 }
                 blocking(move || node.create_database(request).map(|_| ())).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let _: serde_json::Value = send(
-                    client
-                        .post(format!("{}/v1/databases", remote.admin_url))
-                        .bearer_auth(secret)
-                        .json(&request),
-                )
-                .await?;
+            DataPlane::Remote { .. } => {
+                let order = self.order(reqwest::Method::POST, node_name, "/v1/databases")?;
+                let _: serde_json::Value = send(order.json(&request)).await?;
                 Ok(())
             }
         }
@@ -173,11 +323,10 @@ impl DataPlane {
                 let node = Arc::clone(node);
                 blocking(move || node.configure(config).map(|_| ())).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let url = format!("{}/v1/databases/{}/config", remote.admin_url, config.id);
-                let _: serde_json::Value =
-                    send(client.put(url).bearer_auth(secret).json(&config)).await?;
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{}/config", config.id);
+                let order = self.order(reqwest::Method::PUT, node_name, &path)?;
+                let _: serde_json::Value = send(order.json(&config)).await?;
                 Ok(())
             }
         }
@@ -191,10 +340,9 @@ impl DataPlane {
                 let id = id.to_string();
                 blocking(move || node.delete_database(&id)).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let url = format!("{}/v1/databases/{id}", remote.admin_url);
-                send::<serde_json::Value>(client.delete(url).bearer_auth(secret))
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}");
+                send::<serde_json::Value>(self.order(reqwest::Method::DELETE, node_name, &path)?)
                     .await
                     .map(|_| ())
             }
@@ -205,13 +353,21 @@ impl DataPlane {
         }
     }
 
-    /// Deletes, on their nodes, databases the store has already forgotten. A failure is
-    /// logged, not returned: nobody can reach the database any more, and the node drops it
-    /// at its next start (see [`DataPlane::reconcile`]).
-    pub async fn drop_forgotten(&self, databases: &[Database]) {
+    /// Deletes, on their nodes, databases the store has already forgotten (and holds
+    /// tombstones of). A failure is logged, not returned: nobody can reach the database
+    /// any more, and the reconciler finishes the delete from its tombstone.
+    pub async fn drop_forgotten(&self, store: &Store, databases: &[Database]) {
         for db in databases {
-            if let Err(e) = self.delete_database(&db.node, &db.id).await {
-                tracing::warn!(error = %e, database = %db.id, "could not delete a forgotten database on its node");
+            match self.delete_database(&db.node, &db.id).await {
+                Ok(()) => {
+                    if let Err(e) = store.remove_tombstone(&db.id).await {
+                        tracing::warn!(error = %e, database = %db.id, "could not remove a tombstone: the reconciler will");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, database = %db.id, "could not delete a forgotten database on its node: the reconciler will");
+                    crate::reconciler::request_pass();
+                }
             }
         }
     }
@@ -223,14 +379,9 @@ impl DataPlane {
                 let id = id.to_string();
                 blocking(move || node.stats(&id)).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                send(
-                    client
-                        .get(format!("{}/v1/databases/{id}/stats", remote.admin_url))
-                        .bearer_auth(secret),
-                )
-                .await
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}/stats");
+                send(self.order(reqwest::Method::GET, node_name, &path)?).await
             }
         }
     }
@@ -239,13 +390,12 @@ impl DataPlane {
     pub async fn backups(&self, node_name: &str, id: &str) -> Result<wire::Backups, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => node.backups(id).await.map_err(data_error),
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                send(
-                    client
-                        .get(format!("{}/v1/databases/{id}/backups", remote.admin_url))
-                        .bearer_auth(secret),
-                )
+            DataPlane::Remote { .. } => {
+                send(self.order(
+                    reqwest::Method::GET,
+                    node_name,
+                    &format!("/v1/databases/{id}/backups"),
+                )?)
                 .await
             }
         }
@@ -264,13 +414,14 @@ impl DataPlane {
                 let id = id.to_string();
                 blocking(move || node.restore_in_place(&id, timestamp_ms)).await
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
+            DataPlane::Remote { .. } => {
                 send(
-                    client
-                        .post(format!("{}/v1/databases/{id}/restore", remote.admin_url))
-                        .bearer_auth(secret)
-                        .json(&wire::RestoreInPlace { timestamp_ms }),
+                    self.order(
+                        reqwest::Method::POST,
+                        node_name,
+                        &format!("/v1/databases/{id}/restore"),
+                    )?
+                    .json(&wire::RestoreInPlace { timestamp_ms }),
                 )
                 .await
             }
@@ -287,38 +438,35 @@ impl DataPlane {
             DataPlane::InProcess { node, .. } => {
                 Ok(node.meters.top_queries(id, atoll_data::admin::TOP_QUERIES))
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                send(
-                    client
-                        .get(format!("{}/v1/databases/{id}/queries", remote.admin_url))
-                        .bearer_auth(secret),
-                )
-                .await
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}/queries");
+                send(self.order(reqwest::Method::GET, node_name, &path)?).await
             }
         }
     }
 
-    /// The usage batch of every node (the same batch until acknowledged).
+    /// The usage batch of every node that answers (the same batch until acknowledged). A
+    /// node that does not is skipped and logged: its batch waits for the next collection,
+    /// the other nodes' usage is not held up by it.
     pub async fn collect_usage(&self) -> Result<Vec<(String, wire::UsageBatch)>, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
                 Ok(vec![(IN_PROCESS_NODE.to_string(), node.meters.collect())])
             }
-            DataPlane::Remote {
-                nodes,
-                client,
-                secret,
-            } => {
+            DataPlane::Remote { nodes, .. } => {
                 let mut batches = Vec::new();
                 for remote in nodes {
-                    let batch: wire::UsageBatch = send(
-                        client
-                            .post(format!("{}/v1/usage/collect", remote.admin_url))
-                            .bearer_auth(secret),
-                    )
-                    .await?;
-                    batches.push((remote.info.name.clone(), batch));
+                    let order = self.order(
+                        reqwest::Method::POST,
+                        &remote.info.name,
+                        "/v1/usage/collect",
+                    )?;
+                    match send::<wire::UsageBatch>(order).await {
+                        Ok(batch) => batches.push((remote.info.name.clone(), batch)),
+                        Err(e) => {
+                            tracing::warn!(node = %remote.info.name, error = %e, "usage not collected from an unreachable node; retried at the next collection")
+                        }
+                    }
                 }
                 Ok(batches)
             }
@@ -331,56 +479,268 @@ impl DataPlane {
                 node.meters.acknowledge(batch_id);
                 Ok(())
             }
-            DataPlane::Remote { client, secret, .. } => {
-                let remote = self.remote_node(node_name)?;
-                let url = format!("{}/v1/usage/{batch_id}/ack", remote.admin_url);
-                send::<serde_json::Value>(client.post(url).bearer_auth(secret))
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/usage/{batch_id}/ack");
+                send::<serde_json::Value>(self.order(reqwest::Method::POST, node_name, &path)?)
                     .await
                     .map(|_| ())
             }
         }
     }
 
-    /// Ids of the databases each node holds.
-    async fn node_database_ids(&self) -> Result<Vec<(String, Vec<String>)>, ApiError> {
+    /// The databases a node holds, with their configuration versions.
+    async fn held_databases(&self, node_name: &str) -> Result<Vec<wire::HeldDatabase>, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
-                Ok(vec![(IN_PROCESS_NODE.to_string(), node.database_ids())])
+                Ok(atoll_data::admin::held_databases(node).databases)
             }
-            DataPlane::Remote {
-                nodes,
-                client,
-                secret,
-            } => {
-                let mut all = Vec::new();
-                for remote in nodes {
-                    let ids: wire::DatabaseIds = send(
-                        client
-                            .get(format!("{}/v1/databases", remote.admin_url))
-                            .bearer_auth(secret),
-                    )
-                    .await?;
-                    all.push((remote.info.name.clone(), ids.ids));
-                }
-                Ok(all)
+            DataPlane::Remote { .. } => {
+                let order = self.order(reqwest::Method::GET, node_name, "/v1/databases")?;
+                let ids: wire::DatabaseIds = send(order).await?;
+                Ok(ids.databases)
             }
         }
     }
 
-    /// At start: removes what a crash left half-done. Databases still `creating` are
-    /// removed from the store and their node; node databases the store does not know are
-    /// deleted.
-    pub async fn reconcile(&self, store: &Store) -> Result<(), ApiError> {
-        for db in store.databases_in_state(DatabaseState::Creating).await? {
-            tracing::warn!(database = %db.id, name = %db.name, "removing a database whose creation was interrupted");
-            self.delete_database(&db.node, &db.id).await?;
-            store.delete_database(&db.id).await?;
+    /// Moves a database the store does not know out of its node's service, keeping its
+    /// files (see `atoll_data::quarantine`).
+    pub async fn quarantine(
+        &self,
+        node_name: &str,
+        id: &str,
+    ) -> Result<wire::QuarantinedDatabase, ApiError> {
+        match self {
+            DataPlane::InProcess {
+                node,
+                quarantine_retention,
+                ..
+            } => {
+                let (node, id, retention) =
+                    (Arc::clone(node), id.to_string(), *quarantine_retention);
+                blocking(move || {
+                    atoll_data::quarantine::quarantine(
+                        &node,
+                        &id,
+                        retention,
+                        atoll_meta::now_millis(),
+                    )
+                })
+                .await
+            }
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/databases/{id}/quarantine");
+                send(self.order(reqwest::Method::POST, node_name, &path)?).await
+            }
         }
-        for (node, ids) in self.node_database_ids().await? {
-            for id in ids {
-                if store.database_by_id(&id).await?.is_none() {
-                    tracing::warn!(database = %id, node = %node, "deleting a database the metadata store does not know");
-                    self.delete_database(&node, &id).await?;
+    }
+
+    /// The quarantined databases of a node.
+    pub async fn quarantined(
+        &self,
+        node_name: &str,
+    ) -> Result<Vec<wire::QuarantinedDatabase>, ApiError> {
+        match self {
+            DataPlane::InProcess {
+                node,
+                quarantine_retention,
+                ..
+            } => {
+                let (node, retention) = (Arc::clone(node), *quarantine_retention);
+                blocking(move || {
+                    atoll_data::quarantine::list(
+                        node.data_dir(),
+                        retention,
+                        atoll_meta::now_millis(),
+                    )
+                })
+                .await
+            }
+            DataPlane::Remote { .. } => {
+                let order = self.order(reqwest::Method::GET, node_name, "/v1/quarantine")?;
+                let quarantine: wire::Quarantine = send(order).await?;
+                Ok(quarantine.databases)
+            }
+        }
+    }
+
+    /// Removes a quarantined database for good (refused before its retention is over).
+    pub async fn purge_quarantined(
+        &self,
+        node_name: &str,
+        id: &str,
+    ) -> Result<wire::QuarantinedDatabase, ApiError> {
+        match self {
+            DataPlane::InProcess {
+                node,
+                quarantine_retention,
+                ..
+            } => {
+                let (node, id, retention) =
+                    (Arc::clone(node), id.to_string(), *quarantine_retention);
+                blocking(move || {
+                    atoll_data::quarantine::purge(
+                        node.data_dir(),
+                        &id,
+                        retention,
+                        atoll_meta::now_millis(),
+                    )
+                })
+                .await
+            }
+            DataPlane::Remote { .. } => {
+                let path = format!("/v1/quarantine/{id}");
+                send(self.order(reqwest::Method::DELETE, node_name, &path)?).await
+            }
+        }
+    }
+
+    /// One pass that converges the nodes to the store (see `crate::reconciler`):
+    ///
+    /// - a database still `creating` after `creating_grace` was abandoned by a control
+    ///   plane that died mid-create: removed from its node (by id: the store names it)
+    ///   and from the store. Younger ones are left alone: another replica may be creating
+    ///   them at this very moment;
+    /// - a database a node holds that the store does not know is quarantined, never
+    ///   deleted.
+    ///
+    /// A node that cannot be reached is reported and skipped; the next pass retries.
+    pub async fn reconcile(
+        &self,
+        store: &Store,
+        creating_grace: std::time::Duration,
+        now: i64,
+    ) -> Result<ReconcileReport, ApiError> {
+        // The in-process node is checked here too, not only at start: nothing below may
+        // touch a data directory that belongs to another store.
+        if let DataPlane::InProcess { .. } = self {
+            self.claim_store(&store.store_id().await?)?;
+        }
+        let mut report = ReconcileReport::default();
+        let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
+        for db in store.databases_in_state(DatabaseState::Creating).await? {
+            if db.created_at > now.saturating_sub(grace_ms) {
+                continue;
+            }
+            match self.delete_database(&db.node, &db.id).await {
+                Ok(()) => {
+                    tracing::warn!(database = %db.id, name = %db.name, "removing a database whose creation was abandoned");
+                    store.delete_database(&db.id).await?;
+                    report.abandoned_creates.push(db.id);
+                }
+                Err(e) => {
+                    tracing::warn!(database = %db.id, node = %db.node, error = %e, "cannot remove an abandoned create yet");
+                }
+            }
+        }
+        for node_name in self.node_names() {
+            let held = match self.held_databases(&node_name).await {
+                Ok(held) => {
+                    if let DataPlane::Remote { .. } = self {
+                        store
+                            .node_seen(&node_name, atoll_meta::now_millis())
+                            .await?;
+                    }
+                    held
+                }
+                Err(e) => {
+                    tracing::warn!(node = %node_name, error = %e, "data node unreachable: skipped by this reconcile pass");
+                    report.unreachable_nodes.push(node_name);
+                    continue;
+                }
+            };
+            self.reconcile_node(store, &node_name, &held, &mut report)
+                .await?;
+        }
+        Ok(report)
+    }
+}
+
+impl DataPlane {
+    /// Converges one reachable node, which holds `held`, to the store.
+    async fn reconcile_node(
+        &self,
+        store: &Store,
+        node_name: &str,
+        held: &[wire::HeldDatabase],
+        report: &mut ReconcileReport,
+    ) -> Result<(), ApiError> {
+        let held_version = |id: &str| held.iter().find(|h| h.id == id).map(|h| h.config_version);
+
+        // Deletes the store decided (tombstones by id): finished here, then forgotten.
+        for tombstone in store.tombstones(node_name).await? {
+            if held_version(&tombstone.id).is_some() {
+                if let Err(e) = self.delete_database(node_name, &tombstone.id).await {
+                    tracing::warn!(node = %node_name, database = %tombstone.id, error = %e, "cannot finish a delete yet");
+                    continue;
+                }
+                report.deleted.push(tombstone.id.clone());
+            }
+            store.remove_tombstone(&tombstone.id).await?;
+        }
+
+        // Configurations the node is behind on.
+        let mut wanted = std::collections::HashSet::new();
+        let mut groups = std::collections::HashMap::new();
+        let mut orgs = std::collections::HashMap::new();
+        for db in store.databases_on_node(node_name).await? {
+            wanted.insert(db.id.clone());
+            // A create in progress is its creator's (or, past the grace, removed above).
+            if db.state == DatabaseState::Creating {
+                continue;
+            }
+            let store_version = u64::try_from(db.config_version).unwrap_or(0);
+            match held_version(&db.id) {
+                Some(version) if version >= store_version => {}
+                Some(_) => {
+                    if !groups.contains_key(&db.group_id) {
+                        let group = store.group_by_id(&db.group_id).await?;
+                        groups.insert(db.group_id.clone(), group);
+                    }
+                    if !orgs.contains_key(&db.org_id) {
+                        let org = store.org_by_id(&db.org_id).await?;
+                        orgs.insert(db.org_id.clone(), org);
+                    }
+                    let (Some(Some(group)), Some(Some(org))) =
+                        (groups.get(&db.group_id), orgs.get(&db.org_id))
+                    else {
+                        continue;
+                    };
+                    match self
+                        .configure(node_name, node_config(&db, group, org))
+                        .await
+                    {
+                        Ok(()) => report.configured.push(db.id.clone()),
+                        Err(e) => {
+                            tracing::warn!(node = %node_name, database = %db.id, error = %e, "cannot push a configuration yet")
+                        }
+                    }
+                }
+                None => {
+                    // Its files are not on the node (a lost disk): never recreated empty.
+                    // Rebuilding it from object storage is the durable storage's
+                    // (issue 11); until then it is reported.
+                    tracing::error!(node = %node_name, database = %db.id, name = %db.name, "a database of the store is missing from its node");
+                    report.missing.push((node_name.to_string(), db.id.clone()));
+                }
+            }
+        }
+
+        // What the store does not know: kept aside, never deleted.
+        for held in held {
+            if wanted.contains(&held.id) || store.database_by_id(&held.id).await?.is_some() {
+                continue;
+            }
+            if store.is_tombstoned(&held.id).await? {
+                continue;
+            }
+            match self.quarantine(node_name, &held.id).await {
+                Ok(_) => report
+                    .quarantined
+                    .push((node_name.to_string(), held.id.clone())),
+                // Gone in the meantime (deleted by whoever forgot it): nothing to keep.
+                Err(ApiError::NotFound(..)) => {}
+                Err(e) => {
+                    tracing::warn!(node = %node_name, database = %held.id, error = %e, "cannot quarantine an unknown database")
                 }
             }
         }
@@ -388,14 +748,35 @@ impl DataPlane {
     }
 }
 
+/// What a reconcile pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Databases whose node was given the store's newer configuration.
+    pub configured: Vec<String>,
+    /// Databases deleted from their node from a tombstone.
+    pub deleted: Vec<String>,
+    /// (node, database) pairs the store places on a node that does not hold them.
+    pub missing: Vec<(String, String)>,
+    /// Databases whose creation a dead control plane abandoned, removed.
+    pub abandoned_creates: Vec<String>,
+    /// (node, database) pairs moved to the node's quarantine: unknown to the store.
+    pub quarantined: Vec<(String, String)>,
+    /// Nodes the pass could not reach.
+    pub unreachable_nodes: Vec<String>,
+}
+
 /// Sends a node admin request and maps its answer, as the in-process calls are mapped.
 async fn send<T: serde::de::DeserializeOwned>(
     request: reqwest::RequestBuilder,
 ) -> Result<T, ApiError> {
-    let response = request
-        .send()
-        .await
-        .map_err(|e| ApiError::Upstream(format!("data node unreachable: {e}")))?;
+    let response = request.send().await.map_err(|e| {
+        // Refused or timed out: the node is down or restarting, which a retry outlives.
+        if e.is_connect() || e.is_timeout() {
+            ApiError::NodeUnavailable(format!("data node unreachable: {e}"))
+        } else {
+            ApiError::Upstream(format!("data node unreachable: {e}"))
+        }
+    })?;
     let status = response.status();
     if status.is_success() {
         return response
@@ -496,6 +877,7 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         keys,
         durability: None,
         pitr_retention_days: plan_retention_days(&org.plan_id),
+        config_version: u64::try_from(db.config_version).unwrap_or(0),
     }
 }
 
@@ -525,22 +907,24 @@ pub async fn push_group_databases(
         .ok_or_else(|| ApiError::Internal("group without organization".into()))?;
     for db in store.databases_in_group(&group.id).await? {
         if db.state != DatabaseState::Creating {
-            configure_unless_gone(data_plane, &db.node, node_config(&db, group, &org)).await?;
+            converge(data_plane, &db.node, node_config(&db, group, &org)).await;
         }
     }
     Ok(())
 }
 
-/// Configures a database that may have been deleted since it was listed (a group or
-/// database delete running at the same time): one its node no longer has needs nothing.
-async fn configure_unless_gone(
-    data_plane: &DataPlane,
-    node: &str,
-    config: DatabaseConfig,
-) -> Result<(), ApiError> {
+/// Tells a database's node its configuration, which the store already holds (intent
+/// first): a node that cannot take it now gets it from the reconciler, which this asks
+/// for a pass at once. So an API change is never half-done: it answers per the store.
+/// One the node no longer has (deleted meanwhile) needs nothing.
+pub async fn converge(data_plane: &DataPlane, node: &str, config: DatabaseConfig) {
+    let id = config.id.clone();
     match data_plane.configure(node, config).await {
-        Err(ApiError::NotFound(..)) => Ok(()),
-        other => other,
+        Ok(()) | Err(ApiError::NotFound(..)) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, database = %id, node, "a node did not take a configuration: the reconciler will push it");
+            crate::reconciler::request_pass();
+        }
     }
 }
 
@@ -553,7 +937,7 @@ pub async fn push_org_databases(
     for group in store.list_groups(&org.id).await? {
         for db in store.databases_in_group(&group.id).await? {
             if db.state != DatabaseState::Creating {
-                configure_unless_gone(data_plane, &db.node, node_config(&db, &group, org)).await?;
+                converge(data_plane, &db.node, node_config(&db, &group, org)).await;
             }
         }
     }

@@ -6,6 +6,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+/// What `Retry-After` says when a data node cannot be reached: about the time a node
+/// takes to restart.
+pub const NODE_RETRY_AFTER_SECS: u64 = 5;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Missing, malformed, unknown, expired or revoked credentials.
@@ -44,9 +48,16 @@ pub enum ApiError {
     /// The path exists, the method does not; the router adds `Allow`.
     #[error("{0}")]
     MethodNotAllowed(String),
-    /// A data node failed or could not be reached.
+    /// A data node failed.
     #[error("data plane error: {0}")]
     Upstream(String),
+    /// The data node a request needs cannot be reached now: 503 with `Retry-After`. The
+    /// client may retry; nothing of the request was kept.
+    #[error("data node unavailable: {0}")]
+    NodeUnavailable(String),
+    /// The metadata store cannot be reached: 503 with `Retry-After`, the store named.
+    #[error("metadata store unreachable: {0}")]
+    StoreUnavailable(String),
     /// A failure of ours. The cause is logged where it happens, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -72,6 +83,9 @@ impl ApiError {
             ApiError::NotOnSelfHosted(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ApiError::NodeUnavailable(_) | ApiError::StoreUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -91,7 +105,8 @@ impl ApiError {
             ApiError::NotAvailable(_) => ErrorCode::NotAvailable,
             ApiError::NotOnSelfHosted(_) => ErrorCode::NotAvailableOnSelfHosted,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
-            ApiError::Upstream(_) => ErrorCode::DataPlane,
+            ApiError::Upstream(_) | ApiError::NodeUnavailable(_) => ErrorCode::DataPlane,
+            ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -109,6 +124,15 @@ impl IntoResponse for ApiError {
                 "the database's data node could not complete the request; see the server log"
                     .to_string()
             }
+            ApiError::NodeUnavailable(cause) => {
+                tracing::warn!(%cause, "data node unavailable");
+                "the database's data node cannot be reached right now: retry shortly".to_string()
+            }
+            ApiError::StoreUnavailable(cause) => {
+                tracing::error!(%cause, "metadata store unreachable");
+                "the metadata store (PostgreSQL) cannot be reached right now: retry shortly"
+                    .to_string()
+            }
             other => other.to_string(),
         };
         let body = ErrorBody {
@@ -116,10 +140,17 @@ impl IntoResponse for ApiError {
             code: self.code().as_str().to_string(),
         };
         let mut response = (self.status(), Json(body)).into_response();
-        if let ApiError::TooManyRequests(_, seconds) = &self {
+        let retry_after = match &self {
+            ApiError::TooManyRequests(_, seconds) => Some(*seconds),
+            ApiError::NodeUnavailable(_) | ApiError::StoreUnavailable(_) => {
+                Some(NODE_RETRY_AFTER_SECS)
+            }
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(*seconds),
+                axum::http::HeaderValue::from(seconds),
             );
         }
         response
@@ -163,6 +194,7 @@ impl From<StoreError> for ApiError {
                 ApiError::Internal(format!("unexpected duplicate: {what}"))
             }
             StoreError::Unavailable(cause) => ApiError::Internal(cause),
+            StoreError::Unreachable(cause) => ApiError::StoreUnavailable(cause),
             // A signing key this process cannot open (another replica runs with a key it
             // lacks): the operator's problem, logged by the store, never the caller's.
             StoreError::Secrets(cause) => ApiError::Internal(cause.to_string()),

@@ -64,8 +64,13 @@ pub async fn run_once(state: &AppState, holder: &str, now: i64) -> ApiResult<Job
         .databases_deleted_before(now - RESTORE_WINDOW_MS)
         .await?
     {
-        state.data_plane.delete_database(&db.node, &db.id).await?;
+        // Forgotten first, with a tombstone: the node's delete is finished by the
+        // reconciler if it cannot be done now.
         state.store.delete_database(&db.id).await?;
+        state
+            .data_plane
+            .drop_forgotten(&state.store, std::slice::from_ref(&db))
+            .await;
         tracing::info!(database = %db.id, name = %db.name, "purged a deleted database after its restore window");
         report.purged_databases.push(db.id);
     }

@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod login_throttle;
 mod openapi;
 pub mod quotas;
+pub mod reconciler;
 pub mod routes;
 mod server;
 pub mod usage;

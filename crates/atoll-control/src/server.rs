@@ -153,6 +153,7 @@ pub async fn serve(
     let collector =
         crate::usage::spawn_collector(state.clone(), state.config.usage_collect_interval);
     let jobs = crate::jobs::spawn(state.clone(), state.config.jobs_interval);
+    let reconciler = crate::reconciler::spawn(state.clone(), state.config.reconcile_interval);
     state.rate_limits.spawn_sweeper();
     let header_read_timeout = state.config.header_read_timeout;
     let served =
@@ -160,6 +161,7 @@ pub async fn serve(
             .await;
     collector.abort();
     jobs.abort();
+    reconciler.abort();
     served
 }
 

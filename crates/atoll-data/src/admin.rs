@@ -13,13 +13,22 @@
 //! | `GET /v1/databases/{id}/queries` | | the heaviest statements ([`QueryStats`]) |
 //! | `POST /v1/usage/collect` | | [`UsageBatch`]: the same batch until acknowledged |
 //! | `POST /v1/usage/{id}/ack` | | `{}` |
+//! | `POST /v1/databases/{id}/quarantine` | | [`QuarantinedDatabase`]: moved aside, not served |
+//! | `GET /v1/quarantine` | | [`Quarantine`] |
+//! | `DELETE /v1/quarantine/{id}` | | [`QuarantinedDatabase`]; 409 before its retention is over |
+//!
+//! Every request also carries the id of the control plane's metadata store
+//! ([`STORE_ID_HEADER`]): the node is stamped with the first one and refuses others
+//! (see [`crate::identity`]).
 //!
 //! Errors are `{"error": …}` with the status of the [`DataError`] they come from.
 
 use crate::error::DataError;
+use crate::identity::StoreStamp;
 use crate::node::Node;
 use atoll_types::node::{
-    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, NodeInfo, QueryStats, UsageBatch,
+    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HeldDatabase, NodeInfo, Quarantine,
+    QuarantinedDatabase, QueryStats, UsageBatch, STORE_ID_HEADER,
 };
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -29,6 +38,7 @@ use axum::routing::{get, put};
 use axum::{Json, Router};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use std::time::Duration;
 use subtle::ConstantTimeEq;
 
 pub struct AdminState {
@@ -36,15 +46,28 @@ pub struct AdminState {
     pub info: NodeInfo,
     /// SHA-256 of the node secret: compared in constant time, never kept in clear.
     secret_digest: [u8; 32],
+    /// The metadata store this node belongs to.
+    pub stamp: StoreStamp,
+    /// How long a quarantined database is kept before a purge may remove it.
+    pub quarantine_retention: Duration,
 }
 
 impl AdminState {
-    pub fn new(node: Arc<Node>, info: NodeInfo, secret: &str) -> Arc<AdminState> {
-        Arc::new(AdminState {
+    /// The admin state of `node`, with its store stamp read from its data directory.
+    pub fn new(
+        node: Arc<Node>,
+        info: NodeInfo,
+        secret: &str,
+        quarantine_retention: Duration,
+    ) -> Result<Arc<AdminState>, DataError> {
+        let stamp = StoreStamp::open(node.data_dir())?;
+        Ok(Arc::new(AdminState {
             node,
             info,
             secret_digest: Sha256::digest(secret.as_bytes()).into(),
-        })
+            stamp,
+            quarantine_retention,
+        }))
     }
 }
 
@@ -60,6 +83,15 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}/queries", get(top_queries))
         .route("/v1/usage/collect", axum::routing::post(collect_usage))
         .route("/v1/usage/{id}/ack", axum::routing::post(acknowledge_usage))
+        .route(
+            "/v1/databases/{id}/quarantine",
+            axum::routing::post(quarantine_database),
+        )
+        .route("/v1/quarantine", get(list_quarantine))
+        .route(
+            "/v1/quarantine/{id}",
+            axum::routing::delete(purge_quarantined),
+        )
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             require_secret,
@@ -84,6 +116,18 @@ async fn require_secret(
     if !bool::from(digest.ct_eq(&state.secret_digest)) {
         return Err(DataError::Unauthorized("node secret expected".into()));
     }
+    // Only after the secret: the store id is no credential, and a caller without the
+    // secret must learn nothing about which store the node belongs to.
+    let store_id = request
+        .headers()
+        .get(STORE_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            DataError::BadRequest(format!(
+                "the {STORE_ID_HEADER} header is expected (a control plane of this version or later)"
+            ))
+        })?;
+    state.stamp.claim(store_id)?;
     Ok(next.run(request).await)
 }
 
@@ -94,9 +138,25 @@ async fn info(State(state): State<Arc<AdminState>>) -> Json<NodeInfo> {
 }
 
 async fn list(State(state): State<Arc<AdminState>>) -> Json<DatabaseIds> {
-    Json(DatabaseIds {
-        ids: state.node.database_ids(),
-    })
+    Json(held_databases(&state.node))
+}
+
+/// The databases a node holds, with the configuration version and state of each.
+pub fn held_databases(node: &Node) -> DatabaseIds {
+    let ids = node.database_ids();
+    let databases = ids
+        .iter()
+        .filter_map(|id| node.by_id(id))
+        .map(|db| {
+            let config = db.config();
+            HeldDatabase {
+                id: config.id.clone(),
+                config_version: config.config_version,
+                state: config.state,
+            }
+        })
+        .collect();
+    DatabaseIds { ids, databases }
 }
 
 async fn create(
@@ -189,6 +249,58 @@ async fn acknowledge_usage(
 ) -> Json<serde_json::Value> {
     state.node.meters.acknowledge(&id);
     Json(serde_json::json!({}))
+}
+
+async fn quarantine_database(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<QuarantinedDatabase>, DataError> {
+    let admin = Arc::clone(&state);
+    let quarantined = blocking(move || {
+        crate::quarantine::quarantine(&admin.node, &id, admin.quarantine_retention, now_millis())
+    })
+    .await?;
+    Ok(Json(quarantined))
+}
+
+async fn list_quarantine(
+    State(state): State<Arc<AdminState>>,
+) -> Result<Json<Quarantine>, DataError> {
+    let admin = Arc::clone(&state);
+    let databases = blocking(move || {
+        crate::quarantine::list(
+            admin.node.data_dir(),
+            admin.quarantine_retention,
+            now_millis(),
+        )
+    })
+    .await?;
+    Ok(Json(Quarantine { databases }))
+}
+
+async fn purge_quarantined(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<QuarantinedDatabase>, DataError> {
+    let admin = Arc::clone(&state);
+    let purged = blocking(move || {
+        crate::quarantine::purge(
+            admin.node.data_dir(),
+            &id,
+            admin.quarantine_retention,
+            now_millis(),
+        )
+    })
+    .await?;
+    Ok(Json(purged))
+}
+
+/// Milliseconds since the epoch.
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 async fn blocking<T: Send + 'static>(

@@ -458,6 +458,12 @@ impl Node {
             .by_id(&config.id)
             .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
         let old = db.config();
+        // Older than what the node has: a slow or retried push, or a replica that read the
+        // store before the last change. The newer configuration stays (docs/STORAGE.md,
+        // "The reconciler").
+        if config.config_version != 0 && config.config_version < old.config_version {
+            return Ok(db);
+        }
         // The node turns `awaiting_upload` into `active` when an upload lands (the data file
         // appears); a control plane that has not heard of it yet must not turn it back.
         if config.state == DatabaseState::AwaitingUpload && db.file_path().exists() {
@@ -509,26 +515,8 @@ impl Node {
 
     /// Removes a database and its files.
     pub fn delete_database(&self, id: &str) -> Result<(), DataError> {
-        let db = {
-            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
-            let db = registry
-                .by_id
-                .remove(id)
-                .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
-            let label = db.config().label.clone();
-            if registry
-                .by_label
-                .get(&label)
-                .is_some_and(|d| Arc::ptr_eq(d, &db))
-            {
-                registry.by_label.remove(&label);
-            }
-            db
-        };
-        self.pool.forget(id);
-        self.meters.forget(id);
+        let db = self.detach(id)?;
         if let Some(storage) = &self.storage {
-            storage.database_removed(id);
             // Purging a deleted database (its restore window over) deletes its history too;
             // a delete of a database that was never deleted through the API keeps it in
             // object storage, restorable by id, whoever asked for it.
@@ -552,6 +540,41 @@ impl Node {
         std::fs::rename(db.dir(), &trash)?;
         std::fs::remove_dir_all(&trash)?;
         Ok(())
+    }
+
+    /// The node's data directory (`dbs/`, the store stamp, `quarantine/`).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Stops serving a database and forgets it, leaving its files where they are for the
+    /// caller to move or remove (a delete, a quarantine).
+    pub fn detach(&self, id: &str) -> Result<Arc<Database>, DataError> {
+        let db = {
+            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+            let db = registry
+                .by_id
+                .remove(id)
+                .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+            let label = db.config().label.clone();
+            if registry
+                .by_label
+                .get(&label)
+                .is_some_and(|d| Arc::ptr_eq(d, &db))
+            {
+                registry.by_label.remove(&label);
+            }
+            db
+        };
+        self.pool.forget(id);
+        self.meters.forget(id);
+        if let Some(storage) = &self.storage {
+            // Off the node's index either way (a quarantined database is not rebuilt at the
+            // next start); its history stays in object storage unless `delete_database`
+            // purges it.
+            storage.database_removed(id);
+        }
+        Ok(db)
     }
 
     pub fn stats(&self, id: &str) -> Result<DatabaseStats, DataError> {

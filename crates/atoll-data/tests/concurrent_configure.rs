@@ -29,6 +29,7 @@ fn concurrent_configures_of_one_database_all_succeed() {
         keys: vec![],
         durability: None,
         pitr_retention_days: None,
+        config_version: 0,
     };
     let db = node
         .create_database(CreateDatabase {

@@ -90,6 +90,7 @@ impl TestNode {
             }],
             durability: None,
             pitr_retention_days: None,
+            config_version: 0,
         };
         self.node
             .create_database(CreateDatabase { config, seed })

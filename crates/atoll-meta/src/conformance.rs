@@ -67,6 +67,13 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("signing_keys_are_sealed_at_rest", |s| {
             Box::pin(signing_keys_are_sealed_at_rest(s))
         }),
+        ("the_store_has_one_id", |s| {
+            Box::pin(the_store_has_one_id(s))
+        }),
+        ("intent_versions_and_tombstones", |s| {
+            Box::pin(intent_versions_and_tombstones(s))
+        }),
+        ("nodes_are_recorded", |s| Box::pin(nodes_are_recorded(s))),
     ]
 }
 
@@ -840,6 +847,7 @@ fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Databa
         key_id: "kid".to_string(),
         created_at: 0,
         deleted_at: None,
+        config_version: 1,
     }
 }
 
@@ -1232,6 +1240,165 @@ async fn usage_counts_each_batch_once(store: Store) {
             ),
         ]
     );
+}
+
+/// Nodes are stamped with the store's id: it must be the same from every caller, made once
+/// even when replicas ask at the same moment.
+async fn the_store_has_one_id(store: Store) {
+    let asked_together = futures_join_all(
+        (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.store_id().await.unwrap() })
+            })
+            .collect(),
+    )
+    .await;
+    let first = &asked_together[0];
+    assert_eq!(uuid::Uuid::parse_str(first).unwrap().to_string(), *first);
+    assert!(
+        asked_together.iter().all(|id| id == first),
+        "{asked_together:?}"
+    );
+    assert_eq!(store.store_id().await.unwrap(), *first);
+}
+
+/// Every change a node must see bumps the database's `config_version`; every way of
+/// forgetting a database leaves a tombstone naming its node.
+async fn intent_versions_and_tombstones(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("vera"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let version = |store: Store, id: String| async move {
+        store
+            .database_by_id(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .config_version
+    };
+    let mut on_b = new_database(&org.id, &group.id, "one", "one-vera");
+    on_b.node = "node-b".into();
+    let one = store.insert_database(on_b).await.unwrap();
+    assert_eq!(one.config_version, 1);
+    let two = store
+        .insert_database(new_database(&org.id, &group.id, "two", "two-vera"))
+        .await
+        .unwrap();
+
+    let changes = DatabaseChanges {
+        block_writes: Some(true),
+        ..Default::default()
+    };
+    assert_eq!(
+        store
+            .update_database(&one.id, changes)
+            .await
+            .unwrap()
+            .config_version,
+        2
+    );
+    assert_eq!(
+        store
+            .soft_delete_database(&one.id)
+            .await
+            .unwrap()
+            .config_version,
+        3
+    );
+    assert_eq!(
+        store
+            .restore_database(&one.id)
+            .await
+            .unwrap()
+            .config_version,
+        4
+    );
+    // The group's archive state and keys, and the organization's blocks, are part of it.
+    let archive = crate::GroupChanges {
+        archived: Some(true),
+        ..Default::default()
+    };
+    store.update_group(&group.id, archive).await.unwrap();
+    assert_eq!(version(store.clone(), one.id.clone()).await, 5);
+    assert_eq!(version(store.clone(), two.id.clone()).await, 2);
+    store.set_org_blocks(&org.id, true, true).await.unwrap();
+    assert_eq!(version(store.clone(), one.id.clone()).await, 6);
+    assert_eq!(
+        store.databases_on_node("node-b").await.unwrap().len(),
+        1,
+        "one database on node-b"
+    );
+
+    // Forgetting a database leaves a tombstone for its node.
+    assert!(store.tombstones("node-b").await.unwrap().is_empty());
+    store.delete_database(&one.id).await.unwrap();
+    let tombstones = store.tombstones("node-b").await.unwrap();
+    assert_eq!(tombstones.len(), 1);
+    assert_eq!(
+        (tombstones[0].id.as_str(), tombstones[0].node.as_str()),
+        (one.id.as_str(), "node-b")
+    );
+    assert!(store.is_tombstoned(&one.id).await.unwrap());
+    store.remove_tombstone(&one.id).await.unwrap();
+    assert!(!store.is_tombstoned(&one.id).await.unwrap());
+    // So does deleting its group.
+    store.delete_group(&group.id).await.unwrap();
+    assert!(store.is_tombstoned(&two.id).await.unwrap());
+    assert_eq!(store.tombstones("local").await.unwrap().len(), 1);
+}
+
+/// Nodes are recorded at each contact; placement reads their databases from the store.
+async fn nodes_are_recorded(store: Store) {
+    let record = |name: &str, at: i64| crate::NodeRecord {
+        name: name.to_string(),
+        location: "aws-us-east-1".into(),
+        admin_url: format!("http://{name}:8082"),
+        http_url: format!("http://{name}:8081"),
+        hostname_suffix: format!("{name}.example"),
+        registered_at: at,
+        last_seen_at: at,
+    };
+    store.record_node(record("b", 100)).await.unwrap();
+    store.record_node(record("a", 100)).await.unwrap();
+    let mut moved = record("a", 200);
+    moved.admin_url = "http://a-new:8082".into();
+    store.record_node(moved).await.unwrap();
+    let nodes = store.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[0].name, "a");
+    assert_eq!(nodes[0].admin_url, "http://a-new:8082");
+    assert_eq!((nodes[0].registered_at, nodes[0].last_seen_at), (100, 200));
+    store.node_seen("b", 300).await.unwrap();
+    store.node_seen("b", 250).await.unwrap();
+    assert_eq!(
+        store.nodes().await.unwrap()[1].last_seen_at,
+        300,
+        "never goes back"
+    );
+
+    let (_, org, group) = store
+        .create_user(new_user("nora"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    for (name, node) in [("x", "a"), ("y", "a"), ("z", "b")] {
+        let mut db = new_database(&org.id, &group.id, name, &format!("{name}-nora"));
+        db.node = node.into();
+        store.insert_database(db).await.unwrap();
+    }
+    let counts = store.database_counts_by_node().await.unwrap();
+    assert_eq!((counts["a"], counts["b"]), (2, 1));
+}
+
+async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    ids
 }
 
 async fn leases_and_idle_groups(store: Store) {

@@ -39,9 +39,13 @@ pub enum StoreError {
     Duplicate(String),
     #[error("the last owner of an organization cannot be removed or demoted")]
     LastOwner,
-    /// The backend failed (connection lost, disk full, corrupt data, bad migration).
+    /// The backend failed (disk full, corrupt data, bad migration, a query it refused).
     #[error("metadata store unavailable: {0}")]
     Unavailable(String),
+    /// The backend cannot be reached (PostgreSQL down, connection lost): a retry may
+    /// succeed, and the store reconnects by itself.
+    #[error("metadata store unreachable: {0}")]
+    Unreachable(String),
     /// A sealed signing key that the configured secrets keys cannot open.
     #[error(transparent)]
     Secrets(#[from] crate::secrets::SecretsError),

@@ -24,7 +24,7 @@ pub use model::*;
 pub use secrets::{SealReport, SecretsKey, SecretsKeyring};
 pub use store::{
     hour_bucket, BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, NewGroup, NewUser,
-    Store, Usage, UsageEntry,
+    NodeRecord, Store, Tombstone, Usage, UsageEntry,
 };
 
 /// Milliseconds since the Unix epoch: the one time unit of the store.

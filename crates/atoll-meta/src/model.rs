@@ -271,6 +271,9 @@ pub struct Database {
     pub created_at: i64,
     /// When it was deleted, for a database that can still be restored.
     pub deleted_at: Option<i64>,
+    /// Version of its node configuration: bumped by every change the node must see (set
+    /// by the store; a new record starts at 1 whatever this says).
+    pub config_version: i64,
 }
 
 impl std::fmt::Debug for Database {

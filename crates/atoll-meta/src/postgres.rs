@@ -23,6 +23,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("migrations/postgres/0007_isolation_control.sql"),
     ),
+    (
+        9,
+        include_str!("migrations/postgres/0009_store_identity.sql"),
+    ),
+    (10, include_str!("migrations/postgres/0010_intent.sql")),
+    (11, include_str!("migrations/postgres/0011_nodes.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).
@@ -35,9 +41,13 @@ pub(crate) struct PostgresBackend {
 
 impl PostgresBackend {
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let config: postgres::Config = url
+        let mut config: postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Unavailable(format!("invalid PostgreSQL URL: {e}")))?;
+        // An unreachable server must fail a request, not hang it (the URL may set its own).
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(5));
+        }
         let backend = PostgresBackend {
             config,
             idle: Mutex::new(Vec::new()),
@@ -48,10 +58,15 @@ impl PostgresBackend {
         Ok(backend)
     }
 
+    /// How to connect (for a connection of its own, such as a `LISTEN`).
+    pub(crate) fn config(&self) -> &postgres::Config {
+        &self.config
+    }
+
     fn new_client(&self) -> Result<Client> {
         self.config
             .connect(NoTls)
-            .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))
+            .map_err(|e| StoreError::Unreachable(format!("cannot connect to PostgreSQL: {e}")))
     }
 
     fn release(&self, client: Client) {
@@ -182,7 +197,14 @@ fn map_error(e: postgres::Error) -> StoreError {
             return StoreError::Duplicate(db.constraint().unwrap_or("unique").to_string());
         }
     }
-    StoreError::Unavailable(e.to_string())
+    // `Display` of a server error is only "db error": say which.
+    match e.as_db_error() {
+        Some(db) => {
+            StoreError::Unavailable(format!("{e}: {} ({})", db.message(), db.code().code()))
+        }
+        // Not an answer of the server: the connection is gone (or never was).
+        None => StoreError::Unreachable(e.to_string()),
+    }
 }
 
 impl Drop for PostgresBackend {

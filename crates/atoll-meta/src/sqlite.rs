@@ -21,6 +21,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("migrations/sqlite/0007_isolation_control.sql"),
     ),
+    (9, include_str!("migrations/sqlite/0009_store_identity.sql")),
+    (10, include_str!("migrations/sqlite/0010_intent.sql")),
+    (11, include_str!("migrations/sqlite/0011_nodes.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

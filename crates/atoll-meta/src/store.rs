@@ -5,17 +5,22 @@ mod credential_cache;
 mod databases;
 mod dumps;
 mod groups;
+mod identity;
 mod invites;
 mod jobs;
 mod members;
+mod nodes;
 mod organizations;
 mod signing_keys;
 mod tokens;
+mod tombstones;
 mod usage;
 mod users;
 
 pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
+pub use nodes::NodeRecord;
+pub use tombstones::Tombstone;
 pub use usage::{hour_bucket, Usage, UsageEntry};
 pub use users::{NewGroup, NewUser};
 
@@ -27,6 +32,9 @@ use crate::sqlite::SqliteBackend;
 use credential_cache::CredentialCache;
 use std::path::Path;
 use std::sync::Arc;
+
+/// The PostgreSQL channel on which replicas announce credential changes.
+const CREDENTIALS_CHANNEL: &str = "atoll_credentials";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
@@ -89,6 +97,7 @@ impl Store {
         let backend = blocking(move || PostgresBackend::connect(&url)).await?;
         let store = Store::with_backend(Backend::Postgres(backend));
         store.migrate().await?;
+        store.listen_for_credential_changes();
         Ok(store)
     }
 
@@ -144,11 +153,73 @@ impl Store {
         op: &'static str,
         f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
     ) -> Result<R> {
-        let result = self.run(op, Access::Write, f).await;
+        let postgres = self.kind() == BackendKind::Postgres;
+        let result = self
+            .run(op, Access::Write, move |c| {
+                let value = f(c)?;
+                // Every other replica empties its cache when this commits (delivered at
+                // commit, not at all on rollback); see `listen_for_credential_changes`.
+                if postgres {
+                    c.execute("SELECT pg_notify($1, '')", &[CREDENTIALS_CHANNEL.into()])?;
+                }
+                Ok(value)
+            })
+            .await;
         // Even after a failure: the transaction may have committed before the error
         // reached us (a lost connection on commit), and an extra miss costs little.
         self.credentials.invalidate_all();
         result
+    }
+
+    /// Empties this replica's credential cache whenever another replica (or this one)
+    /// commits a change to what a credential may do, through PostgreSQL `LISTEN/NOTIFY`,
+    /// so a revocation applies on every replica at once; the cache's TTL stays as the
+    /// fallback. A thread of its own holds the listening connection: it reconnects when
+    /// the connection is lost (emptying the cache, since notifications may have been
+    /// missed) and ends when the store is dropped.
+    fn listen_for_credential_changes(&self) {
+        let Backend::Postgres(backend) = &*self.backend else {
+            return;
+        };
+        let config = backend.config().clone();
+        let cache = Arc::downgrade(&self.credentials);
+        let spawned = std::thread::Builder::new()
+            .name("atoll-pg-listen".into())
+            .spawn(move || loop {
+                let Some(live) = cache.upgrade() else { return };
+                live.invalidate_all();
+                drop(live);
+                let listened = config.connect(postgres::NoTls).and_then(|mut client| {
+                    client.batch_execute(&format!("LISTEN {CREDENTIALS_CHANNEL}"))?;
+                    loop {
+                        let next = {
+                            let mut notifications = client.notifications();
+                            let mut wake =
+                                notifications.timeout_iter(std::time::Duration::from_secs(5));
+                            postgres::fallible_iterator::FallibleIterator::next(&mut wake)?
+                        };
+                        let Some(live) = cache.upgrade() else {
+                            return Ok(());
+                        };
+                        if next.is_some() {
+                            live.invalidate_all();
+                        }
+                        if client.is_closed() {
+                            return Ok(());
+                        }
+                    }
+                });
+                if cache.upgrade().is_none() {
+                    return;
+                }
+                if let Err(e) = listened {
+                    tracing::warn!(error = %e, "lost the credential-change listener; reconnecting");
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot listen for credential changes: revocations apply on other replicas after the cache's TTL");
+        }
     }
 
     /// The one path every operation takes: a blocking thread, one transaction, and one
@@ -170,7 +241,7 @@ impl Store {
         metrics::histogram!("atoll_store_operation_duration_seconds", "operation" => op)
             .record(started.elapsed().as_secs_f64());
         match &result {
-            Err(StoreError::Unavailable(cause)) => {
+            Err(StoreError::Unavailable(cause) | StoreError::Unreachable(cause)) => {
                 tracing::error!(operation = op, %cause, "metadata store operation failed");
             }
             Err(StoreError::Secrets(cause)) => {

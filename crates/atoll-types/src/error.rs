@@ -57,6 +57,10 @@ pub enum ErrorCode {
     LastOwner,
     /// A resource with `delete_protection` on cannot be deleted.
     DeleteProtected,
+    /// A quarantined database cannot be purged before its retention is over.
+    QuarantineRetention,
+    /// The metadata store cannot be reached: retry after `Retry-After` seconds.
+    StoreUnavailable,
     /// Personal organizations cannot be deleted and have no members to manage.
     PersonalOrganization,
     /// The group's primary location cannot be removed from it.
@@ -119,6 +123,8 @@ impl ErrorCode {
             Self::LocationAlreadyInGroup => "location_already_in_group",
             Self::LastOwner => "last_owner",
             Self::DeleteProtected => "delete_protected",
+            Self::QuarantineRetention => "quarantine_retention",
+            Self::StoreUnavailable => "store_unavailable",
             Self::PersonalOrganization => "personal_organization",
             Self::PrimaryLocation => "primary_location",
             Self::FeatureNotAvailableForStarterPlan => "feature_not_available_for_starter_plan",

@@ -16,6 +16,7 @@ pub mod locations;
 pub mod members;
 pub mod names;
 pub mod node;
+pub mod nodes;
 pub mod organizations;
 pub mod roles;
 pub mod scopes;

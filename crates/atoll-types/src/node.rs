@@ -59,6 +59,11 @@ pub struct DatabaseConfig {
     /// default.
     #[serde(default)]
     pub pitr_retention_days: Option<u32>,
+    /// The store's version of this configuration (docs/STORAGE.md, "The reconciler"): a
+    /// node ignores a configuration older than the one it has, so a slow or retried push
+    /// never undoes a newer one. 0 (from older control planes) is always applied.
+    #[serde(default)]
+    pub config_version: u64,
 }
 
 /// When a commit is acknowledged (`docs/STORAGE.md`, "Durability modes").
@@ -192,6 +197,18 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseIds {
     pub ids: Vec<String>,
+    /// What the node holds of each database, for the reconciler to compare with the store.
+    #[serde(default)]
+    pub databases: Vec<HeldDatabase>,
+}
+
+/// A database as its node holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldDatabase {
+    pub id: String,
+    /// The version of the configuration the node has.
+    pub config_version: u64,
+    pub state: DatabaseState,
 }
 
 /// The error body of the node admin API.
@@ -223,4 +240,32 @@ pub struct QueryStats {
     pub rows_read: u64,
     pub rows_written: u64,
     pub count: u64,
+}
+
+/// The header every node admin request carries: the id of the control plane's metadata
+/// store. A node is stamped with the first one it sees and refuses any other, so a control
+/// plane on an empty or wrong store cannot manage another store's databases.
+pub const STORE_ID_HEADER: &str = "x-atoll-store-id";
+
+/// A database a node holds that its store did not know: moved aside, never deleted at
+/// start-up, removed only by an explicit purge once its retention is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinedDatabase {
+    pub id: String,
+    /// From the database's last configuration on the node, when it had one.
+    pub name: Option<String>,
+    pub org_id: Option<String>,
+    pub label: Option<String>,
+    /// When it was moved aside, milliseconds since the epoch.
+    pub quarantined_at: i64,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// Whether its retention is over (a purge may remove it).
+    pub purgeable: bool,
+}
+
+/// `GET /v1/quarantine` of the node admin API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub databases: Vec<QuarantinedDatabase>,
 }

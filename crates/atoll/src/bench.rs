@@ -259,7 +259,8 @@ impl Bench {
         );
         let node_name = state
             .data_plane
-            .place("local")
+            .place(&state.store, "local")
+            .await
             .map_err(|e| anyhow!("no node for the benchmark: {e}"))?;
         let outcome = atoll_control::bootstrap_user(
             &state,
@@ -515,6 +516,7 @@ async fn seed_databases(
                 key_id,
                 created_at: 0,
                 deleted_at: None,
+                config_version: 1,
             };
             let record = store.insert_database(record).await?;
             let config = atoll_control::data_plane::node_config(&record, &group, &org);
@@ -1245,6 +1247,7 @@ async fn create_node_database(
         keys: vec![],
         durability: None,
         pitr_retention_days: None,
+        config_version: 0,
     };
     let node = Arc::clone(node);
     tokio::task::spawn_blocking(move || {

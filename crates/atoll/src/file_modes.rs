@@ -23,6 +23,9 @@ const DATA_DIR_ENTRIES: &[&str] = &[
     "dbs",
     // The default object storage (`file://<data-dir>/storage`): every database's history.
     "storage",
+    // The node's metadata-store stamp and the databases its store did not know.
+    atoll_data::identity::STAMP_FILE,
+    "quarantine",
 ];
 
 /// Makes every file and directory this process creates from now on owner-only.

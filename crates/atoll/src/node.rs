@@ -36,6 +36,10 @@ pub struct NodeArgs {
     /// `http://<listen>` (`https://` with `--tls-cert`).
     #[arg(long, env = "ATOLL_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Hours a quarantined database (one its metadata store did not know) is kept before
+    /// `atoll admin quarantine purge` may remove it.
+    #[arg(long, env = "ATOLL_QUARANTINE_RETENTION_HOURS", default_value_t = 168)]
+    quarantine_retention_hours: u64,
     #[command(flatten)]
     hosts: HostArgs,
     #[command(flatten)]
@@ -98,7 +102,13 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     );
     let data_state =
         atoll_data::DataPlaneState::with_limits(Arc::clone(&node), &args.hosts.db_domain, limits);
-    let admin_state = atoll_data::admin::AdminState::new(Arc::clone(&node), info, &secret);
+    let admin_state = atoll_data::admin::AdminState::new(
+        Arc::clone(&node),
+        info,
+        &secret,
+        std::time::Duration::from_secs(args.quarantine_retention_hours.saturating_mul(3600)),
+    )
+    .context("cannot read the node's store stamp")?;
     let admin = tokio::spawn(atoll_data::admin::serve(
         Listener::new(admin_listener, tls.clone()),
         admin_state,

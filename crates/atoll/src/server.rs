@@ -76,6 +76,14 @@ pub struct ServeArgs {
     /// `--data-dir`.
     #[arg(long = "node", env = "ATOLL_NODES", value_delimiter = ',')]
     nodes: Vec<String>,
+    /// Seconds between two reconcile passes (the nodes converged to the store).
+    #[arg(long, env = "ATOLL_RECONCILE_INTERVAL_SECS", default_value_t = 30)]
+    reconcile_interval_secs: u64,
+    /// Seconds a database may stay `creating` before a reconcile pass takes its creator
+    /// (a replica that died mid-create) for dead and removes it. Keep it longer than the
+    /// slowest create (a dump load).
+    #[arg(long, env = "ATOLL_CREATING_GRACE_SECS", default_value_t = 900)]
+    creating_grace_secs: u64,
     /// Secret shared with the nodes (`atoll node --node-secret`).
     #[arg(long, env = "ATOLL_NODE_SECRET", hide_env_values = true)]
     node_secret: Option<String>,
@@ -578,9 +586,21 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     .await?;
     config.public_url = api_url.clone();
     let state = AppState::new(store, config, node.data_plane);
+    let store_id = state.store.store_id().await?;
     state
         .data_plane
-        .reconcile(&state.store)
+        .claim_store(&store_id)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // `atoll dev` is the only process on its store (the store lives in its data
+    // directory), so a database still `creating` at start was abandoned by this process
+    // when it died: no grace period is needed.
+    state
+        .data_plane
+        .reconcile(
+            &state.store,
+            std::time::Duration::ZERO,
+            atoll_meta::now_millis(),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("cannot reconcile the data node: {e}"))?;
 
@@ -671,6 +691,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         db_limits.node.storage = Some(args.storage.config(&args.data_dir, "local")?);
     }
     let tls = args.tls.server_tls()?;
+    config.reconcile_interval = seconds(args.reconcile_interval_secs);
+    config.creating_grace = std::time::Duration::from_secs(args.creating_grace_secs);
     let keyring = crate::secrets_key::serve_keyring(&args.secrets)?;
     if let Some(path) = sqlite_store_path(&args.database_url) {
         crate::file_modes::tighten_sqlite_store(path);
@@ -682,6 +704,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("cannot open the metadata store")?;
     let store = crate::secrets_key::seal_store(store, keyring, None).await?;
+    let store_id = store
+        .store_id()
+        .await
+        .context("cannot read the metadata store's id")?;
     let listener = bind(args.listen, "the platform API", "--listen").await?;
     config.public_url = format!("{}://{}", url_scheme(&tls), listener.local_addr()?);
     let nodes: Vec<String> = args
@@ -702,6 +728,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .await?;
         let data_plane = node.data_plane;
+        data_plane
+            .claim_store(&store_id)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         own_node = Some((node.task, node.node));
         data_plane
     } else {
@@ -710,16 +739,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .filter(|s| !s.is_empty())
             .context("--node needs --node-secret (ATOLL_NODE_SECRET)")?;
-        DataPlane::remote(&nodes, &secret)
+        DataPlane::remote(&nodes, &secret, &store, &store_id)
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the data nodes: {e}"))?
     };
+    // No reconcile before serving: other replicas may be creating databases right now.
+    // The reconciler's first pass runs as the server starts, with its grace period.
     let state = AppState::new(store, config, data_plane);
-    state
-        .data_plane
-        .reconcile(&state.store)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reconcile the data nodes: {e}"))?;
     if let Some(username) = &args.username {
         let password = args
             .password

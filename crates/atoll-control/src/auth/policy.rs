@@ -95,6 +95,10 @@ pub enum Action {
     /// (undoably), so it takes what deleting takes.
     RestoreDatabaseInPlace,
     SetOrganizationPlan,
+    /// The data nodes and their quarantines (instance administrators).
+    ReadNodes,
+    ReadQuarantine,
+    PurgeQuarantine,
     ReadOrganizationUsage,
     ReadInvoices,
     /// The payment provider's side of an organization: billing portal, billing contact,
@@ -239,7 +243,10 @@ impl Action {
             }
             Action::ReadPlans => rule(Account, Any, Viewer),
             Action::RestoreDatabase => rule(Organization, GroupScope(Scope::DbCreate), Member),
-            Action::SetOrganizationPlan => Rule {
+            Action::SetOrganizationPlan
+            | Action::ReadNodes
+            | Action::ReadQuarantine
+            | Action::PurgeQuarantine => Rule {
                 target: Account,
                 tokens: UserLevel,
                 min_role: Viewer,

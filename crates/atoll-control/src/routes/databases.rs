@@ -448,7 +448,10 @@ pub(super) async fn create(
     }
 
     crate::quotas::check_database(&state, &org).await?;
-    let node = state.data_plane.place(&group.primary_location)?;
+    let node = state
+        .data_plane
+        .place(&state.store, &group.primary_location)
+        .await?;
     let PlannedSeed {
         seed,
         parent,
@@ -482,6 +485,7 @@ pub(super) async fn create(
         key_id,
         created_at: 0,
         deleted_at: None,
+        config_version: 1,
     };
 
     // Recorded as `creating` first: a crash before the node has it leaves a record the
@@ -887,13 +891,12 @@ pub(super) async fn delete(
     if restore_enabled(access.org()) && db.state != DatabaseState::AwaitingUpload {
         // Kept, refusing queries, until it is restored or its window ends.
         let deleted = state.store.soft_delete_database(&db.id).await?;
-        state
-            .data_plane
-            .configure(
-                &deleted.node,
-                node_config(&deleted, access.group(), access.org()),
-            )
-            .await?;
+        crate::data_plane::converge(
+            &state.data_plane,
+            &deleted.node,
+            node_config(&deleted, access.group(), access.org()),
+        )
+        .await;
         audit::record(
             &state,
             &access,
@@ -914,7 +917,7 @@ pub(super) async fn delete(
     state.store.delete_database(&db.id).await?;
     state
         .data_plane
-        .drop_forgotten(std::slice::from_ref(db))
+        .drop_forgotten(&state.store, std::slice::from_ref(db))
         .await;
     audit::record(
         &state,
@@ -1001,13 +1004,12 @@ async fn configure(
         ..Default::default()
     };
     let updated = state.store.update_database(&db.id, changes).await?;
-    state
-        .data_plane
-        .configure(
-            &updated.node,
-            node_config(&updated, access.group(), access.org()),
-        )
-        .await?;
+    crate::data_plane::converge(
+        &state.data_plane,
+        &updated.node,
+        node_config(&updated, access.group(), access.org()),
+    )
+    .await;
     let group = &access.group().name;
     if updated.delete_protection != db.delete_protection {
         let (code, verb) = if updated.delete_protection {
@@ -1201,19 +1203,19 @@ async fn transfer(
         Err(e) => {
             // It stays, with its new key: its node must learn that key all the same.
             let config = node_config(&rotated, access.group(), access.org());
-            if let Err(push) = state.data_plane.configure(&rotated.node, config).await {
-                tracing::warn!(error = %push, database = %db.id, "could not push a rotated key after a failed transfer");
-            }
+            crate::data_plane::converge(&state.data_plane, &rotated.node, config).await;
             return Err(match e {
                 StoreError::AlreadyExists(_) => exists(),
                 other => other.into(),
             });
         }
     };
-    state
-        .data_plane
-        .configure(&moved.node, node_config(&moved, &group, &target))
-        .await?;
+    crate::data_plane::converge(
+        &state.data_plane,
+        &moved.node,
+        node_config(&moved, &group, &target),
+    )
+    .await;
     let source = access.org();
     audit::record(
         &state,
@@ -1276,13 +1278,12 @@ pub(super) async fn create_token(
 async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json<Empty>> {
     let db = access.database();
     let updated = rotate_database_key(&state, &db.id).await?;
-    state
-        .data_plane
-        .configure(
-            &updated.node,
-            node_config(&updated, access.group(), access.org()),
-        )
-        .await?;
+    crate::data_plane::converge(
+        &state.data_plane,
+        &updated.node,
+        node_config(&updated, access.group(), access.org()),
+    )
+    .await;
     audit::record(
         &state,
         &access,
@@ -1379,10 +1380,12 @@ pub(super) async fn restore(
             ),
             other => other.into(),
         })?;
-    state
-        .data_plane
-        .configure(&restored.node, node_config(&restored, &group, org))
-        .await?;
+    crate::data_plane::converge(
+        &state.data_plane,
+        &restored.node,
+        node_config(&restored, &group, org),
+    )
+    .await;
     audit::record(
         &state,
         &access,

@@ -261,7 +261,10 @@ async fn delete(State(state): State<AppState>, access: Access) -> ApiResult<Json
     // The store forgets the databases with their group; then their nodes drop the files.
     let databases = state.store.databases_in_group(&group.id).await?;
     let deleted = state.store.delete_group(&group.id).await?;
-    state.data_plane.drop_forgotten(&databases).await;
+    state
+        .data_plane
+        .drop_forgotten(&state.store, &databases)
+        .await;
     audit::record(
         &state,
         &access,
@@ -390,6 +393,7 @@ async fn transfer(
             if let Err(push) = push_group_databases(&state.data_plane, &state.store, &rotated).await
             {
                 tracing::warn!(error = %push, group = %group.id, "could not push rotated keys after a failed transfer");
+                crate::reconciler::request_pass();
             }
             return Err(match e {
                 StoreError::AlreadyExists(Entity::Database) => database_taken(),

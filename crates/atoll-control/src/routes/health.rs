@@ -1,4 +1,5 @@
-//! `GET /health`: 200 once the server accepts requests and its store answers.
+//! `GET /health`: 200 once the server accepts requests and its store answers; 503
+//! `store_unavailable` (with `Retry-After`), naming the metadata store, when it does not.
 
 use super::Route;
 use crate::auth::Action;
@@ -20,7 +21,7 @@ pub fn routes() -> Vec<Route> {
         Method::GET,
         "/health",
         Action::Health,
-        "Readiness: 200 when the server and its store answer",
+        "Readiness: 200 when the server and its store answer, 503 naming the metadata store when it cannot be reached",
         health,
     )
     .response::<Health>()]

@@ -6,7 +6,8 @@
 //! | `/v1/auth/login`, `/v1/auth/validate`, `/v1/auth/api-tokens/validate` | [`auth`] |
 //! | `/v1/auth/api-tokens…`, `/v2/auth/api-tokens…` | [`api_tokens`] |
 //! | `/v1/user`, `/v1/current-user`, `/v1/user/invites…` | [`user`] |
-//! | `/v1/admin/users` | [`admin`] |
+//! | `/v1/admin/users`, `/v1/admin/organizations/{org}/plan` | [`admin`] |
+//! | `/v1/admin/nodes`, `/v1/admin/quarantine…` | [`nodes`] |
 //! | `/v1/organizations`, `/v2/organizations`, `/v1/organizations/{org}` | [`organizations`] |
 //! | `/v1/organizations/{org}/members…` | [`members`] |
 //! | `/v2/organizations/{org}/invites…`, `/v1/organizations/{org}/invite(s)…` | [`invites`] |
@@ -39,6 +40,7 @@ mod instances;
 mod invites;
 mod locations;
 mod members;
+mod nodes;
 mod organization_tokens;
 mod organizations;
 mod releases;
@@ -158,6 +160,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(api_tokens::routes());
     routes.extend(user::routes());
     routes.extend(admin::routes());
+    routes.extend(nodes::routes());
     routes.extend(organizations::routes());
     routes.extend(members::routes());
     routes.extend(invites::routes());

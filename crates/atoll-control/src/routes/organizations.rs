@@ -241,7 +241,10 @@ async fn delete(
     let databases = state.store.databases_in_org(&org.id).await?;
     // Its audit log goes with it, so an `org-delete` entry would have nowhere to live.
     state.store.delete_org(&org.id).await?;
-    state.data_plane.drop_forgotten(&databases).await;
+    state
+        .data_plane
+        .drop_forgotten(&state.store, &databases)
+        .await;
 
     Ok(Json(DeleteOrganizationResponse {
         organization: org.slug.clone(),

@@ -285,6 +285,8 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             "/v1/organizations/{org}/groups/{group}/aws/migration/start"
             | "/v1/organizations/{org}/groups/{group}/aws/migration/abort",
         ) => team_group(OrgLevel, Role::Admin),
+        ("GET", "/v1/admin/nodes" | "/v1/admin/quarantine")
+        | ("POST", "/v1/admin/quarantine/purge") => InstanceAdminOnly,
         (_, p)
             if p.starts_with("/v1/groups")
                 || p.starts_with("/v1/databases")

@@ -9,5 +9,6 @@ mod credential_cache;
 mod database_hosts;
 mod lifecycle;
 mod limits;
+mod reconciler;
 mod routes;
 mod security;

@@ -6,7 +6,7 @@ use crate::secrets::{SealedRecord, SecretsKeyring};
 
 const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
      d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
-     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at";
+     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at, d.config_version";
 
 /// A database from its row, its signing key opened.
 fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
@@ -41,6 +41,7 @@ fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
         key_id: row.text(18),
         created_at: row.int(19),
         deleted_at: row.opt_int(20),
+        config_version: row.int(21),
     })
 }
 
@@ -245,7 +246,8 @@ impl Store {
         let secrets = self.secrets();
         self.write("soft_delete_database", move |c| {
             let changed = c.execute(
-                "UPDATE databases SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL",
+                "UPDATE databases SET deleted_at = $2, config_version = config_version + 1
+                 WHERE id = $1 AND deleted_at IS NULL",
                 &[(&id).into(), crate::now_millis().into()],
             )?;
             if changed == 0 {
@@ -263,12 +265,26 @@ impl Store {
         let secrets = self.secrets();
         self.write("restore_database", move |c| {
             let changed = c
-                .execute("UPDATE databases SET deleted_at = NULL WHERE id = $1 AND deleted_at IS NOT NULL", &[(&id).into()])
+                .execute("UPDATE databases SET deleted_at = NULL, config_version = config_version + 1 WHERE id = $1 AND deleted_at IS NOT NULL", &[(&id).into()])
                 .map_err(|e| e.duplicate_is(Entity::Database))?;
             if changed == 0 {
                 return Err(StoreError::NotFound(Entity::Database));
             }
             database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
+        })
+        .await
+    }
+
+    /// Every database the store places on `node` (deleted ones included: their node keeps
+    /// them, refusing queries, until they are purged).
+    pub async fn databases_on_node(&self, node: &str) -> Result<Vec<Database>> {
+        let node = node.to_string();
+        let secrets = self.secrets();
+        self.read("databases_on_node", move |c| {
+            let sql = format!(
+                "SELECT {DATABASE_COLUMNS} FROM databases d WHERE d.node = $1 ORDER BY d.id"
+            );
+            databases_from_rows(&c.query(&sql, &[node.into()])?, &secrets)
         })
         .await
     }
@@ -303,7 +319,7 @@ impl Store {
                 None => (None, None),
             };
             c.execute(
-                "UPDATE databases SET state = $2, size_limit = $3, block_reads = $4, block_writes = $5,
+                "UPDATE databases SET config_version = config_version + 1, state = $2, size_limit = $3, block_reads = $4, block_writes = $5,
                         delete_protection = $6, allow_attach = $7, allowed_ips = $8,
                         signing_key = COALESCE(CAST($9 AS TEXT), signing_key), key_id = COALESCE(CAST($10 AS TEXT), key_id)
                  WHERE id = $1",
@@ -342,7 +358,7 @@ impl Store {
         let secrets = self.secrets();
         self.write("move_database", move |c| {
             c.execute(
-                "UPDATE databases SET org_id = $2, group_id = $3, label = $4 WHERE id = $1",
+                "UPDATE databases SET org_id = $2, group_id = $3, label = $4, config_version = config_version + 1 WHERE id = $1",
                 &[(&id).into(), org_id.into(), group_id.into(), label.into()],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
@@ -357,6 +373,7 @@ impl Store {
         self.write("delete_database", move |c| {
             let db =
                 database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))?;
+            super::tombstones::bury(c, "id = $1", &id)?;
             c.execute("DELETE FROM databases WHERE id = $1", &[id.into()])?;
             Ok(db)
         })

@@ -156,6 +156,7 @@ impl Store {
             if updated == 0 {
                 return Err(StoreError::NotFound(Entity::Group));
             }
+            bump_group_config_versions(c, &group_id)?;
             group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))
         })
         .await
@@ -169,6 +170,7 @@ impl Store {
             let group =
                 group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))?;
             revoke_group_tokens(c, &group_id)?;
+            super::tombstones::bury(c, "group_id = $1", &group_id)?;
             c.execute("DELETE FROM org_groups WHERE id = $1", &[group_id.into()])?;
             Ok(group)
         })
@@ -217,6 +219,7 @@ impl Store {
                 "UPDATE org_groups SET signing_key = $2, key_id = $3 WHERE id = $1 AND ($4 = 0 OR signing_key = '')",
                 &[(&group_id).into(), sealed_key.into(), key_id.into(), only_if_unset.into()],
             )?;
+            bump_group_config_versions(c, &group_id)?;
             group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))
         })
         .await
@@ -240,7 +243,7 @@ impl Store {
             }
             // Its databases follow, with hostnames under the new organization's slug.
             c.execute(
-                "UPDATE databases SET org_id = $2,
+                "UPDATE databases SET org_id = $2, config_version = config_version + 1,
                         label = name || '-' || (SELECT slug FROM organizations WHERE id = $2)
                  WHERE group_id = $1",
                 &[(&group_id).into(), to_org_id.into()],
@@ -250,4 +253,14 @@ impl Store {
         })
         .await
     }
+}
+
+/// Every database of the group has a new node configuration (the group's keys or archive
+/// state are part of it).
+fn bump_group_config_versions(c: &mut dyn Conn, group_id: &str) -> Result<()> {
+    c.execute(
+        "UPDATE databases SET config_version = config_version + 1 WHERE group_id = $1",
+        &[group_id.into()],
+    )?;
+    Ok(())
 }

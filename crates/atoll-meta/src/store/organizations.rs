@@ -208,6 +208,11 @@ impl Store {
                     blocked_writes.into(),
                 ],
             )?;
+            // The blocks are part of every database's node configuration.
+            c.execute(
+                "UPDATE databases SET config_version = config_version + 1 WHERE org_id = $1",
+                &[(&org_id).into()],
+            )?;
             org_by_id(c, &org_id)?.ok_or(StoreError::NotFound(Entity::Organization))
         })
         .await
@@ -232,6 +237,7 @@ impl Store {
         let org_id = org_id.to_string();
         self.write_affecting_credentials("delete_org", move |c| {
             revoke_org_tokens(c, &org_id)?;
+            super::tombstones::bury(c, "org_id = $1", &org_id)?;
             let deleted = c.execute("DELETE FROM organizations WHERE id = $1", &[org_id.into()])?;
             if deleted == 0 {
                 return Err(StoreError::NotFound(Entity::Organization));

@@ -1,7 +1,9 @@
-//! The command-line client: `atoll auth`, `atoll org`, `atoll group`, `atoll db`, modelled
+//! The command-line client: `atoll auth`, `atoll org`, `atoll group`, `atoll db`,
+//! `atoll admin`, modelled
 //! on the `turso` CLI's command tree. Every command talks to the platform API over HTTP with
 //! the wire types of `atoll-types`; settings live in `config.rs`.
 
+mod admin;
 mod api_tokens;
 mod auth;
 mod backups;
@@ -55,6 +57,11 @@ pub enum ClientCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Instance administration of the data nodes (instance administrators).
+    ///
+    /// Example: `atoll admin quarantine list`
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
 }
 
 /// Runs one client command; on failure prints `Error: …` as one line on stderr and exits 1.
@@ -65,6 +72,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Group(command) => group::run(command).await,
         ClientCommand::Db(command) => db::run(command).await,
         ClientCommand::Locations { json } => locations::run(json).await,
+        ClientCommand::Admin(command) => admin::run(command).await,
     };
     if let Err(error) = result {
         eprintln!("{error}");

@@ -1,0 +1,74 @@
+//! The reconciler: converges the data nodes to the metadata store, which holds the desired
+//! state (docs/STORAGE.md, "The reconciler").
+//!
+//! A pass runs every `ControlConfig::reconcile_interval` on every replica; a lease in the
+//! store lets one replica at a time do it, and each step is safe to repeat. What a pass
+//! does is [`crate::data_plane::DataPlane::reconcile`]: push every configuration a node is
+//! behind on, finish deletes from their tombstones, finish what dead control planes
+//! abandoned, and quarantine (never delete) what the store does not know. A failed node
+//! call asks for a pass at once ([`request_pass`]).
+
+use crate::data_plane::ReconcileReport;
+use crate::error::ApiResult;
+use crate::server::AppState;
+use std::time::Duration;
+
+/// Woken when a node call failed after the store recorded a change, so the pass that
+/// finishes it runs now rather than at the next tick.
+static PASS_WANTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Asks this process's reconciler for a pass as soon as it can.
+pub fn request_pass() {
+    PASS_WANTED.notify_one();
+}
+
+/// The lease a pass takes, so two replicas do not run the same steps at once.
+const LEASE: &str = "reconcile";
+
+/// Runs one pass as `holder` unless another replica holds the lease (then `None`).
+pub async fn run_once(
+    state: &AppState,
+    holder: &str,
+    now: i64,
+) -> ApiResult<Option<ReconcileReport>> {
+    // The lease outlives a pass that hangs on an unreachable node (the admin client's
+    // timeout), so another replica does not start the same steps meanwhile.
+    let lease_ms = i64::try_from(state.config.reconcile_interval.as_millis())
+        .unwrap_or(i64::MAX / 4)
+        .saturating_mul(4);
+    if !state
+        .store
+        .acquire_lease(LEASE, holder, now, now.saturating_add(lease_ms))
+        .await?
+    {
+        return Ok(None);
+    }
+    let report = state
+        .data_plane
+        .reconcile(&state.store, state.config.creating_grace, now)
+        .await?;
+    if report != ReconcileReport::default() {
+        tracing::info!(?report, "reconcile pass");
+    }
+    Ok(Some(report))
+}
+
+/// Runs a pass every `interval` (the first at once) and when one is requested, as a holder
+/// unique to this replica.
+pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
+    let holder = uuid::Uuid::new_v4().to_string();
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                // A little later than asked: the node that just failed may be restarting.
+                _ = PASS_WANTED.notified() => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+            if let Err(e) = run_once(&state, &holder, atoll_meta::now_millis()).await {
+                tracing::warn!(error = %e, "reconcile pass failed; retrying at the next tick");
+            }
+        }
+    })
+}
