@@ -875,7 +875,11 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         allow_attach: db.allow_attach,
         allowed_ips: db.allowed_ips.clone(),
         keys,
-        durability: None,
+        durability: match db.durability.as_deref() {
+            Some("sync") => Some(wire::Durability::Sync),
+            Some("lag") => Some(wire::Durability::Lag),
+            _ => None,
+        },
         pitr_retention_days: plan_retention_days(&org.plan_id),
         config_version: u64::try_from(db.config_version).unwrap_or(0),
     }

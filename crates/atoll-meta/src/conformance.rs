@@ -848,6 +848,7 @@ fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Databa
         created_at: 0,
         deleted_at: None,
         config_version: 1,
+        durability: None,
     }
 }
 
@@ -957,12 +958,14 @@ async fn databases(store: Store) {
                 block_writes: Some(true),
                 allowed_ips: Some(vec!["10.0.0.0/8".into(), "1.2.3.4".into()]),
                 signing_key: Some(("new".into(), "kid2".into())),
+                durability: Some(Some("sync".into())),
                 ..Default::default()
             },
         )
         .await
         .unwrap();
     assert_eq!(changed.state, DatabaseState::AwaitingUpload);
+    assert_eq!(changed.durability.as_deref(), Some("sync"));
     assert_eq!(changed.size_limit, Some(1_000_000));
     assert!(changed.block_writes && !changed.block_reads);
     assert_eq!(changed.allowed_ips, vec!["10.0.0.0/8", "1.2.3.4"]);
@@ -982,6 +985,22 @@ async fn databases(store: Store) {
         .unwrap();
     assert_eq!(cleared.size_limit, None);
     assert!(cleared.block_writes);
+    assert_eq!(
+        cleared.durability.as_deref(),
+        Some("sync"),
+        "left as it was"
+    );
+    let back = store
+        .update_database(
+            &child.id,
+            DatabaseChanges {
+                durability: Some(None),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(back.durability, None);
 
     assert_eq!(
         store

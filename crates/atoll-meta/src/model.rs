@@ -274,6 +274,8 @@ pub struct Database {
     /// Version of its node configuration: bumped by every change the node must see (set
     /// by the store; a new record starts at 1 whatever this says).
     pub config_version: i64,
+    /// How its commits are acknowledged: `lag` or `sync`; `None` follows its node.
+    pub durability: Option<String>,
 }
 
 impl std::fmt::Debug for Database {
@@ -298,6 +300,7 @@ impl std::fmt::Debug for Database {
             .field("key_id", &self.key_id)
             .field("created_at", &self.created_at)
             .field("deleted_at", &self.deleted_at)
+            .field("durability", &self.durability)
             .finish()
     }
 }

@@ -29,6 +29,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (10, include_str!("migrations/postgres/0010_intent.sql")),
     (11, include_str!("migrations/postgres/0011_nodes.sql")),
+    (12, include_str!("migrations/postgres/0012_durability.sql")),
 ];
 const MAX_IDLE_CONNECTIONS: usize = 16;
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).

@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("migrations/sqlite/0009_store_identity.sql")),
     (10, include_str!("migrations/sqlite/0010_intent.sql")),
     (11, include_str!("migrations/sqlite/0011_nodes.sql")),
+    (12, include_str!("migrations/sqlite/0012_durability.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

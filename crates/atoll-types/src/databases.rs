@@ -134,6 +134,15 @@ pub struct DatabaseConfiguration {
     pub delete_protection: bool,
     pub allowed_ips: Vec<String>,
     pub allowed_aws_vpc_ids: Vec<String>,
+    /// Atoll: when a commit is acknowledged: `lag` (in the node's WAL; in object storage
+    /// within the node's `--durability-lag`), `sync` (only once object storage has it), or
+    /// `default` (the node's `--durability`). docs/OPERATIONS.md, "Backups and recovery".
+    #[serde(default = "default_durability")]
+    pub durability: String,
+}
+
+fn default_durability() -> String {
+    "default".to_string()
 }
 
 /// Absent or `null` fields stay unchanged; `[]` clears a list.
@@ -153,6 +162,9 @@ pub struct UpdateDatabaseConfiguration {
     pub allowed_ips: Option<Vec<String>>,
     #[serde(default)]
     pub allowed_aws_vpc_ids: Option<Vec<String>>,
+    /// Atoll: `lag`, `sync` or `default` (the node's mode).
+    #[serde(default)]
+    pub durability: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]

@@ -517,6 +517,7 @@ async fn seed_databases(
                 created_at: 0,
                 deleted_at: None,
                 config_version: 1,
+                durability: None,
             };
             let record = store.insert_database(record).await?;
             let config = atoll_control::data_plane::node_config(&record, &group, &org);

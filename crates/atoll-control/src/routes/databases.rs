@@ -486,6 +486,7 @@ pub(super) async fn create(
         created_at: 0,
         deleted_at: None,
         config_version: 1,
+        durability: None,
     };
 
     // Recorded as `creating` first: a crash before the node has it leaves a record the
@@ -942,6 +943,7 @@ fn configuration_of(db: &Database) -> DatabaseConfiguration {
         delete_protection: db.delete_protection,
         allowed_ips: db.allowed_ips.clone(),
         allowed_aws_vpc_ids: vec![],
+        durability: db.durability.clone().unwrap_or_else(|| "default".into()),
     }
 }
 
@@ -977,8 +979,21 @@ async fn configure(
             "AWS VPC endpoints do not exist on Atoll: allowed_aws_vpc_ids must be empty".into(),
         ));
     }
+    let durability = match body.durability.as_deref() {
+        None => None,
+        Some("lag" | "sync") => body.durability.clone().map(Some),
+        Some("default") => Some(None),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "durability: {other:?} is not lag, sync or default"
+            )))
+        }
+    };
     // What the audit log says was set, besides delete protection.
     let mut settings = serde_json::Map::new();
+    if let Some(mode) = &body.durability {
+        settings.insert("durability".into(), json!(mode));
+    }
     if let Some(text) = &body.size_limit {
         settings.insert("size_limit".into(), json!(text));
     }
@@ -1001,6 +1016,7 @@ async fn configure(
         delete_protection: body.delete_protection,
         allow_attach: body.allow_attach,
         allowed_ips: body.allowed_ips,
+        durability,
         ..Default::default()
     };
     let updated = state.store.update_database(&db.id, changes).await?;

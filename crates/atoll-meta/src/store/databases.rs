@@ -6,7 +6,7 @@ use crate::secrets::{SealedRecord, SecretsKeyring};
 
 const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
      d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
-     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at, d.config_version";
+     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at, d.config_version, d.durability";
 
 /// A database from its row, its signing key opened.
 fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
@@ -42,6 +42,7 @@ fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
         created_at: row.int(19),
         deleted_at: row.opt_int(20),
         config_version: row.int(21),
+        durability: row.opt_text(22),
     })
 }
 
@@ -75,6 +76,8 @@ pub struct DatabaseChanges {
     pub allowed_ips: Option<Vec<String>>,
     /// A new signing key and its id (rotation).
     pub signing_key: Option<(String, String)>,
+    /// `Some(None)` goes back to the node's durability.
+    pub durability: Option<Option<String>>,
 }
 
 /// What to look for in [`Store::list_databases`].
@@ -321,7 +324,8 @@ impl Store {
             c.execute(
                 "UPDATE databases SET config_version = config_version + 1, state = $2, size_limit = $3, block_reads = $4, block_writes = $5,
                         delete_protection = $6, allow_attach = $7, allowed_ips = $8,
-                        signing_key = COALESCE(CAST($9 AS TEXT), signing_key), key_id = COALESCE(CAST($10 AS TEXT), key_id)
+                        signing_key = COALESCE(CAST($9 AS TEXT), signing_key), key_id = COALESCE(CAST($10 AS TEXT), key_id),
+                        durability = $11
                  WHERE id = $1",
                 &[
                     (&id).into(),
@@ -334,6 +338,7 @@ impl Store {
                     changes.allowed_ips.unwrap_or(current.allowed_ips).join(",").into(),
                     Value::from(signing_key),
                     Value::from(key_id),
+                    Value::from(changes.durability.unwrap_or(current.durability)),
                 ],
             )?;
             database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))

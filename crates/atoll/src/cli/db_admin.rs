@@ -22,7 +22,8 @@ pub enum DbAdminCommand {
   atoll db config shop
   atoll db config shop --block-writes on
   atoll db config shop --delete-protection on --size-limit 1gb
-  atoll db config shop --size-limit none      # no size limit")]
+  atoll db config shop --size-limit none      # no size limit
+  atoll db config shop --durability sync      # acknowledge commits once in object storage")]
     Config {
         /// Name of the database.
         name: String,
@@ -41,6 +42,10 @@ pub enum DbAdminCommand {
         /// Allow `ATTACH` of other databases with tokens that permit it.
         #[arg(long, value_name = "on|off", value_parser = super::parse_on_off)]
         allow_attach: Option<bool>,
+        /// When a commit is acknowledged: `lag` (once in the node's WAL), `sync` (once in
+        /// object storage: no acknowledged write is ever lost), `default` (the server's).
+        #[arg(long, value_parser = ["lag", "sync", "default"])]
+        durability: Option<String>,
         /// Print the configuration as JSON.
         #[arg(long)]
         json: bool,
@@ -118,6 +123,7 @@ pub async fn run(client: &Client, command: DbAdminCommand) -> Result<(), CliErro
             delete_protection,
             size_limit,
             allow_attach,
+            durability,
             json,
         } => {
             let url = client.org_url(&["databases", &name, "configuration"]);
@@ -136,8 +142,10 @@ pub async fn run(client: &Client, command: DbAdminCommand) -> Result<(), CliErro
                 delete_protection,
                 allowed_ips: None,
                 allowed_aws_vpc_ids: None,
+                durability,
             };
             let changing = changes.size_limit.is_some()
+                || changes.durability.is_some()
                 || [allow_attach, block_reads, block_writes, delete_protection]
                     .iter()
                     .any(Option::is_some);
@@ -299,6 +307,7 @@ fn print_configuration(config: &DatabaseConfiguration) {
         ),
         ("Size limit", size_limit),
         ("Allow attach", super::on_off(config.allow_attach).into()),
+        ("Durability", config.durability.clone()),
     ]);
 }
 

@@ -153,6 +153,68 @@ async fn point_in_time_copies_and_restores_in_place_through_the_api() {
 }
 
 #[tokio::test]
+async fn a_database_can_ask_for_sync_durability_in_its_configuration() {
+    let app = app!();
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "careful"}),
+    )
+    .await
+    .expect(200);
+    let config = app
+        .get("/v1/databases/careful/configuration", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(config["durability"], "default");
+    let changed = app
+        .patch(
+            "/v1/databases/careful/configuration",
+            &app.admin_token,
+            json!({"durability": "sync"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(changed["durability"], "sync");
+    // The node acknowledges its commits only once stored: nothing waits after a write.
+    run(&app, "careful", "CREATE TABLE t (x)").await;
+    run(&app, "careful", "INSERT INTO t VALUES (1)").await;
+    let backups = app
+        .get("/v1/databases/careful/backups", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(backups["durability"], "sync", "{backups}");
+    assert_eq!(backups["lag"]["commits"], 0, "{backups}");
+    // Other settings leave it alone; `default` goes back to the node's.
+    let changed = app
+        .patch(
+            "/v1/databases/careful/configuration",
+            &app.admin_token,
+            json!({"block_reads": false}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(changed["durability"], "sync");
+    let changed = app
+        .patch(
+            "/v1/databases/careful/configuration",
+            &app.admin_token,
+            json!({"durability": "default"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(changed["durability"], "default");
+    let reply = app
+        .patch(
+            "/v1/databases/careful/configuration",
+            &app.admin_token,
+            json!({"durability": "eventually"}),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+}
+
+#[tokio::test]
 async fn restores_outside_the_window_or_malformed_are_refused_clearly() {
     let app = app!();
     app.post("/v1/databases", &app.admin_token, json!({"name": "young"}))
