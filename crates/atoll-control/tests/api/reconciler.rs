@@ -18,7 +18,7 @@ fn node(app: &TestApp) -> Arc<atoll_data::node::Node> {
 }
 
 /// A database on the node that the store has never heard of.
-fn stray_database(app: &TestApp) -> String {
+async fn stray_database(app: &TestApp) -> String {
     let id = uuid::Uuid::new_v4().to_string();
     let config = DatabaseConfig {
         id: id.clone(),
@@ -38,12 +38,18 @@ fn stray_database(app: &TestApp) -> String {
         pitr_retention_days: None,
         config_version: 0,
     };
-    node(app)
-        .create_database(CreateDatabase {
+    // On a blocking thread, as the node's admin API creates: the first generation goes to
+    // object storage through the runtime.
+    let node = node(app);
+    tokio::task::spawn_blocking(move || {
+        node.create_database(CreateDatabase {
             config,
             seed: Seed::Empty,
         })
-        .unwrap();
+    })
+    .await
+    .unwrap()
+    .unwrap();
     id
 }
 
@@ -129,7 +135,7 @@ async fn unknown_databases_are_quarantined_never_deleted() {
     )
     .await
     .expect(200);
-    let stray = stray_database(&app);
+    let stray = stray_database(&app).await;
     let report = app
         .state
         .data_plane
