@@ -323,7 +323,8 @@ async fn configuration_round_trips_and_nulls_leave_fields_alone() {
     assert_eq!(
         initial,
         json!({"size_limit": "", "allow_attach": false, "block_reads": false, "block_writes": false,
-               "delete_protection": false, "allowed_ips": [], "allowed_aws_vpc_ids": []})
+               "delete_protection": false, "allowed_ips": [], "allowed_aws_vpc_ids": [],
+               "durability": "default"})
     );
     let body = json!({"allow_attach": true, "delete_protection": null, "block_writes": true, "size_limit": "1mb",
                       "allowed_ips": ["203.0.113.7", "10.0.0.0/8"]});
