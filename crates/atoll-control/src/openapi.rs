@@ -143,7 +143,12 @@ fn operation(
                 error("Too many failed logins for this username: wait Retry-After seconds"),
             );
     }
-    if matches!(rule.target, Target::Organization | Target::Group) || spec.path.contains('{') {
+    // Resources named by the path, and the quarantined database a purge may name in its
+    // body.
+    if matches!(rule.target, Target::Organization | Target::Group)
+        || spec.path.contains('{')
+        || spec.action == Action::PurgeQuarantine
+    {
         responses = responses.response("404", error("Not found"));
     }
     if matches!(spec.method, Method::POST | Method::PATCH | Method::DELETE) && !public {
