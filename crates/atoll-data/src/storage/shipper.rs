@@ -207,7 +207,8 @@ impl DatabaseLog {
     /// unshipped commit has waited `lag`.
     pub fn due(&self, lag: Duration) -> bool {
         if lock(&self.state).needs_snapshot || self.generation_asked.load(Ordering::Acquire) {
-            return true;
+            // A database awaiting its upload has no file to snapshot yet.
+            return self.file.exists();
         }
         {
             let sync = lock(&self.sync);
@@ -221,7 +222,10 @@ impl DatabaseLog {
     pub fn status(&self) -> LogStatus {
         let state = lock(&self.state);
         let pending = lock(&self.commit_times).len() as u64;
-        let lag_ms = lock(&self.dirty_since).map_or(0, |s| s.elapsed().as_millis() as u64);
+        let lag_ms = match *lock(&self.dirty_since) {
+            Some(since) if self.file.exists() => since.elapsed().as_millis() as u64,
+            _ => 0,
+        };
         LogStatus {
             durable_frame_no: state.durable_frame_no,
             last_commit_ms: state.last_commit_ms,
@@ -305,7 +309,8 @@ impl DatabaseLog {
     fn round_inner(&self, ctx: &ShipContext<'_>) -> Result<(), DataError> {
         let mut state = lock(&self.state).clone();
         if !self.file.exists() {
-            // Awaiting its upload: nothing to ship yet.
+            // Awaiting its upload: nothing to ship yet, and nothing behind.
+            *lock(&self.dirty_since) = None;
             return Ok(());
         }
         if state.needs_snapshot {
