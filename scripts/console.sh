@@ -139,7 +139,9 @@ ATOLL_DB_URL="http://127.0.0.1:$DB_PORT"
 ATOLL_TOKEN="$(tr -d '[:space:]' <"$DATA_DIR/data/admin.token")"
 ATOLL_PASSWORD="$(tr -d '[:space:]' <"$DATA_DIR/data/admin.password")"
 SCREENSHOTS="$TEST_DIR/screenshots"
-export ATOLL_URL ATOLL_DB_URL ATOLL_TOKEN ATOLL_PASSWORD CHROMIUM SCREENSHOTS
+# The data directory, for tests that plant history in the metadata store (meta.db).
+ATOLL_DATA_DIR="$DATA_DIR/data"
+export ATOLL_URL ATOLL_DB_URL ATOLL_TOKEN ATOLL_PASSWORD ATOLL_DATA_DIR CHROMIUM SCREENSHOTS
 log "server ready at $ATOLL_URL, data plane at $ATOLL_DB_URL (log: $SERVER_LOG)"
 
 # --- the tests -------------------------------------------------------------------------

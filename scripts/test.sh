@@ -14,7 +14,9 @@
 # 4. the web console in Debian's headless chromium (scripts/console.sh installs it);
 # 5. the README: its ```sh blocks, in order, against a fresh `atoll dev` (scripts/readme.sh);
 # 6. schemathesis against `/openapi.json` of `atoll dev` (bounded: scripts/schemathesis.sh);
-# 7. the load test: a 60 s mixed workload, zero failures, flat memory (`atoll bench --load`).
+# 7. the load test: a 60 s mixed workload, zero failures, flat memory (`atoll bench --load`);
+# 8. the load test against the production topology with a replica and a node SIGKILLed
+#    (`atoll bench --load --topology`, on PostgreSQL; skipped loudly without it).
 #
 # The fuzz corpus (fuzz/corpus) is replayed by step 1 (`tests/fuzz_corpus.rs` in
 # atoll-data and atoll-types); the fuzzers themselves need nightly (fuzz/README.md).
@@ -30,7 +32,12 @@ set -euo pipefail
 trap 'kill "$ATOLL_S3_PID" 2>/dev/null || true' EXIT
 
 echo "==> Rust tests (SQLite backend)"
-cargo test --workspace --locked
+# atoll-compat-rust runs Atoll in process beside the official `libsql` client in remote
+# mode; `atoll`'s embedded-replica test needs that client's `sync` feature, which links
+# a second SQLite. Built in one invocation, features unify and the two SQLites collide,
+# so the compatibility crate gets an invocation of its own.
+cargo test --workspace --exclude atoll-compat-rust --locked
+cargo test -p atoll-compat-rust --locked
 
 echo "==> HTTP tests and authorization matrix on PostgreSQL"
 # `--workspace` keeps the same feature set as above, so nothing is rebuilt.
@@ -52,3 +59,13 @@ ATOLL_BIN="$TARGET_DIR/debug/atoll" scripts/schemathesis.sh
 
 echo "==> Load test (mixed workload, zero failed requests, flat memory)"
 "$TARGET_DIR/debug/atoll" bench --load --duration "${ATOLL_LOAD_SECONDS:-60}"
+
+echo "==> Load test against the production topology (2 replicas, 3 nodes, SIGKILLs; PostgreSQL)"
+# An empty database of its own on the test PostgreSQL; skipped, loudly, without one.
+PG_BASE="${ATOLL_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+if psql "$PG_BASE" -qc "DROP DATABASE IF EXISTS atoll_topology_load" -c "CREATE DATABASE atoll_topology_load" >/dev/null 2>&1; then
+  "$TARGET_DIR/debug/atoll" bench --load --topology "${PG_BASE%/*}/atoll_topology_load" \
+    --duration "${ATOLL_TOPOLOGY_LOAD_SECONDS:-30}"
+else
+  echo "WARNING: no PostgreSQL at $PG_BASE: the topology load test is SKIPPED" >&2
+fi

@@ -137,14 +137,15 @@ test("log in, create a database, query it, see its usage; the session is an Http
   await page.evaluate(() => document.getElementById("toasts").replaceChildren());
   await shot(page, "sql-editor-result");
 
-  // Usage: a chart over time and the bars against the plan.
+  // Usage: charts over time (rows, storage) and the bars against the plan.
   await page.getByRole("link", { name: "Usage" }).click();
   await page.getByRole("heading", { name: "Usage", level: 1 }).waitFor();
-  const chart = page.locator("svg.chart");
-  await chart.waitFor();
-  assert.equal(await chart.locator("polyline").count(), 2);
+  const rowsChart = page.locator("figure.chart-figure").filter({ hasText: "Rows read and written per day" });
+  await rowsChart.locator("svg.chart").waitFor();
+  assert.equal(await rowsChart.locator("polyline").count(), 2);
   // The rows written today (3 statements' worth) reach the chart's data.
-  const written = await page.locator("figure.chart-figure table.visually-hidden tbody tr:last-child td").allTextContents();
+  const written = await rowsChart.locator("table.visually-hidden tbody tr:last-child td").evaluateAll(
+    (cells) => cells.map((c) => c.dataset.value));
   assert.ok(Number(written[2]) >= 2, `rows written today: ${written}`);
   assert.ok(await page.getByText(/^Rows read: /).count() >= 1);
   await shot(page, "usage");
@@ -194,7 +195,8 @@ test("a viewer sees the databases but is offered no way to change them, and the 
   await page.getByRole("link", { name: "orders" }).click();
   await page.getByRole("heading", { name: "Database orders" }).waitFor();
   await page.getByText("Your role (viewer) can see this").first().waitFor();
-  for (const name of [/^Destroy/, /Create token/, /Save configuration/, /Invalidate all tokens/]) {
+  await page.getByText("Restorable until").waitFor();
+  for (const name of [/^Destroy/, /Create token/, /Save configuration/, /Invalidate all tokens/, /Restore in place/, /Copy as of/]) {
     assert.equal(await page.getByRole("button", { name }).count(), 0, `a viewer is offered ${name}`);
   }
   assert.equal(await page.getByRole("checkbox", { name: "Block writes" }).isDisabled(), true);
@@ -315,6 +317,148 @@ c.commit(); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()`, file]);
   await context.close();
 });
 
+/** Runs statements in the console's SQL editor of `name`; answers the last result's cells. */
+async function runSql(page, name, sql) {
+  await page.goto(`${API}/console/#/sql/${encodeURIComponent(name)}`);
+  await page.getByRole("heading", { name: `SQL editor: ${name}` }).waitFor();
+  await page.getByLabel("SQL", { exact: true }).fill(sql);
+  await page.getByRole("button", { name: "Run" }).click();
+  const result = page.getByRole("table", { name: "Query result" }).last();
+  await result.waitFor();
+  return result.locator("tbody td").allTextContents();
+}
+
+/** The daily data of a chart figure: [label, value (null: not measured)] per day. */
+function chartData(figure) {
+  return figure.locator("table.visually-hidden tbody tr").evaluateAll((rows) => rows.map((r) => {
+    const cell = r.cells[1];
+    return [r.cells[0].textContent, cell.dataset.value === undefined ? null : Number(cell.dataset.value)];
+  }));
+}
+
+test("storage over time: a database's size day by day, and the organization's, against the plan's quota", async () => {
+  // On a plan with a storage quota for this test (the instance's default has none).
+  const { organization: before } = await admin("GET", "/v1/organizations/admin/usage");
+  await admin("POST", "/v1/admin/organizations/admin/plan", { plan: "scaler" });
+  const { context, page, problems } = await newPage();
+  await logIn(page, "admin", PASSWORD);
+  await page.getByLabel("Name", { exact: true }).fill("growing");
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.getByRole("heading", { name: "Database growing" }).waitFor();
+  await runSql(page, "growing", "CREATE TABLE blobs (b BLOB);\nINSERT INTO blobs VALUES (randomblob(300000));\nSELECT length(b) FROM blobs;");
+
+  // Yesterday it was small: a sample from then, written into the store as the collector
+  // would have recorded it (the server keeps one per database and hour).
+  const { database } = await admin("GET", "/v1/organizations/admin/databases/growing");
+  const yesterday = Math.floor(Date.now() / 3600000) * 3600000 - 24 * 3600000;
+  execFileSync("python3", ["-c", `
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], timeout=30)
+c.execute("INSERT INTO storage_samples (database_id, org_id, bucket, storage_bytes) SELECT id, org_id, ?, 8192 FROM databases WHERE id = ?", (int(sys.argv[2]), sys.argv[3]))
+c.commit(); c.close()`, join(process.env.ATOLL_DATA_DIR, "meta.db"), String(yesterday), database.DbId]);
+  const { organization } = await admin("GET", "/v1/organizations/admin/usage");
+  const quota = organization.quotas.storage_bytes;
+
+  // The database's page: storage per day, yesterday's size, today's after the write.
+  await page.goto(`${API}/console/#/databases/growing`);
+  const storage = page.locator("figure.chart-figure").filter({ hasText: "Storage per day" });
+  await storage.locator("svg.chart").waitFor();
+  const days = await chartData(storage);
+  assert.equal(days.length, 14);
+  assert.equal(days.at(-2)[1], 8192, `yesterday: ${JSON.stringify(days)}`);
+  assert.ok(days.at(-1)[1] >= 300000, `today: ${JSON.stringify(days)}`);
+  assert.equal(days[0][1], null, "nothing measured before the database existed");
+  assert.ok(quota > 0, `the scaler plan's storage quota: ${quota}`);
+  assert.equal(Number(await storage.getAttribute("data-limit")), quota);
+  assert.match(await storage.locator(".legend").textContent(), /Plan's storage quota \(\d+ GB, far above this chart\)/);
+  await storage.scrollIntoViewIfNeeded();
+  await storage.screenshot({ path: join(SHOTS, "storage-history.png") });
+
+  // The usage page: the organization's storage (every database summed), then this one.
+  await page.getByRole("navigation").getByRole("link", { name: "Usage" }).click();
+  const orgStorage = page.locator("figure.chart-figure").filter({ hasText: "Storage per day" });
+  await orgStorage.filter({ hasText: "all of" }).locator("svg.chart").waitFor();
+  const orgDays = await chartData(orgStorage);
+  assert.ok(orgDays.at(-1)[1] >= days.at(-1)[1], `organization today: ${JSON.stringify(orgDays)}`);
+  assert.ok(orgDays.at(-2)[1] >= 8192);
+  await page.getByLabel("Database", { exact: true }).selectOption("growing");
+  await orgStorage.filter({ hasText: "growing" }).locator("svg.chart").waitFor();
+  assert.deepEqual(await chartData(page.locator("figure.chart-figure").filter({ hasText: "Storage per day" })), days);
+  await shot(page, "usage-storage");
+
+  assert.deepEqual(problems, []);
+  await context.close();
+  await admin("POST", "/v1/admin/organizations/admin/plan", { plan: before.plan });
+});
+
+/** Waits until object storage holds the database's commits from `instant` (ms) on. */
+async function backedUpTo(name, instant) {
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    const backups = await admin("GET", `/v1/organizations/admin/databases/${name}/backups`);
+    if (backups.restorable_until && Date.parse(backups.restorable_until) >= instant && backups.lag.commits === 0) return backups;
+    assert.ok(Date.now() < deadline, `not backed up to ${new Date(instant).toISOString()}: ${JSON.stringify(backups)}`);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+test("point-in-time: a copy as of a time holds the old data; a restore in place brings it back", async () => {
+  const { context, page, problems } = await newPage();
+  await logIn(page, "admin", PASSWORD);
+  await page.getByLabel("Name", { exact: true }).fill("ledger");
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.getByRole("heading", { name: "Database ledger" }).waitFor();
+  await runSql(page, "ledger", "CREATE TABLE entries (v TEXT);\nINSERT INTO entries VALUES ('old');\nSELECT v FROM entries;");
+  // A whole second after the old state, and the change a second after that.
+  const then = Math.ceil((Date.now() + 1) / 1000) * 1000;
+  const thenInput = new Date(then).toISOString().slice(0, 19);
+  while (Date.now() < then + 1100) await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(await runSql(page, "ledger", "UPDATE entries SET v = 'new';\nINSERT INTO entries VALUES ('newer');\nSELECT v FROM entries ORDER BY rowid;"), ["new", "newer"]);
+  // The window ends at the last commit shipped: the change, made after `then`.
+  await backedUpTo("ledger", then + 1000);
+
+  // The databases page's copy, as of then.
+  await page.goto(`${API}/console/#/databases`);
+  await page.getByLabel("Name", { exact: true }).fill("ledger-then");
+  await page.getByLabel("Source").selectOption("copy");
+  await page.getByLabel("Copy from").selectOption("ledger");
+  await page.getByLabel("As of (point in time, UTC)").fill(thenInput);
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.getByRole("heading", { name: "Database ledger-then" }).waitFor();
+  assert.deepEqual(await runSql(page, "ledger-then", "SELECT v FROM entries ORDER BY rowid"), ["old"]);
+  // Outside the window the server says so, in the form.
+  await page.goto(`${API}/console/#/databases`);
+  await page.getByLabel("Name", { exact: true }).fill("ledger-never");
+  await page.getByLabel("Source").selectOption("copy");
+  await page.getByLabel("Copy from").selectOption("ledger");
+  await page.getByLabel("As of (point in time, UTC)").fill("2020-01-01T00:00:00");
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.locator(".form-errors [role=alert]").waitFor();
+
+  // The database's page: its window, and a restore in place after confirming by name.
+  await page.goto(`${API}/console/#/databases/ledger`);
+  const until = page.locator("[data-restorable-until]");
+  await until.waitFor();
+  assert.ok(Date.parse(await until.getAttribute("data-restorable-until")) >= then);
+  assert.ok(Date.parse(await page.locator("[data-restorable-from]").getAttribute("data-restorable-from")) <= then);
+  await page.getByLabel("Restore in place to (UTC)").fill(thenInput);
+  await page.getByRole("button", { name: "Restore in place" }).click();
+  const dialog = page.getByRole("dialog");
+  const confirm = dialog.getByRole("button", { name: "Restore" });
+  assert.equal(await confirm.isDisabled(), true);
+  await dialog.getByLabel("Type ledger to confirm").fill("ledger");
+  await confirm.click();
+  await page.getByRole("status").filter({ hasText: "Database ledger restored to" }).waitFor();
+  await shot(page, "restore");
+  assert.deepEqual(await runSql(page, "ledger", "SELECT v FROM entries ORDER BY rowid"), ["old"]);
+  // Recorded in the audit log, from the console.
+  const { audit_logs: restores } = await admin("GET", "/v1/organizations/admin/audit-logs?code=db-restore&origin=web");
+  assert.ok(restores.some((e) => e.message.includes("ledger")), JSON.stringify(restores));
+
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
 test("every section renders for the owner, with labels and no script error", async () => {
   const { context, page, problems } = await newPage();
   await logIn(page, "admin", PASSWORD);
@@ -340,13 +484,33 @@ test("every section renders for the owner, with labels and no script error", asy
     assert.deepEqual(await unlabelled(page), [], `${link}: controls without a label`);
     await shot(page, heading.toLowerCase().replace(/ /g, "-"));
   }
-  // The audit log has this session's changes, with the console as their origin.
+  // The audit log has this session's changes, with the console as their origin; the
+  // filter is the server's: the request carries it and the total counts the matches.
   await page.getByRole("navigation").getByRole("link", { name: "Audit log" }).click();
+  const total = page.locator("[data-total]");
+  await total.waitFor();
+  const everything = Number(await total.getAttribute("data-total"));
+  const asked = page.waitForRequest((r) => r.url().includes("/audit-logs?") && new URL(r.url()).searchParams.get("code") === "db-create");
   await page.getByLabel("Code").fill("db-create");
+  await asked;
+  await page.getByText(/matching entries/).waitFor();
+  const matching = Number(await total.getAttribute("data-total"));
+  const { pagination } = await admin("GET", "/v1/organizations/admin/audit-logs?code=db-create");
+  assert.equal(matching, pagination.total_rows);
+  assert.ok(matching >= 2 && matching < everything, `${matching} of ${everything}`);
   const rows = page.getByRole("table", { name: "Audit log entries" }).locator("tbody tr");
-  await rows.first().waitFor();
-  assert.ok(await rows.count() >= 2);
+  assert.equal(await rows.count(), matching);
+  assert.deepEqual([...new Set(await rows.locator("td:nth-child(2)").allTextContents())], ["db-create"]);
   assert.deepEqual([...new Set(await rows.locator("td:nth-child(5)").allTextContents())], ["web"]);
+  // Narrower still: by origin as well, and a time range that ends before everything.
+  await page.getByLabel("Origin").selectOption("cli");
+  await page.getByText("No entries match.").waitFor();
+  await page.getByLabel("Origin").selectOption("");
+  await page.getByLabel("Until (UTC)").fill("2020-01-01T00:00:00");
+  await page.getByText("No entries match.").waitFor();
+  await page.getByLabel("Until (UTC)").fill("");
+  await page.getByText(`(${matching} matching entries)`).waitFor();
+  await shot(page, "audit-log-filtered");
   // A group: add a location, see it, open its configuration.
   await page.getByRole("navigation").getByRole("link", { name: "Groups" }).click();
   await page.getByLabel("Add a location").selectOption("aws-eu-west-1");
@@ -367,6 +531,8 @@ test("create a team organization, add a member, change their role, invite by ema
   await page.getByRole("button", { name: "Create organization" }).click();
   // The new organization becomes the current one.
   await page.getByRole("status").filter({ hasText: "Organization Initech created." }).waitFor();
+  // The switch follows the message (it reloads the organizations first).
+  await page.waitForFunction(() => [...document.querySelectorAll("#org-select")].some((s) => s.value === "initech"));
   assert.equal(await page.getByLabel("Organization", { exact: true }).inputValue(), "initech");
 
   await page.getByRole("navigation").getByRole("link", { name: "Members" }).click();

@@ -284,3 +284,76 @@ async fn the_namespace_header_selects_the_database_too() {
         7
     );
 }
+
+/// An end user's JWT from the organization's own auth provider (a key set registered with
+/// `PUT /v2/organizations/{org}/jwks/{name}`, claims from `…/jwks-template`) works with the
+/// official client as a token minted by Atoll does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auth_providers_jwt_queries_through_the_official_client() {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+    let server = start().await;
+    let url = server.database("byoa").await;
+    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+    let key = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+    let b64 = |bytes: &[u8]| URL_SAFE_NO_PAD.encode(bytes);
+    let saved = server
+        .client
+        .put(format!("{}/v2/organizations/admin/jwks/provider", server.api))
+        .bearer_auth(&server.admin_token)
+        .json(&json!({"jwks": {"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "p1", "x": b64(key.public_key().as_ref())}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), 200);
+    let token_for = |scope: &'static str| {
+        let client = server.client.clone();
+        let api = server.api.clone();
+        let admin = server.admin_token.clone();
+        let key = &key;
+        async move {
+            let template: serde_json::Value = client
+                .get(format!(
+                    "{api}/v2/organizations/admin/jwks-template?database=byoa&scope={scope}"
+                ))
+                .bearer_auth(admin)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let mut claims = template["template"].clone();
+            claims["exp"] = json!(rand_suffix() / 1_000_000_000 + 600);
+            claims["sub"] = json!("user_42");
+            let input = format!(
+                "{}.{}",
+                b64(br#"{"alg":"EdDSA","typ":"JWT","kid":"p1"}"#),
+                b64(claims.to_string().as_bytes())
+            );
+            format!("{input}.{}", b64(key.sign(input.as_bytes()).as_ref()))
+        }
+    };
+
+    let writer = token_for("full-access").await;
+    let db = remote!(url.clone(), writer).build().await.unwrap();
+    let conn = db.connect().unwrap();
+    conn.execute("CREATE TABLE notes (body TEXT)", ())
+        .await
+        .unwrap();
+    conn.execute("INSERT INTO notes VALUES (?1)", params!["from an end user"])
+        .await
+        .unwrap();
+
+    let reader = token_for("read-only").await;
+    let db = remote!(url, reader).build().await.unwrap();
+    let conn = db.connect().unwrap();
+    let mut rows = conn.query("SELECT body FROM notes", ()).await.unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(row.get::<String>(0).unwrap(), "from an end user");
+    assert!(conn
+        .execute("INSERT INTO notes VALUES ('no')", ())
+        .await
+        .is_err());
+}

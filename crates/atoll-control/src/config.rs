@@ -105,6 +105,8 @@ pub struct ControlConfig {
     pub max_dumps_per_org: u64,
     /// Bytes of dumps an organization may hold at once.
     pub max_dump_bytes_per_org: u64,
+    /// Organizations' key sets (JWKS): allowed URLs, refresh, limits.
+    pub jwks: crate::jwks::JwksSettings,
 }
 
 /// Uploaded dumps stay usable a day.
@@ -293,6 +295,7 @@ impl Default for ControlConfig {
             dump_lifetime: DEFAULT_DUMP_LIFETIME,
             max_dumps_per_org: DEFAULT_MAX_DUMPS_PER_ORG,
             max_dump_bytes_per_org: DEFAULT_MAX_DUMP_BYTES_PER_ORG,
+            jwks: crate::jwks::JwksSettings::default(),
         }
     }
 }

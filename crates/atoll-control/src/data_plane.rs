@@ -8,8 +8,9 @@ use crate::error::ApiError;
 use atoll_data::error::DataError;
 use atoll_data::node::Node;
 use atoll_meta::{Database, DatabaseState, Group, Organization, Store};
-use atoll_types::node::{self as wire, CreateDatabase, DatabaseConfig, TokenKey};
+use atoll_types::node::{self as wire, CreateDatabase, DatabaseConfig, ExternalKey, Jwk, TokenKey};
 use atoll_types::ErrorCode;
+use sha2::Digest;
 use std::sync::Arc;
 
 pub enum DataPlane {
@@ -21,9 +22,13 @@ pub enum DataPlane {
         /// How long a quarantined database is kept before a purge may remove it.
         quarantine_retention: std::time::Duration,
     },
-    /// `atoll node`s reached through their admin API.
+    /// `atoll node`s reached through their admin API: those given at start (`--node`) and
+    /// those that registered themselves in the store, refreshed from it
+    /// ([`DataPlane::refresh_nodes`]) so every replica sees the same nodes.
     Remote {
-        nodes: Vec<RemoteNode>,
+        nodes: std::sync::RwLock<Vec<RemoteNode>>,
+        /// SHA-256 of the node secret, for the nodes' own calls (heartbeats, routes).
+        secret_digest: [u8; 32],
         client: reqwest::Client,
         secret: String,
         /// Sent with every order ([`wire::STORE_ID_HEADER`]): a node serves one store.
@@ -42,8 +47,25 @@ pub struct RemoteNode {
 const IN_PROCESS_NODE: &str = "local";
 
 /// A node a replica reached this recently is healthy (3 reconcile passes at the default
-/// interval): placement prefers healthy nodes.
-pub const HEALTHY_WITHIN_MS: i64 = 90_000;
+/// interval): placement prefers healthy nodes. A node that sends heartbeats is healthy
+/// only within [`atoll_meta::HEARTBEAT_TIMEOUT_MS`] of the last one.
+pub const HEALTHY_WITHIN_MS: i64 = atoll_meta::CONTACT_TIMEOUT_MS;
+
+impl RemoteNode {
+    pub(crate) fn from_record(record: &atoll_meta::NodeRecord) -> RemoteNode {
+        RemoteNode {
+            admin_url: record.admin_url.clone(),
+            info: wire::NodeInfo {
+                name: record.name.clone(),
+                location: record.location.clone(),
+                hostname_suffix: record.hostname_suffix.clone(),
+                http_url: record.http_url.clone(),
+                databases: 0,
+                direct_url: record.direct_url.clone(),
+            },
+        }
+    }
+}
 
 impl DataPlane {
     pub fn in_process(node: Arc<Node>, http_base: &str, hostname_suffix: &str) -> DataPlane {
@@ -107,6 +129,10 @@ impl DataPlane {
                             hostname_suffix: info.hostname_suffix.clone(),
                             registered_at: now,
                             last_seen_at: now,
+                            heartbeat_at: 0,
+                            draining: false,
+                            capacity: 0,
+                            direct_url: info.direct_url.clone(),
                         })
                         .await?;
                     info
@@ -118,13 +144,7 @@ impl DataPlane {
                         )));
                     };
                     tracing::warn!(node = %record.name, admin_url = %admin_url, error = %cause, "data node unreachable at start: serving without it until it is back");
-                    wire::NodeInfo {
-                        name: record.name.clone(),
-                        location: record.location.clone(),
-                        hostname_suffix: record.hostname_suffix.clone(),
-                        http_url: record.http_url.clone(),
-                        databases: 0,
-                    }
+                    RemoteNode::from_record(record).info
                 }
                 Err(other) => return Err(other),
             };
@@ -136,8 +156,15 @@ impl DataPlane {
             }
             nodes.push(RemoteNode { admin_url, info });
         }
+        // Nodes that registered themselves (and were not given): every replica knows them.
+        for record in &recorded {
+            if !nodes.iter().any(|n| n.info.name == record.name) && record.heartbeat_at > 0 {
+                nodes.push(RemoteNode::from_record(record));
+            }
+        }
         Ok(DataPlane::Remote {
-            nodes,
+            nodes: std::sync::RwLock::new(nodes),
+            secret_digest: sha2::Sha256::digest(secret.as_bytes()).into(),
             client,
             secret: secret.to_string(),
             store_id: store_id.to_string(),
@@ -145,7 +172,7 @@ impl DataPlane {
     }
 
     /// An order to a remote node's admin API, with its credential and the store's id.
-    fn order(
+    pub(crate) fn order(
         &self,
         method: reqwest::Method,
         node_name: &str,
@@ -183,8 +210,9 @@ impl DataPlane {
                 hostname_suffix: hostname_suffix.clone(),
                 http_url: http_base.clone(),
                 databases: node.database_count(),
+                direct_url: String::new(),
             }],
-            DataPlane::Remote { nodes, .. } => nodes.iter().map(|n| n.info.clone()).collect(),
+            DataPlane::Remote { nodes, .. } => read(nodes).iter().map(|n| n.info.clone()).collect(),
         }
     }
 
@@ -192,7 +220,9 @@ impl DataPlane {
     pub fn node_names(&self) -> Vec<String> {
         match self {
             DataPlane::InProcess { .. } => vec![IN_PROCESS_NODE.to_string()],
-            DataPlane::Remote { nodes, .. } => nodes.iter().map(|n| n.info.name.clone()).collect(),
+            DataPlane::Remote { nodes, .. } => {
+                read(nodes).iter().map(|n| n.info.name.clone()).collect()
+            }
         }
     }
 
@@ -213,12 +243,13 @@ impl DataPlane {
         }
     }
 
-    fn remote_node(&self, name: &str) -> Result<&RemoteNode, ApiError> {
+    pub(crate) fn remote_node(&self, name: &str) -> Result<RemoteNode, ApiError> {
         match self {
-            DataPlane::Remote { nodes, .. } => nodes
+            DataPlane::Remote { nodes, .. } => read(nodes)
                 .iter()
                 .find(|n| n.info.name == name)
-                .ok_or_else(|| ApiError::Upstream(format!("data node {name} is not configured"))),
+                .cloned()
+                .ok_or_else(|| ApiError::Upstream(format!("data node {name} is not known"))),
             DataPlane::InProcess { .. } => Err(ApiError::Internal("no remote nodes".into())),
         }
     }
@@ -228,13 +259,33 @@ impl DataPlane {
     /// some replica within [`HEALTHY_WITHIN_MS`] (all of them when none was), the one the
     /// store places the fewest databases on, ties by name.
     pub async fn place(&self, store: &Store, location: &str) -> Result<String, ApiError> {
+        self.place_except(store, location, None).await
+    }
+
+    /// [`DataPlane::place`], never on `except` (the node a drain moves databases off).
+    /// Draining nodes and nodes at their capacity take nothing; healthy nodes are
+    /// preferred (all of them when none is).
+    pub async fn place_except(
+        &self,
+        store: &Store,
+        location: &str,
+        except: Option<&str>,
+    ) -> Result<String, ApiError> {
+        if let DataPlane::InProcess { .. } = self {
+            return Ok(IN_PROCESS_NODE.to_string());
+        }
+        // The store is the truth: a node that registered through another replica counts.
+        self.refresh_nodes(store).await?;
         let nodes = match self {
             DataPlane::InProcess { .. } => return Ok(IN_PROCESS_NODE.to_string()),
-            DataPlane::Remote { nodes, .. } => nodes,
+            DataPlane::Remote { nodes, .. } => read(nodes).clone(),
         };
+        let records = store.nodes().await?;
+        let counts = store.database_counts_by_node().await?;
+        let count = |name: &str| counts.get(name).copied().unwrap_or(0);
         let mut candidates: Vec<&str> = nodes
             .iter()
-            .filter(|n| n.info.location == location)
+            .filter(|n| n.info.location == location && Some(n.info.name.as_str()) != except)
             .map(|n| n.info.name.as_str())
             .collect();
         if candidates.is_empty() {
@@ -243,21 +294,26 @@ impl DataPlane {
                 format!("no data node serves location {location}"),
             ));
         }
-        let recent = atoll_meta::now_millis() - HEALTHY_WITHIN_MS;
-        let healthy: Vec<String> = store
-            .nodes()
-            .await?
-            .into_iter()
-            .filter(|r| r.last_seen_at >= recent)
-            .map(|r| r.name)
-            .collect();
-        if candidates.iter().any(|c| healthy.iter().any(|h| h == c)) {
-            candidates.retain(|c| healthy.iter().any(|h| h == c));
+        let record = |name: &str| records.iter().find(|r| r.name == name);
+        candidates.retain(|name| {
+            record(name)
+                .is_none_or(|r| !r.draining && (r.capacity <= 0 || count(name) < r.capacity))
+        });
+        if candidates.is_empty() {
+            return Err(ApiError::NodeUnavailable(format!(
+                "every data node of location {location} is draining or full"
+            )));
         }
-        let counts = store.database_counts_by_node().await?;
+        let now = atoll_meta::now_millis();
+        if candidates
+            .iter()
+            .any(|c| record(c).is_some_and(|r| r.is_healthy(now)))
+        {
+            candidates.retain(|c| record(c).is_some_and(|r| r.is_healthy(now)));
+        }
         Ok(candidates
             .into_iter()
-            .min_by_key(|name| (counts.get(*name).copied().unwrap_or(0), *name))
+            .min_by_key(|name| (count(name), *name))
             .map(str::to_string)
             .unwrap_or_default())
     }
@@ -268,10 +324,10 @@ impl DataPlane {
             DataPlane::InProcess {
                 hostname_suffix, ..
             } => hostname_suffix.as_str(),
-            DataPlane::Remote { .. } => self
+            DataPlane::Remote { .. } => &self
                 .remote_node(node)
-                .map(|n| n.info.hostname_suffix.as_str())
-                .unwrap_or("invalid"),
+                .map(|n| n.info.hostname_suffix)
+                .unwrap_or_else(|_| "invalid".into()),
         };
         format!("{label}.{suffix}")
     }
@@ -280,10 +336,10 @@ impl DataPlane {
     pub fn http_url(&self, node: &str, label: &str) -> String {
         let base = match self {
             DataPlane::InProcess { http_base, .. } => http_base.as_str(),
-            DataPlane::Remote { .. } => self
+            DataPlane::Remote { .. } => &self
                 .remote_node(node)
-                .map(|n| n.info.http_url.as_str())
-                .unwrap_or(""),
+                .map(|n| n.info.http_url)
+                .unwrap_or_default(),
         };
         format!("{}/db/{label}/", base.trim_end_matches('/'))
     }
@@ -455,7 +511,8 @@ impl DataPlane {
             }
             DataPlane::Remote { nodes, .. } => {
                 let mut batches = Vec::new();
-                for remote in nodes {
+                let nodes = read(nodes).clone();
+                for remote in &nodes {
                     let order = self.order(
                         reqwest::Method::POST,
                         &remote.info.name,
@@ -615,6 +672,8 @@ impl DataPlane {
         if let DataPlane::InProcess { .. } = self {
             self.claim_store(&store.store_id().await?)?;
         }
+        // Nodes other replicas recorded, or that registered since the last pass.
+        self.refresh_nodes(store).await?;
         let mut report = ReconcileReport::default();
         let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
         for db in store.databases_in_state(DatabaseState::Creating).await? {
@@ -665,6 +724,42 @@ impl DataPlane {
         report: &mut ReconcileReport,
     ) -> Result<(), ApiError> {
         let held_version = |id: &str| held.iter().find(|h| h.id == id).map(|h| h.config_version);
+        let now = atoll_meta::now_millis();
+
+        // Copies a move handed over (or adopted) and its control plane left: past the
+        // longest a move takes, resumed where the store places the database, released
+        // where it does not (its history continues on the other node).
+        for copy in held {
+            let Some(at) = copy.handed_over_at else {
+                continue;
+            };
+            if !atoll_data::moves::abandoned(at, now) {
+                continue;
+            }
+            let placed = store.database_by_id(&copy.id).await?.map(|db| db.node);
+            let (step, path) = match placed.as_deref() {
+                Some(node) if node == node_name => ("resumed", "resume"),
+                Some(_) => ("released", "release"),
+                // Unknown to the store: quarantined below, like any unknown database.
+                None => continue,
+            };
+            let order = self.order(
+                reqwest::Method::POST,
+                node_name,
+                &format!("/v1/databases/{}/{path}", copy.id),
+            )?;
+            match send::<serde_json::Value>(order).await {
+                Ok(_) => {
+                    tracing::warn!(node = %node_name, database = %copy.id, step, "finished a move its control plane abandoned");
+                    report
+                        .moves_finished
+                        .push((node_name.to_string(), copy.id.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(node = %node_name, database = %copy.id, error = %e, "cannot finish an abandoned move yet")
+                }
+            }
+        }
 
         // Deletes the store decided (tombstones by id): finished here, then forgotten.
         for tombstone in store.tombstones(node_name).await? {
@@ -698,15 +793,16 @@ impl DataPlane {
                     }
                     if !orgs.contains_key(&db.org_id) {
                         let org = store.org_by_id(&db.org_id).await?;
-                        orgs.insert(db.org_id.clone(), org);
+                        let keys = org_credentials(store, &db.org_id).await?;
+                        orgs.insert(db.org_id.clone(), org.map(|org| (org, keys)));
                     }
-                    let (Some(Some(group)), Some(Some(org))) =
+                    let (Some(Some(group)), Some(Some((org, credentials)))) =
                         (groups.get(&db.group_id), orgs.get(&db.org_id))
                     else {
                         continue;
                     };
                     match self
-                        .configure(node_name, node_config(&db, group, org))
+                        .configure(node_name, node_config(&db, group, org, credentials))
                         .await
                     {
                         Ok(()) => report.configured.push(db.id.clone()),
@@ -716,19 +812,42 @@ impl DataPlane {
                     }
                 }
                 None => {
-                    // Its files are not on the node (a lost disk): never recreated empty.
-                    // Rebuilding it from object storage is the durable storage's
-                    // (issue 11); until then it is reported.
+                    // Its files are not on the node (a lost disk, a node replaced under
+                    // the same name): never recreated empty, rebuilt from object storage
+                    // when the node has it; else reported.
                     tracing::error!(node = %node_name, database = %db.id, name = %db.name, "a database of the store is missing from its node");
                     report.missing.push((node_name.to_string(), db.id.clone()));
+                    if let DataPlane::Remote { .. } = self {
+                        if let Err(e) = self.rebuild_missing(store, node_name, &db).await {
+                            tracing::warn!(node = %node_name, database = %db.id, error = %e, "cannot rebuild a missing database yet");
+                        } else {
+                            report.rebuilt.push((node_name.to_string(), db.id.clone()));
+                        }
+                    }
                 }
             }
         }
 
-        // What the store does not know: kept aside, never deleted.
+        // What the store does not know, or places on another node: kept aside, never
+        // deleted. A serving copy of a database the store places elsewhere is a node that
+        // was evacuated while it was unreachable (`atoll admin drain --force`) and came
+        // back: it must not serve (another node does), and it may hold the last writes
+        // it acknowledged before it went, so it is kept for an operator.
         for held in held {
-            if wanted.contains(&held.id) || store.database_by_id(&held.id).await?.is_some() {
+            if held.handed_over_at.is_some() {
+                // A move's copy: finished above once its move is past, not quarantined.
                 continue;
+            }
+            if wanted.contains(&held.id) {
+                continue;
+            }
+            // Read now, not at the start of the pass: a move may have placed it here since.
+            match store.database_by_id(&held.id).await? {
+                Some(db) if db.node == node_name => continue,
+                Some(db) => {
+                    tracing::warn!(node = %node_name, database = %held.id, placed_on = %db.node, "a node serves a database the store places on another node: quarantined");
+                }
+                None => {}
             }
             if store.is_tombstoned(&held.id).await? {
                 continue;
@@ -748,6 +867,59 @@ impl DataPlane {
     }
 }
 
+impl DataPlane {
+    /// Rebuilds on `node` a database the store places there and the node does not hold,
+    /// from object storage: adopted (everything stored), then served.
+    async fn rebuild_missing(
+        &self,
+        store: &Store,
+        node: &str,
+        db: &Database,
+    ) -> Result<(), ApiError> {
+        let (Some(group), Some(org)) = (
+            store.group_by_id(&db.group_id).await?,
+            store.org_by_id(&db.org_id).await?,
+        ) else {
+            return Ok(());
+        };
+        let id = &db.id;
+        // Asked again now: a move may have put a copy there since the pass began (the
+        // adopt below refuses to replace one anyway), and the store asked again too.
+        if self.held_databases(node).await?.iter().any(|h| h.id == *id) {
+            return Ok(());
+        }
+        if store
+            .database_by_id(id)
+            .await?
+            .is_none_or(|now| now.node != node)
+        {
+            return Ok(());
+        }
+        let adopt = wire::AdoptDatabase {
+            config: database_config(store, db, &group, &org).await?,
+            frame_no: 0,
+            replace: false,
+        };
+        send::<wire::HandedOver>(
+            self.order(
+                reqwest::Method::POST,
+                node,
+                &format!("/v1/databases/{id}/adopt"),
+            )?
+            .json(&adopt),
+        )
+        .await?;
+        send::<serde_json::Value>(self.order(
+            reqwest::Method::POST,
+            node,
+            &format!("/v1/databases/{id}/resume"),
+        )?)
+        .await?;
+        tracing::warn!(node = %node, database = %id, "missing database rebuilt from object storage");
+        Ok(())
+    }
+}
+
 /// What a reconcile pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReconcileReport {
@@ -763,10 +935,20 @@ pub struct ReconcileReport {
     pub quarantined: Vec<(String, String)>,
     /// Nodes the pass could not reach.
     pub unreachable_nodes: Vec<String>,
+    /// (node, database) pairs missing from their node, rebuilt there from object storage.
+    pub rebuilt: Vec<(String, String)>,
+    /// (node, database) pairs of moves a dead control plane left half-done, finished.
+    pub moves_finished: Vec<(String, String)>,
+}
+
+pub(crate) fn read(
+    nodes: &std::sync::RwLock<Vec<RemoteNode>>,
+) -> std::sync::RwLockReadGuard<'_, Vec<RemoteNode>> {
+    nodes.read().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Sends a node admin request and maps its answer, as the in-process calls are mapped.
-async fn send<T: serde::de::DeserializeOwned>(
+pub(crate) async fn send<T: serde::de::DeserializeOwned>(
     request: reqwest::RequestBuilder,
 ) -> Result<T, ApiError> {
     let response = request.send().await.map_err(|e| {
@@ -799,7 +981,7 @@ async fn send<T: serde::de::DeserializeOwned>(
     }))
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, DataError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
@@ -809,7 +991,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Node failures as the API reports them.
-fn data_error(error: DataError) -> ApiError {
+pub(crate) fn data_error(error: DataError) -> ApiError {
     match error {
         DataError::BadRequest(message) => ApiError::Invalid(ErrorCode::InvalidSeed, message),
         DataError::Conflict(message) => {
@@ -836,7 +1018,16 @@ fn data_error(error: DataError) -> ApiError {
 
 /// What the node must know of a database: its flags (with its organization's quota
 /// blocks), its state and the public halves of the database's and the group's signing keys.
-pub fn node_config(db: &Database, group: &Group, org: &Organization) -> DatabaseConfig {
+///
+/// `credentials` are its organization's key sets and client CA ([`org_credentials`]): every
+/// configuration a node gets carries them, or the node would stop accepting end users'
+/// tokens and client certificates; [`database_config`] reads them.
+pub fn node_config(
+    db: &Database,
+    group: &Group,
+    org: &Organization,
+    credentials: &OrgCredentials,
+) -> DatabaseConfig {
     let state = match db.state {
         _ if db.deleted_at.is_some() => wire::DatabaseState::Deleted,
         DatabaseState::AwaitingUpload => wire::DatabaseState::AwaitingUpload,
@@ -875,6 +1066,8 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         allow_attach: db.allow_attach,
         allowed_ips: db.allowed_ips.clone(),
         keys,
+        external_keys: credentials.external_keys.clone(),
+        client_ca: credentials.client_ca.clone(),
         durability: match db.durability.as_deref() {
             Some("sync") => Some(wire::Durability::Sync),
             Some("lag") => Some(wire::Durability::Lag),
@@ -883,6 +1076,52 @@ pub fn node_config(db: &Database, group: &Group, org: &Organization) -> Database
         pitr_retention_days: plan_retention_days(&org.plan_id),
         config_version: u64::try_from(db.config_version).unwrap_or(0),
     }
+}
+
+/// What every database configuration of an organization carries of the organization: the
+/// public keys of its key sets (JWKS) and its client-certificate CA.
+#[derive(Debug, Clone, Default)]
+pub struct OrgCredentials {
+    pub external_keys: Vec<ExternalKey>,
+    /// PEM certificate.
+    pub client_ca: Option<String>,
+}
+
+/// The organization's [`OrgCredentials`] as the store holds them.
+pub async fn org_credentials(store: &Store, org_id: &str) -> Result<OrgCredentials, ApiError> {
+    Ok(OrgCredentials {
+        external_keys: org_external_keys(store, org_id).await?,
+        client_ca: store.org_client_ca(org_id).await?.map(|ca| ca.certificate),
+    })
+}
+
+/// The public keys of an organization's key sets (JWKS), as its databases' configurations
+/// carry them.
+pub async fn org_external_keys(store: &Store, org_id: &str) -> Result<Vec<ExternalKey>, ApiError> {
+    let mut keys = Vec::new();
+    for set in store.org_key_sets(org_id).await? {
+        match serde_json::from_str::<Vec<Jwk>>(&set.keys) {
+            Ok(jwks) => keys.extend(jwks.into_iter().map(|jwk| ExternalKey {
+                set: set.name.clone(),
+                jwk,
+            })),
+            Err(error) => {
+                tracing::error!(%error, org = %org_id, key_set = %set.name, "a stored key set cannot be read: its keys are not installed")
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// [`node_config`] with the organization's credentials read from the store.
+pub async fn database_config(
+    store: &Store,
+    db: &Database,
+    group: &Group,
+    org: &Organization,
+) -> Result<DatabaseConfig, ApiError> {
+    let credentials = org_credentials(store, &org.id).await?;
+    Ok(node_config(db, group, org, &credentials))
 }
 
 /// Days of point-in-time history a plan keeps, as Turso's plans do (free 1 day, then 10,
@@ -909,9 +1148,15 @@ pub async fn push_group_databases(
         .org_by_id(&group.org_id)
         .await?
         .ok_or_else(|| ApiError::Internal("group without organization".into()))?;
+    let credentials = org_credentials(store, &org.id).await?;
     for db in store.databases_in_group(&group.id).await? {
         if db.state != DatabaseState::Creating {
-            converge(data_plane, &db.node, node_config(&db, group, &org)).await;
+            converge(
+                data_plane,
+                &db.node,
+                node_config(&db, group, &org, &credentials),
+            )
+            .await;
         }
     }
     Ok(())
@@ -938,10 +1183,16 @@ pub async fn push_org_databases(
     store: &Store,
     org: &Organization,
 ) -> Result<(), ApiError> {
+    let credentials = org_credentials(store, &org.id).await?;
     for group in store.list_groups(&org.id).await? {
         for db in store.databases_in_group(&group.id).await? {
             if db.state != DatabaseState::Creating {
-                converge(data_plane, &db.node, node_config(&db, &group, org)).await;
+                converge(
+                    data_plane,
+                    &db.node,
+                    node_config(&db, &group, org, &credentials),
+                )
+                .await;
             }
         }
     }

@@ -125,10 +125,11 @@ fn operation(
             | Action::ConfigureDatabase
             | Action::CreateDatabase
             | Action::RestoreDatabase
-    ) {
+    ) || spec.path.ends_with("/jwks-template")
+    {
         // Settings Turso has and Atoll does not (`require_mfa`, `allowed_aws_vpc_ids`,
-        // `seed.timestamp`, restoring under a new name) are refused rather than ignored:
-        // see docs/API.md.
+        // `seed.timestamp`, restoring under a new name, fine-grained permissions in a JWKS
+        // template) are refused rather than ignored: see docs/API.md.
         responses = responses.response(
             "501",
             error("Asks for a feature this server does not have (code not_available)"),

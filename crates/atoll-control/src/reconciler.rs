@@ -66,6 +66,11 @@ pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()>
                 // A little later than asked: the node that just failed may be restarting.
                 _ = PASS_WANTED.notified() => tokio::time::sleep(Duration::from_millis(500)).await,
             }
+            // Every replica learns of nodes that registered through another one, lease or
+            // not: it must reach them to serve their databases.
+            if let Err(e) = state.data_plane.refresh_nodes(&state.store).await {
+                tracing::warn!(error = %e, "cannot refresh the data nodes from the store");
+            }
             if let Err(e) = run_once(&state, &holder, atoll_meta::now_millis()).await {
                 tracing::warn!(error = %e, "reconcile pass failed; retrying at the next tick");
             }

@@ -154,6 +154,8 @@ pub async fn serve(
         crate::usage::spawn_collector(state.clone(), state.config.usage_collect_interval);
     let jobs = crate::jobs::spawn(state.clone(), state.config.jobs_interval);
     let reconciler = crate::reconciler::spawn(state.clone(), state.config.reconcile_interval);
+    let jwks_refresher =
+        crate::jwks::spawn_refresher(state.clone(), state.config.jwks.refresh_interval);
     state.rate_limits.spawn_sweeper();
     let header_read_timeout = state.config.header_read_timeout;
     let served =
@@ -162,6 +164,7 @@ pub async fn serve(
     collector.abort();
     jobs.abort();
     reconciler.abort();
+    jwks_refresher.abort();
     served
 }
 

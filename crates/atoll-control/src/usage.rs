@@ -1,13 +1,44 @@
 //! Usage collection: the control plane pulls the meters of every node into the store's
-//! hourly buckets, in the background and before answering a usage question.
+//! hourly buckets, in the background and before answering a usage question; and samples
+//! databases' sizes, so storage has a history too.
 
 use crate::error::ApiResult;
 use crate::server::AppState;
-use atoll_meta::{Usage, UsageEntry};
+use atoll_meta::{StorageSample, Usage, UsageEntry};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-/// Moves every node's pending usage into the store, each batch exactly once.
+/// The hour this process last pruned storage samples in.
+static LAST_PRUNED_HOUR: AtomicI64 = AtomicI64::new(0);
+
+/// How long hourly storage samples are kept (docs/OPERATIONS.md, "Usage"): 90 days of
+/// one row per database and hour.
+pub const STORAGE_HISTORY_RETENTION_MS: i64 = 90 * 24 * 3_600_000;
+
+/// Moves every node's pending usage into the store, each batch exactly once, then
+/// samples the size of the databases that were written to. (The background collector
+/// also measures, once an hour, the databases nobody wrote to: see [`spawn_collector`].)
 pub async fn collect(state: &AppState) -> ApiResult<()> {
+    let active = collect_batches(state).await?;
+    sample_storage(state, active).await
+}
+
+/// [`collect`], and a size for every live database not measured yet in this hour: the
+/// background collector's pass, so a usage question never waits for that sweep.
+pub async fn collect_and_sweep(state: &AppState) -> ApiResult<()> {
+    let mut due = collect_batches(state).await?;
+    due.extend(
+        state
+            .store
+            .databases_unsampled_in_hour(atoll_meta::now_millis())
+            .await?,
+    );
+    sample_storage(state, due).await
+}
+
+/// The batches part of [`collect`]: answers the databases written to, `(id, org, node)`.
+async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, String)>> {
+    let mut active: Vec<(String, String, String)> = Vec::new();
     for (node, batch) in state.data_plane.collect_usage().await? {
         if batch.databases.is_empty() {
             continue;
@@ -22,6 +53,9 @@ pub async fn collect(state: &AppState) -> ApiResult<()> {
                     .store
                     .touch_group(&db.group_id, atoll_meta::now_millis())
                     .await?;
+                if usage.rows_written > 0 && db.deleted_at.is_none() {
+                    active.push((db.id.clone(), db.org_id.clone(), db.node.clone()));
+                }
             }
             let org_id = record.map(|d| d.org_id).unwrap_or_default();
             entries.push(UsageEntry {
@@ -50,6 +84,41 @@ pub async fn collect(state: &AppState) -> ApiResult<()> {
             crate::quotas::enforce_consumption(state, &org).await?;
         }
     }
+    Ok(active)
+}
+
+/// Measures on their nodes the databases written to since the last collection and those
+/// with no size recorded in this hour, records the sizes, and forgets samples older than
+/// the retention. A node that cannot answer is asked again at the next collection.
+async fn sample_storage(state: &AppState, mut due: Vec<(String, String, String)>) -> ApiResult<()> {
+    let now = atoll_meta::now_millis();
+    due.extend(state.store.databases_unsampled_in_hour(now).await?);
+    due.sort();
+    due.dedup_by(|a, b| a.0 == b.0);
+    let mut samples = Vec::with_capacity(due.len());
+    for (database_id, org_id, node) in due {
+        match state.data_plane.stats(&node, &database_id).await {
+            Ok(stats) => samples.push(StorageSample {
+                database_id,
+                org_id,
+                storage_bytes: saturating_i64(stats.storage_bytes),
+            }),
+            Err(e) => {
+                tracing::debug!(error = %e, database = %database_id, "could not measure a database's size; trying again at the next collection");
+            }
+        }
+    }
+    if !samples.is_empty() {
+        state.store.record_storage_samples(now, samples).await?;
+    }
+    // Once an hour is enough: samples expire by the hour.
+    let hour = atoll_meta::hour_bucket(now);
+    if LAST_PRUNED_HOUR.swap(hour, Ordering::Relaxed) != hour {
+        state
+            .store
+            .prune_storage_samples(hour - STORAGE_HISTORY_RETENTION_MS)
+            .await?;
+    }
     Ok(())
 }
 
@@ -64,7 +133,7 @@ pub fn spawn_collector(state: AppState, interval: Duration) -> tokio::task::Join
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            if let Err(e) = collect(&state).await {
+            if let Err(e) = collect_and_sweep(&state).await {
                 tracing::warn!(error = %e, "usage collection failed; retrying at the next tick");
             }
         }

@@ -16,6 +16,10 @@
 //! | `POST /v1/databases/{id}/quarantine` | | [`QuarantinedDatabase`]: moved aside, not served |
 //! | `GET /v1/quarantine` | | [`Quarantine`] |
 //! | `DELETE /v1/quarantine/{id}` | | [`QuarantinedDatabase`]; 409 before its retention is over |
+//! | `POST /v1/databases/{id}/hand-over` | | [`HandedOver`]: a move's first step (`crate::moves`) |
+//! | `POST /v1/databases/{id}/adopt` | [`AdoptDatabase`] | [`HandedOver`]: rebuilt here, not serving yet |
+//! | `POST /v1/databases/{id}/resume` | | `{}`: serves (again) here |
+//! | `POST /v1/databases/{id}/release` | | `{}`: a handed-over copy removed, its history kept |
 //!
 //! Every request also carries the id of the control plane's metadata store
 //! ([`STORE_ID_HEADER`]): the node is stamped with the first one and refuses others
@@ -27,8 +31,9 @@ use crate::error::DataError;
 use crate::identity::StoreStamp;
 use crate::node::Node;
 use atoll_types::node::{
-    CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HeldDatabase, NodeInfo, Quarantine,
-    QuarantinedDatabase, QueryStats, UsageBatch, STORE_ID_HEADER,
+    AdoptDatabase, CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HandedOver,
+    HeldDatabase, NodeInfo, Quarantine, QuarantinedDatabase, QueryStats, UsageBatch,
+    STORE_ID_HEADER,
 };
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -88,6 +93,13 @@ pub fn router(state: Arc<AdminState>) -> Router {
             axum::routing::post(quarantine_database),
         )
         .route("/v1/quarantine", get(list_quarantine))
+        .route(
+            "/v1/databases/{id}/hand-over",
+            axum::routing::post(hand_over),
+        )
+        .route("/v1/databases/{id}/adopt", axum::routing::post(adopt))
+        .route("/v1/databases/{id}/resume", axum::routing::post(resume))
+        .route("/v1/databases/{id}/release", axum::routing::post(release))
         .route(
             "/v1/quarantine/{id}",
             axum::routing::delete(purge_quarantined),
@@ -153,6 +165,7 @@ pub fn held_databases(node: &Node) -> DatabaseIds {
                 id: config.id.clone(),
                 config_version: config.config_version,
                 state: config.state,
+                handed_over_at: db.handed_over_at(),
             }
         })
         .collect();
@@ -293,6 +306,54 @@ async fn purge_quarantined(
     })
     .await?;
     Ok(Json(purged))
+}
+
+async fn hand_over(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<HandedOver>, DataError> {
+    let node = Arc::clone(&state.node);
+    Ok(Json(
+        blocking(move || crate::moves::hand_over(&node, &id)).await?,
+    ))
+}
+
+async fn adopt(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    Json(request): Json<AdoptDatabase>,
+) -> Result<Json<HandedOver>, DataError> {
+    if request.config.id != id {
+        return Err(DataError::BadRequest(
+            "the configuration is for another database".into(),
+        ));
+    }
+    let frame_no = crate::storage::service::adopt(
+        &state.node,
+        request.config,
+        request.frame_no,
+        request.replace,
+    )
+    .await?;
+    Ok(Json(HandedOver { frame_no }))
+}
+
+async fn resume(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, DataError> {
+    let node = Arc::clone(&state.node);
+    blocking(move || crate::moves::resume(&node, &id)).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+async fn release(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, DataError> {
+    let node = Arc::clone(&state.node);
+    blocking(move || crate::moves::release(&node, &id)).await?;
+    Ok(Json(serde_json::json!({})))
 }
 
 /// Milliseconds since the epoch.

@@ -43,13 +43,19 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
             .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;
         check_client_address(&db, parts)?;
         refuse_encryption_key(&parts.headers)?;
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| {
-                DataError::Unauthorized("Authorization header expected but missing".into())
-            })?;
-        let access = authenticate(&db, header.to_str().unwrap_or(""), unix_now())?;
+        // A token when one is sent; otherwise the TLS client certificate, if any.
+        let access = match (
+            parts.headers.get(axum::http::header::AUTHORIZATION),
+            parts.extensions.get::<crate::tls::ClientCertificate>(),
+        ) {
+            (Some(header), _) => authenticate(&db, header.to_str().unwrap_or(""), unix_now())?,
+            (None, Some(certificate)) => authenticate_certificate(&db, &certificate.0, unix_now())?,
+            (None, None) => {
+                return Err(DataError::Unauthorized(
+                    "Authorization header expected but missing".into(),
+                ))
+            }
+        };
         Ok(DbRequest { db, access })
     }
 }
@@ -64,12 +70,24 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
             "unsupported authorization scheme".into(),
         ));
     }
-    let claims = db.verify_token(token.trim(), now).map_err(|e| match e {
-        JwtError::Invalid | JwtError::Expired | JwtError::NotForThisDatabase => {
-            DataError::Unauthorized(e.to_string())
-        }
-    })?;
+    let token = token.trim();
     let config = db.config();
+    let claims = match db.verify_token(token, now) {
+        Ok(claims) => claims,
+        // Not signed by the database's or its group's key: it may be an end user's token
+        // from the organization's own auth provider (its key sets, `external_jwt`). Only
+        // keys of this database's organization are installed on it, so a token of another
+        // organization's provider fits none.
+        Err(JwtError::Invalid | JwtError::NotForThisDatabase)
+            if crate::external_jwt::could_verify(token, &config.external_keys) =>
+        {
+            crate::external_jwt::verify(token, &config.external_keys, now)
+                .map_err(|e| DataError::Unauthorized(e.to_string()))?
+        }
+        Err(e @ (JwtError::Invalid | JwtError::Expired | JwtError::NotForThisDatabase)) => {
+            return Err(DataError::Unauthorized(e.to_string()))
+        }
+    };
     // A token signed by one of this database's keys names it (`id`) or its group (`gid`).
     let covers = match (&claims.id, &claims.gid) {
         (Some(id), _) => *id == config.id,
@@ -90,6 +108,81 @@ pub fn authenticate(db: &Database, header: &str, now: i64) -> Result<DbAccess, D
         .map(|roa| roa.ns)
         .unwrap_or_default();
     Ok(DbAccess { write, attach })
+}
+
+/// The subject name a client certificate for a database carries (a DNS name in its
+/// subject alternative names): its rights, the database's current key id (so rotating the
+/// database's credentials, or its group's, ends its certificates too) and its id. The
+/// control plane issues them (`atoll-control/src/client_certificates.rs`).
+pub fn certificate_name(write: bool, key_id: &str, database_id: &str) -> String {
+    let rights = if write { "rw" } else { "ro" };
+    format!("{rights}.{key_id}.{database_id}.db.atoll.invalid")
+}
+
+/// Checks a TLS client certificate (DER; the handshake proved the client holds its key)
+/// against the database's organization's CA: it must be issued by that CA, valid now, for
+/// client authentication, and name this database under its current key.
+pub fn authenticate_certificate(
+    db: &Database,
+    certificate: &[u8],
+    now: i64,
+) -> Result<DbAccess, DataError> {
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let config = db.config();
+    let invalid = |why: &str| DataError::Unauthorized(format!("the client certificate {why}"));
+    let Some(ca_pem) = config.client_ca.as_deref() else {
+        return Err(invalid(
+            "is not accepted: this database's organization has issued none",
+        ));
+    };
+    let ca = rustls::pki_types::pem::PemObject::from_pem_slice(ca_pem.as_bytes())
+        .map_err(|_| DataError::Internal("unreadable client CA in the configuration".into()))?;
+    let ca: CertificateDer<'_> = ca;
+    let anchor = webpki::anchor_from_trusted_cert(&ca)
+        .map_err(|_| DataError::Internal("unusable client CA in the configuration".into()))?;
+    let leaf = CertificateDer::from(certificate);
+    let leaf = webpki::EndEntityCert::try_from(&leaf).map_err(|_| invalid("cannot be read"))?;
+    let algorithms: &[&dyn rustls::pki_types::SignatureVerificationAlgorithm] = &[
+        webpki::ring::ECDSA_P256_SHA256,
+        webpki::ring::ECDSA_P256_SHA384,
+        webpki::ring::ECDSA_P384_SHA384,
+        webpki::ring::ED25519,
+    ];
+    let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+        u64::try_from(now).unwrap_or(0),
+    ));
+    leaf.verify_for_usage(
+        algorithms,
+        &[anchor],
+        &[],
+        time,
+        webpki::KeyUsage::client_auth(),
+        None,
+        None,
+    )
+    .map_err(|e| match e {
+        webpki::Error::CertExpired { .. } => invalid("has expired"),
+        webpki::Error::CertNotValidYet { .. } => invalid("is not valid yet"),
+        _ => invalid("is not issued by this database's organization"),
+    })?;
+    let Some(key_id) = config.keys.first().map(|k| k.kid.as_str()) else {
+        return Err(invalid("is not accepted: the database has no key"));
+    };
+    for write in [true, false] {
+        let name = certificate_name(write, key_id, &config.id);
+        let Ok(name) = ServerName::try_from(name.as_str()) else {
+            continue;
+        };
+        if leaf.verify_is_valid_for_subject_name(&name).is_ok() {
+            return Ok(DbAccess {
+                write,
+                attach: Vec::new(),
+            });
+        }
+    }
+    // Issued by this organization for another database (or before a rotation): as a
+    // token of another database, this one is not revealed.
+    Err(DataError::UnknownDatabaseForToken(config.label.clone()))
 }
 
 /// Turso clients send `x-turso-encryption-key` to reach a database encrypted at rest with

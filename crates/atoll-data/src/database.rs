@@ -14,7 +14,7 @@ use ed25519_dalek::VerifyingKey;
 use rusqlite::config::DbConfig;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,10 @@ const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous 
      PRAGMA cache_size = -2000; PRAGMA mmap_size = 0; \
      PRAGMA journal_size_limit = 67108864;";
 
+/// The file in a database's directory that says it is handed over (its content: since when,
+/// in ms).
+pub(crate) const HAND_OVER_MARKER: &str = "handed-over";
+
 pub struct Database {
     /// Never changes (the configuration's `id`); kept apart so reading it takes no lock.
     id: String,
@@ -56,6 +60,13 @@ pub struct Database {
     /// Its files are missing or damaged and it is being rebuilt from object storage: it
     /// answers 503 until that is done.
     rebuilding: AtomicBool,
+    /// Handed over to another node (a move), or adopted from one and not yet taken over,
+    /// since this instant (ms; 0: neither). It serves nothing until resumed or released
+    /// (`crate::moves`).
+    handed_over_at: AtomicI64,
+    /// SQLite's write lock on its file, held from the hand-over on, so nothing commits
+    /// after the frame it was handed over at.
+    hand_over_lock: Mutex<Option<rusqlite::Connection>>,
 }
 
 impl Database {
@@ -65,6 +76,15 @@ impl Database {
         log: Option<Arc<DatabaseLog>>,
     ) -> Database {
         let keys = decode_keys(&config);
+        // A hand-over outlives a restart: the database stays out of service until the
+        // control plane resumes or releases it.
+        let handed_over_at = std::fs::read_to_string(dir.join(HAND_OVER_MARKER))
+            .ok()
+            .and_then(|text| text.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        if let (Some(log), true) = (&log, handed_over_at != 0) {
+            log.set_fenced(true);
+        }
         Database {
             id: config.id.clone(),
             dir,
@@ -74,7 +94,65 @@ impl Database {
             write_lock: Arc::default(),
             log,
             rebuilding: AtomicBool::new(false),
+            handed_over_at: AtomicI64::new(handed_over_at),
+            hand_over_lock: Mutex::new(None),
         }
+    }
+
+    /// Since when it is handed over (ms), if it is.
+    pub fn handed_over_at(&self) -> Option<i64> {
+        let at = self.handed_over_at.load(Ordering::Acquire);
+        (at != 0).then_some(at)
+    }
+
+    /// Marks it handed over since `at` (ms), keeping `lock` (a connection holding the
+    /// write lock) until it is resumed or released.
+    pub(crate) fn set_handed_over(&self, at: i64, lock: Option<rusqlite::Connection>) {
+        if let Some(log) = &self.log {
+            log.set_fenced(true);
+        }
+        self.handed_over_at.store(at, Ordering::Release);
+        *self
+            .hand_over_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = lock;
+    }
+
+    /// Serves again: the hand-over is undone (or the adoption completed).
+    pub(crate) fn clear_handed_over(&self) {
+        self.handed_over_at.store(0, Ordering::Release);
+        if let Some(log) = &self.log {
+            log.set_fenced(false);
+        }
+        // Dropping the connection rolls its transaction back and frees the write lock.
+        self.hand_over_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    /// Refuses whatever touches its files while it is rebuilt or handed over (an upload,
+    /// a query), with a 503 that says to retry.
+    pub fn ensure_held(&self) -> Result<(), DataError> {
+        if self.handed_over_at().is_some() {
+            return Err(DataError::Recovering(
+                format!(
+                    "database {} is moving to another node; try again shortly",
+                    self.config().name
+                ),
+                1,
+            ));
+        }
+        if self.needs_rebuild() {
+            return Err(DataError::Recovering(
+                format!(
+                    "database {} is being rebuilt from object storage (its files on this node were missing or damaged); try again shortly",
+                    self.config().name
+                ),
+                5,
+            ));
+        }
+        Ok(())
     }
 
     /// Its log in object storage, where the node has storage.
@@ -152,16 +230,8 @@ impl Database {
 
     /// Refuses queries unless the database is active, saying what to do.
     pub fn ensure_queryable(&self) -> Result<(), DataError> {
+        self.ensure_held()?;
         let config = self.config();
-        if self.needs_rebuild() {
-            return Err(DataError::Recovering(
-                format!(
-                    "database {} is being rebuilt from object storage (its files on this node were missing or damaged); try again shortly",
-                    config.name
-                ),
-                5,
-            ));
-        }
         match config.state {
             DatabaseState::Active => Ok(()),
             DatabaseState::AwaitingUpload => Err(DataError::Unavailable(format!(
@@ -228,6 +298,11 @@ impl Database {
                     // Commit times for point-in-time restore, in commit order (the hook
                     // runs under the write lock).
                     conn.commit_hook(Some(move || {
+                        // Handed over (a move): the commit becomes a rollback, and the
+                        // client an error, never an acknowledgement of a lost write.
+                        if log.is_fenced() {
+                            return true;
+                        }
                         log.record_commit();
                         false
                     }));

@@ -24,9 +24,10 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Atoll databases have one generation: their history is not split into generations as
-/// Turso's bottomless storage splits it. Clients only ever fetch the current one.
-pub const CURRENT_GENERATION: u64 = 1;
+/// Generation 1 is the live file. With object storage, `GET /info` answers the generation
+/// embedded replicas start from instead (`replication::sync_http`), and
+/// `GET /export/{g}` for `g ≥ 2` is that state, rebuilt from the log.
+pub const CURRENT_GENERATION: u64 = crate::replication::sync_http::LIVE_GENERATION;
 
 /// Bytes handed to the response at a time.
 const STREAM_CHUNK: usize = 64 << 10;
@@ -38,10 +39,14 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
         .route("/dump", get(dump_sql))
 }
 
-/// `GET /info` → `{"current_generation": 1}`.
+/// `GET /info` → `{"current_generation": g}`: 1 (the live file) on a node without object
+/// storage, else the generation of the stored head.
 async fn info(req: DbRequest) -> Result<Json<serde_json::Value>, DataError> {
     req.db.ensure_queryable()?;
-    Ok(Json(json!({ "current_generation": CURRENT_GENERATION })))
+    let generation = crate::replication::sync_http::current_generation(&req.db)
+        .await
+        .unwrap_or(CURRENT_GENERATION);
+    Ok(Json(json!({ "current_generation": generation })))
 }
 
 /// `GET /export/{generation}`: the database file.
@@ -52,6 +57,13 @@ async fn export(
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
     req.db.ensure_readable()?;
+    if let Some(number) = generation
+        .parse::<u64>()
+        .ok()
+        .filter(|&g| g != CURRENT_GENERATION && req.db.log().is_some())
+    {
+        return export_generation(&state, &req, number).await;
+    }
     if generation.parse::<u64>().ok() != Some(CURRENT_GENERATION) {
         return Ok((
             StatusCode::NOT_FOUND,
@@ -92,6 +104,46 @@ async fn export(
     if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.db\"")) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
+    Ok(response)
+}
+
+/// `GET /export/{g}` for a generation rebuilt from the log (embedded replicas start there).
+async fn export_generation(
+    state: &Arc<DataPlaneState>,
+    req: &DbRequest,
+    generation: u64,
+) -> Result<Response, DataError> {
+    let file =
+        match crate::replication::sync_http::generation_file(state, &req.db, generation).await? {
+            Ok(file) => file,
+            Err(why) => {
+                return Ok((StatusCode::NOT_FOUND, Json(json!({ "error": why }))).into_response());
+            }
+        };
+    let dir = file.parent().map(FsPath::to_path_buf);
+    let (len, body) = stream_from_blocking(
+        &state.node,
+        move || {
+            let opened = std::fs::File::open(&file);
+            // Unlinked while open: the copy goes away when the download ends.
+            if let Some(dir) = &dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            let opened = opened?;
+            let len = opened.metadata()?.len();
+            Ok((opened, len))
+        },
+        |mut file, out| copy(&mut file, out),
+    )
+    .await?;
+    state.node.meters.record_synced(req.db.id(), len);
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(response)
 }
 

@@ -20,16 +20,21 @@ pub mod database;
 pub mod dump;
 pub mod error;
 pub mod export;
+pub mod external_jwt;
+pub mod forward;
 pub mod hrana;
 pub mod identity;
 pub mod jwt;
 pub mod listener;
 pub mod meter;
 pub mod metrics;
+pub mod moves;
 pub mod namespace;
 pub mod node;
 pub mod quarantine;
 pub mod rate_limit;
+pub mod registration;
+pub mod replication;
 pub mod sandbox;
 pub mod sql_pool;
 pub mod storage;
@@ -101,6 +106,8 @@ pub struct DataPlaneState {
     pub rate_limits: Arc<RateLimits>,
     pub open_streams: Arc<hrana::OpenLimit>,
     pub open_cursors: Arc<hrana::OpenLimit>,
+    /// Forwards requests for databases other nodes hold (`atoll node --control-plane`).
+    pub forwarder: Option<Arc<forward::Forwarder>>,
 }
 
 impl DataPlaneState {
@@ -113,7 +120,19 @@ impl DataPlaneState {
         db_domain: &str,
         limits: DataLimits,
     ) -> Arc<DataPlaneState> {
+        DataPlaneState::forwarding(node, db_domain, limits, None)
+    }
+
+    /// The state of a node that forwards requests for databases it does not hold
+    /// (`forward`).
+    pub fn forwarding(
+        node: Arc<node::Node>,
+        db_domain: &str,
+        limits: DataLimits,
+        forwarder: Option<Arc<forward::Forwarder>>,
+    ) -> Arc<DataPlaneState> {
         Arc::new(DataPlaneState {
+            forwarder,
             node,
             db_domain: db_domain.to_string(),
             streams: hrana::StreamRegistry::new(),
@@ -151,6 +170,8 @@ async fn enforce_rate_limit(
     request
         .extensions_mut()
         .insert(BodyReadTimeout(state.limits.body_read_timeout));
+    // A request another node forwarded is limited by its client's address.
+    forward::adopt_client_address(&state, &mut request);
     let address = rate_limit::address_of(&request);
     match state
         .rate_limits
@@ -186,7 +207,13 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         .merge(hrana::routes())
         .merge(upload::routes())
         .merge(export::routes())
+        .merge(replication::sync_http::routes())
+        .merge(replication::grpc::routes())
         .layer(cross_origin())
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            forward::forward_elsewhere,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             enforce_rate_limit,

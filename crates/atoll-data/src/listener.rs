@@ -9,12 +9,13 @@
 //! on the connection's own task, so slow handshakes never hold up `accept`. The client's
 //! address is recorded as `ConnectInfo<SocketAddr>` for rate limits and IP allow lists.
 
-use crate::tls::ServerTls;
+use crate::tls::{ClientCertificate, ServerTls};
 use axum::extract::{ConnectInfo, Request};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tower::ServiceExt;
@@ -75,6 +76,7 @@ pub async fn serve_router(
                 connections.spawn(serve_connection(
                     socket,
                     peer,
+                    None,
                     app,
                     header_read_timeout,
                     stop,
@@ -98,7 +100,14 @@ pub async fn serve_router(
                         },
                         _ = stop.wait_for(|stopping| *stopping) => return,
                     };
-                    serve_connection(stream, peer, app, header_read_timeout, stop).await
+                    let certificate = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|leaf| ClientCertificate(Arc::new(leaf.to_vec())));
+                    serve_connection(stream, peer, certificate, app, header_read_timeout, stop)
+                        .await
                 });
             }
         }
@@ -114,6 +123,7 @@ pub async fn serve_router(
 async fn serve_connection<Io>(
     io: Io,
     peer: SocketAddr,
+    certificate: Option<ClientCertificate>,
     app: Router,
     header_read_timeout: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -122,6 +132,9 @@ async fn serve_connection<Io>(
 {
     let service = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(ConnectInfo(peer));
+        if let Some(certificate) = &certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
         app.clone().oneshot(request.map(axum::body::Body::new))
     });
     let connection = hyper::server::conn::http1::Builder::new()

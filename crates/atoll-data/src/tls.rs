@@ -44,7 +44,16 @@ pub enum TlsError {
 #[derive(Clone)]
 pub struct ServerTls {
     acceptor: tokio_rustls::TlsAcceptor,
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<ReloadingCertificate>,
 }
+
+/// The certificate a client presented in the TLS handshake (DER), with proof that it holds
+/// the certificate's private key (the handshake's signature). Nothing more: whether the
+/// certificate is worth anything is for the request's handler to decide
+/// (`auth::authenticate_certificate` for database hosts).
+#[derive(Debug, Clone)]
+pub struct ClientCertificate(pub Arc<Vec<u8>>);
 
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,16 +81,40 @@ impl ServerTls {
                 key: Arc::new(loaded),
             }),
         };
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let resolver = Arc::new(resolver);
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?
             .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
+            .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
         // The listeners speak HTTP/1.1 only (WebSocket upgrades need it); saying so lets
         // clients that offer HTTP/2 first settle on it during the handshake.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(ServerTls {
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            provider,
+            resolver,
+        })
+    }
+
+    /// The same certificate, and asking clients for a certificate of their own, which they
+    /// may send or not (database hosts: a client certificate is an alternative to a
+    /// token). The handshake checks only that the client holds the certificate's key; the
+    /// request's handler decides what it is worth, against the right organization's CA.
+    pub fn accepting_client_certificates(&self) -> Result<ServerTls, TlsError> {
+        let verifier = Arc::new(AnyClientCertificate {
+            algorithms: self.provider.signature_verification_algorithms,
+        });
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_cert_resolver(Arc::clone(&self.resolver) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(ServerTls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            provider: Arc::clone(&self.provider),
+            resolver: Arc::clone(&self.resolver),
         })
     }
 
@@ -209,5 +242,59 @@ impl ResolvesServerCert for ReloadingCertificate {
             ),
         }
         Some(Arc::clone(&current.key))
+    }
+}
+
+/// Asks for a client certificate, accepts any (or none), and checks the handshake's
+/// signature with it: the client proves it holds the certificate's private key. Trust in
+/// the certificate itself is decided per request, against the CA of the database's
+/// organization (a listener serves many organizations, each with its own CA).
+#[derive(Debug)]
+struct AnyClientCertificate {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
     }
 }

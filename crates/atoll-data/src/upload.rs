@@ -701,6 +701,7 @@ fn require_write(req: &DbRequest) -> Result<(), DataError> {
 }
 
 fn require_awaiting_upload(db: &Database) -> Result<(), DataError> {
+    db.ensure_held()?;
     let config = db.config();
     if config.state == DatabaseState::AwaitingUpload {
         Ok(())

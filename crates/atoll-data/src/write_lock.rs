@@ -28,7 +28,8 @@ pub struct WriteLockWatch {
 }
 
 impl WriteLockWatch {
-    fn note_waiting(&self) {
+    /// Records a writer waiting now (the busy handler; a hand-over waiting for the lock).
+    pub(crate) fn note_waiting(&self) {
         self.last_wait_ms.store(now_ms().max(1), Ordering::Relaxed);
     }
 

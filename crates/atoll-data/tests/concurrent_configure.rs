@@ -27,6 +27,8 @@ fn concurrent_configures_of_one_database_all_succeed() {
         allow_attach: false,
         allowed_ips: vec![],
         keys: vec![],
+        external_keys: Vec::new(),
+        client_ca: None,
         durability: None,
         pitr_retention_days: None,
         config_version: 0,

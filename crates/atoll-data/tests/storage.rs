@@ -14,6 +14,7 @@ use atoll_data::DataLimits;
 use atoll_types::node::{CreateDatabase, Durability, Seed};
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
@@ -511,4 +512,275 @@ async fn sync_mode_acknowledges_only_what_object_storage_has() {
     std::fs::rename(&saved, &root).unwrap();
     insert(&db, 3).await;
     assert_eq!(rows(&db).await, vec![1, 2, 3]);
+}
+
+fn settings_named(url: &str, node_name: &str) -> NodeSettings {
+    let mut settings = settings(url, DurabilityMode::Lag);
+    if let Some(storage) = settings.storage.as_mut() {
+        storage.node_name = node_name.to_string();
+    }
+    settings
+}
+
+async fn status_of(db: &TestDb) -> u16 {
+    let body = serde_json::json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}, {"type": "close"}]});
+    db.post("/v2/pipeline", body).await.status().as_u16()
+}
+
+/// A move between two nodes sharing object storage (docs/STORAGE.md, "Moves and drains"),
+/// step by step, with a restart at the worst moments: the old holder handed over and the
+/// new one adopted but neither resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_move_hands_over_adopts_resumes_and_releases_losing_nothing() {
+    use atoll_data::moves;
+    for url in storage_urls("move") {
+        let old = serve_node(
+            new_dir(),
+            DataLimits::default(),
+            settings_named(&url, "old"),
+        )
+        .await;
+        let new = serve_node(
+            new_dir(),
+            DataLimits::default(),
+            settings_named(&url, "new"),
+        )
+        .await;
+        let mut db = old.create_db("moving");
+        db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+            .await;
+        for x in 1..=40 {
+            insert(&db, x).await;
+        }
+        let id = db.config.id.clone();
+
+        // 1. Hand-over: everything committed is stored; nothing more is served or written.
+        let node = Arc::clone(&old.node);
+        let handed = {
+            let id = id.clone();
+            tokio::task::spawn_blocking(move || moves::hand_over(&node, &id))
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        assert!(handed.frame_no > 0);
+        assert_eq!(
+            status_of(&db).await,
+            503,
+            "a handed-over database serves nothing"
+        );
+        // Asked again, the same frame: nothing committed since.
+        let node = Arc::clone(&old.node);
+        let again = {
+            let id = id.clone();
+            tokio::task::spawn_blocking(move || moves::hand_over(&node, &id))
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(again, handed);
+        // A serving database is never released.
+        let serving = new.create_db("serving");
+        let refused = moves::release(&new.node, &serving.config.id);
+        assert!(
+            matches!(refused, Err(atoll_data::error::DataError::Conflict(_))),
+            "{refused:?}"
+        );
+
+        // The old holder dies here and comes back: still handed over, still serving nothing.
+        let old_dir = old.stop();
+        let old = serve_node(old_dir, DataLimits::default(), settings_named(&url, "old")).await;
+        db.addr = old.addr;
+        assert_eq!(status_of(&db).await, 503);
+
+        // 2. Adopt. A frame object storage does not reach is refused, leaving nothing.
+        let ahead = atoll_data::storage::service::adopt(
+            &new.node,
+            db.config.clone(),
+            handed.frame_no + 1_000,
+            true,
+        )
+        .await;
+        assert!(ahead.is_err(), "{ahead:?}");
+        assert!(new.node.by_id(&id).is_none());
+        // Rebuilt on the new node up to the hand-over, not serving yet.
+        let reached = atoll_data::storage::service::adopt(
+            &new.node,
+            db.config.clone(),
+            handed.frame_no,
+            true,
+        )
+        .await
+        .unwrap();
+        assert!(reached >= handed.frame_no);
+        // A rebuild (no replace) never replaces the copy a move just put there.
+        let rebuild =
+            atoll_data::storage::service::adopt(&new.node, db.config.clone(), 0, false).await;
+        assert!(
+            matches!(rebuild, Err(atoll_data::error::DataError::Conflict(_))),
+            "{rebuild:?}"
+        );
+        db.addr = new.addr;
+        assert_eq!(status_of(&db).await, 503, "adopted, not resumed");
+        // Adopting what a node already serves is refused.
+        let twice =
+            atoll_data::storage::service::adopt(&new.node, serving.config.clone(), 0, true).await;
+        assert!(
+            matches!(twice, Err(atoll_data::error::DataError::Conflict(_))),
+            "{twice:?}"
+        );
+
+        // 3. Resume on the new holder: every row, and it takes writes that continue the log.
+        moves::resume(&new.node, &id).unwrap();
+        wait_served(&db).await;
+        assert_eq!(rows(&db).await, (1..=40).collect::<Vec<_>>(), "on {url}");
+        insert(&db, 41).await;
+        wait_shipped(&new, &db).await;
+
+        // 4. Release the old copy: its files go, its history stays for the new holder.
+        moves::release(&old.node, &id).unwrap();
+        assert!(old.node.by_id(&id).is_none());
+        assert!(!old.dir.join("dbs").join(&id).exists());
+        moves::release(&old.node, &id).unwrap();
+
+        // The new holder's disk is lost: it comes back from its own index, all 41 rows.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let new_dir_path = new.stop();
+        std::fs::remove_dir_all(&new_dir_path).unwrap();
+        let new = serve_node(
+            new_dir_path,
+            DataLimits::default(),
+            settings_named(&url, "new"),
+        )
+        .await;
+        db.addr = new.addr;
+        wait_served(&db).await;
+        assert_eq!(rows(&db).await.len(), 41, "on {url}");
+        // And the old node, restarted, does not bring its released copy back.
+        let old_dir = old.stop();
+        let old = serve_node(old_dir, DataLimits::default(), settings_named(&url, "old")).await;
+        assert!(old.node.by_id(&id).is_none());
+    }
+}
+
+/// `lag` mode with object storage out of reach: commits go on within `--max-unshipped`,
+/// then writes are refused (reads go on) until storage is back and has caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_are_refused_once_storage_is_out_of_reach_past_the_bound() {
+    let store_dir = std::env::temp_dir().join(format!("atoll-outage-{}", uuid::Uuid::new_v4()));
+    let url = format!("file://{}", store_dir.display());
+    let mut settings = settings(&url, DurabilityMode::Lag);
+    if let Some(storage) = settings.storage.as_mut() {
+        storage.settings.max_unshipped = Duration::from_secs(1);
+    }
+    let node = serve_node(new_dir(), DataLimits::default(), settings).await;
+    let db = node.create_db("outage");
+    db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+        .await;
+    insert(&db, 1).await;
+    wait_shipped(&node, &db).await;
+
+    // Storage goes away: its directory is replaced by a file, so every put fails.
+    let away = store_dir.with_extension("away");
+    std::fs::rename(&store_dir, &away).unwrap();
+    std::fs::write(&store_dir, b"not a directory").unwrap();
+    insert(&db, 2).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let refused = db
+        .run(&[json_stmt("INSERT INTO t VALUES (3, randomblob(300))")])
+        .await;
+    assert_eq!(refused[0]["type"], "error", "{}", refused[0]);
+    assert_eq!(
+        refused[0]["error"]["code"], "DURABILITY_UNAVAILABLE",
+        "{}",
+        refused[0]
+    );
+    assert_eq!(rows(&db).await, vec![1, 2], "reads go on");
+
+    // Storage is back: the backlog ships, and writes are taken again.
+    std::fs::remove_file(&store_dir).unwrap();
+    std::fs::rename(&away, &store_dir).unwrap();
+    wait_shipped(&node, &db).await;
+    insert(&db, 3).await;
+    assert_eq!(rows(&db).await, vec![1, 2, 3]);
+    let _ = std::fs::remove_dir_all(&store_dir);
+}
+
+/// A transaction that holds the write lock when its database is handed over gets an error
+/// for its COMMIT, never an acknowledgement: the commit would land after the frame the
+/// database was handed over at, on a copy about to be released (found by the topology
+/// test, as a writer that waited for the lock committed into the released copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_after_the_hand_over_is_refused_not_acknowledged() {
+    let url = storage_urls("fence").remove(0);
+    let node = serve_node(
+        new_dir(),
+        DataLimits::default(),
+        settings_named(&url, "fenced"),
+    )
+    .await;
+    let db = node.create_db("fenced");
+    db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+        .await;
+    insert(&db, 1).await;
+    // An interactive transaction takes the write lock and waits.
+    let opened = db
+        .pipeline(
+            "v2",
+            serde_json::json!({"requests": [
+                {"type": "execute", "stmt": sql("BEGIN")},
+                {"type": "execute", "stmt": sql("INSERT INTO t VALUES (2, NULL)")}
+            ]}),
+        )
+        .await;
+    let baton = opened["baton"].as_str().unwrap().to_string();
+    assert_eq!(opened["results"][1]["type"], "ok", "{opened}");
+    // The hand-over waits for the lock meanwhile.
+    let handing = {
+        let node = Arc::clone(&node.node);
+        let id = db.config.id.clone();
+        tokio::task::spawn_blocking(move || atoll_data::moves::hand_over(&node, &id))
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let committed = db
+        .post(
+            "/v2/pipeline",
+            serde_json::json!({"baton": baton, "requests": [
+                {"type": "execute", "stmt": sql("COMMIT")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    let status = committed.status();
+    let body: Value = committed.json().await.unwrap();
+    assert!(
+        status != 200 || body["results"][0]["type"] == "error",
+        "a commit after the hand-over began is refused: {status} {body}"
+    );
+    // The idle transaction is rolled back past the transaction timeout, as for any
+    // writer that waits; the hand-over then completes.
+    let handed = handing.await.unwrap().unwrap();
+    // What object storage holds as of the hand-over has row 1 only.
+    let file = new_dir().join("restored.db");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let storage = node.node.storage().unwrap();
+    let restored = atoll_data::storage::restore::restore_to_file(
+        &storage.storage,
+        &db.config.id,
+        atoll_data::storage::restore::Target::Latest,
+        None,
+        &file,
+    )
+    .await
+    .unwrap();
+    assert_eq!(restored.frame_no, handed.frame_no);
+    let conn = rusqlite::Connection::open(&file).unwrap();
+    let rows: Vec<i64> = conn
+        .prepare("SELECT x FROM t ORDER BY x")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows, vec![1]);
 }

@@ -88,6 +88,8 @@ impl TestNode {
                 kid: KID.into(),
                 public_key: jwt::encode_key(self.key.verifying_key().as_bytes()),
             }],
+            external_keys: Vec::new(),
+            client_ca: None,
             durability: None,
             pitr_retention_days: None,
             config_version: 0,

@@ -3,9 +3,9 @@
 
 use crate::secrets::{SecretsError, SecretsKey, SecretsKeyring};
 use crate::{
-    AuditEntry, Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity, Invitee,
-    NewAuditEntry, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError, TokenKind,
-    TokenRestriction,
+    AuditEntry, AuditFilter, Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity,
+    Invitee, KeySetPut, NewAuditEntry, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError,
+    TokenKind, TokenRestriction,
 };
 use atoll_types::{Role, Scope};
 use std::future::Future;
@@ -55,6 +55,8 @@ pub fn checks() -> Vec<(&'static str, Check)> {
             Box::pin(leases_and_idle_groups(s))
         }),
         ("audit_log", |s| Box::pin(audit_log(s))),
+        ("audit_log_filters", |s| Box::pin(audit_log_filters(s))),
+        ("storage_history", |s| Box::pin(storage_history(s))),
         ("login_tokens_can_all_be_revoked", |s| {
             Box::pin(login_tokens_can_all_be_revoked(s))
         }),
@@ -74,6 +76,15 @@ pub fn checks() -> Vec<(&'static str, Check)> {
             Box::pin(intent_versions_and_tombstones(s))
         }),
         ("nodes_are_recorded", |s| Box::pin(nodes_are_recorded(s))),
+        ("nodes_register_with_heartbeats", |s| {
+            Box::pin(nodes_register_with_heartbeats(s))
+        }),
+        ("organization_key_sets", |s| {
+            Box::pin(organization_key_sets(s))
+        }),
+        ("client_certificate_authorities", |s| {
+            Box::pin(client_certificate_authorities(s))
+        }),
     ]
 }
 
@@ -1379,6 +1390,10 @@ async fn nodes_are_recorded(store: Store) {
         hostname_suffix: format!("{name}.example"),
         registered_at: at,
         last_seen_at: at,
+        heartbeat_at: 0,
+        draining: false,
+        capacity: 0,
+        direct_url: String::new(),
     };
     store.record_node(record("b", 100)).await.unwrap();
     store.record_node(record("a", 100)).await.unwrap();
@@ -1410,6 +1425,56 @@ async fn nodes_are_recorded(store: Store) {
     }
     let counts = store.database_counts_by_node().await.unwrap();
     assert_eq!((counts["a"], counts["b"]), (2, 1));
+
+    // A move places a database elsewhere only from where it is, with a new version.
+    let x = store.database_by_name(&org.id, "x").await.unwrap().unwrap();
+    assert!(!store.place_database(&x.id, "b", "c").await.unwrap());
+    assert!(store.place_database(&x.id, "a", "b").await.unwrap());
+    let moved = store.database_by_id(&x.id).await.unwrap().unwrap();
+    assert_eq!(moved.node, "b");
+    assert_eq!(moved.config_version, x.config_version + 1);
+    assert_eq!(
+        store.node_of_label("x-nora").await.unwrap().as_deref(),
+        Some("b")
+    );
+    assert_eq!(store.node_of_label("nobody-nora").await.unwrap(), None);
+}
+
+/// Nodes register themselves with heartbeats; draining is the operator's flag.
+async fn nodes_register_with_heartbeats(store: Store) {
+    let beat = |capacity: i64| crate::NodeHeartbeat {
+        name: "n1".into(),
+        location: "aws-us-east-1".into(),
+        admin_url: "http://n1:8082".into(),
+        http_url: "http://db.example:8081".into(),
+        direct_url: "http://n1:8081".into(),
+        hostname_suffix: "db.example".into(),
+        capacity,
+    };
+    let first = store
+        .node_heartbeat(beat(10), 1_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.registered_at, first.heartbeat_at), (1_000, 1_000));
+    assert_eq!(first.forward_url(), "http://n1:8081");
+    assert!(first.is_healthy(1_000 + crate::HEARTBEAT_TIMEOUT_MS));
+    assert!(!first.is_healthy(1_001 + crate::HEARTBEAT_TIMEOUT_MS));
+    assert!(store.set_node_draining("n1", true).await.unwrap());
+    assert!(!store.set_node_draining("nobody", true).await.unwrap());
+    let again = store
+        .node_heartbeat(beat(20), 5_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.registered_at, again.heartbeat_at), (1_000, 5_000));
+    assert_eq!(again.capacity, 20);
+    assert!(
+        again.draining,
+        "a heartbeat keeps the operator's draining flag"
+    );
+    store.set_node_draining("n1", false).await.unwrap();
+    assert!(!store.nodes().await.unwrap()[0].draining);
 }
 
 async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {
@@ -1882,4 +1947,421 @@ async fn signing_keys_are_sealed_at_rest(store: Store) {
         only_new.list_groups(&org.id).await.unwrap()[0].signing_key,
         PRIVATE_KEY
     );
+}
+
+async fn audit_log_filters(store: Store) {
+    let (alice, personal, _) = store.create_user(new_user("alice"), None).await.unwrap();
+    let mut recorded = Vec::new();
+    for (n, (code, origin, author)) in [
+        ("db-create", "cli", "alice"),
+        ("db-delete", "web", "alice"),
+        ("db-create", "web", "bob"),
+        ("group-create", "api", "bob"),
+        ("db-create", "web", "alice"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut entry = audit_entry(&personal.id, code, n);
+        entry.origin = origin.to_string();
+        entry.author = author.to_string();
+        recorded.push(store.record_audit(entry).await.unwrap());
+    }
+    // Another organization's entries never match.
+    let team = store
+        .create_team_org(&alice.id, "acme", "Acme", None, None)
+        .await
+        .unwrap();
+    store
+        .record_audit(audit_entry(&team.id, "db-create", 9))
+        .await
+        .unwrap();
+
+    let list = |filter: AuditFilter, page: i64, size: i64| {
+        let store = store.clone();
+        let org = personal.id.clone();
+        async move {
+            let (entries, total) = store
+                .list_audit_matching(&org, filter, page, size)
+                .await
+                .unwrap();
+            let messages: Vec<String> = entries.into_iter().map(|e| e.message).collect();
+            (messages, total)
+        }
+    };
+    let code = |c: &str| AuditFilter {
+        code: Some(c.to_string()),
+        ..AuditFilter::default()
+    };
+    assert_eq!(
+        list(code("db-create"), 1, 10).await,
+        (
+            vec!["entry 4".into(), "entry 2".into(), "entry 0".into()],
+            3
+        )
+    );
+    // Pages count the matching entries only.
+    assert_eq!(
+        list(code("db-create"), 2, 2).await,
+        (vec!["entry 0".to_string()], 3)
+    );
+    let web_by_alice = AuditFilter {
+        origin: Some("web".into()),
+        author: Some("alice".into()),
+        ..AuditFilter::default()
+    };
+    assert_eq!(
+        list(web_by_alice, 1, 10).await,
+        (vec!["entry 4".into(), "entry 1".into()], 2)
+    );
+    // Exact matches: a prefix or another case is another value.
+    assert_eq!(list(code("db-"), 1, 10).await.1, 0);
+    assert_eq!(list(code("DB-CREATE"), 1, 10).await.1, 0);
+    // A value that looks like SQL is a value.
+    assert_eq!(list(code("x' OR '1'='1"), 1, 10).await.1, 0);
+    // Time: `from` included, `to` excluded.
+    let at = recorded[2].created_at;
+    let since = list(
+        AuditFilter {
+            from: Some(at),
+            ..AuditFilter::default()
+        },
+        1,
+        10,
+    )
+    .await;
+    assert!(since.0.contains(&"entry 2".to_string()), "{since:?}");
+    let before = list(
+        AuditFilter {
+            to: Some(at),
+            ..AuditFilter::default()
+        },
+        1,
+        10,
+    )
+    .await;
+    assert!(!before.0.contains(&"entry 2".to_string()), "{before:?}");
+    assert_eq!(since.1 + before.1, 5);
+    // No filter is the whole log.
+    assert_eq!(list(AuditFilter::default(), 1, 10).await.1, 5);
+    assert_eq!(store.list_audit(&personal.id, 1, 10).await.unwrap().1, 5);
+}
+
+async fn storage_history(store: Store) {
+    use crate::{hour_bucket, StorageSample, Usage, UsageEntry};
+    let (_, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let a = store
+        .insert_database(new_database(&org.id, &group.id, "a", "a-alice"))
+        .await
+        .unwrap();
+    let b = store
+        .insert_database(new_database(&org.id, &group.id, "b", "b-alice"))
+        .await
+        .unwrap();
+    let hour = 3_600_000;
+    let t0 = hour_bucket(1_700_000_000_000);
+    let sample = |db: &str, bytes: i64| StorageSample {
+        database_id: db.to_string(),
+        org_id: org.id.clone(),
+        storage_bytes: bytes,
+    };
+
+    // Nothing sampled yet: both are due, in any hour.
+    let due = store.databases_unsampled_in_hour(t0).await.unwrap();
+    let mut ids: Vec<&str> = due.iter().map(|(id, _, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected = [a.id.as_str(), b.id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    assert!(due
+        .iter()
+        .all(|(_, o, node)| o == &org.id && node == "local"));
+
+    // The last size measured in an hour is the hour's.
+    store
+        .record_storage_samples(t0 + 10, vec![sample(&a.id, 4096), sample(&b.id, 100)])
+        .await
+        .unwrap();
+    store
+        .record_storage_samples(t0 + 20, vec![sample(&a.id, 8192)])
+        .await
+        .unwrap();
+    store
+        .record_storage_samples(t0 + 2 * hour + 5, vec![sample(&a.id, 12288)])
+        .await
+        .unwrap();
+    assert!(store
+        .databases_unsampled_in_hour(t0 + 59)
+        .await
+        .unwrap()
+        .is_empty());
+    let due = store
+        .databases_unsampled_in_hour(t0 + 2 * hour)
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].0, b.id);
+    // Deleted databases are not measured.
+    store.soft_delete_database(&b.id).await.unwrap();
+    assert!(store
+        .databases_unsampled_in_hour(t0 + 2 * hour)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Usage and size, hour by hour; an hour with only usage has no size.
+    store
+        .store_usage_batch(
+            "u1",
+            t0 + hour + 1,
+            vec![UsageEntry {
+                database_id: a.id.clone(),
+                org_id: org.id.clone(),
+                usage: Usage {
+                    rows_read: 3,
+                    rows_written: 2,
+                    bytes_synced: 0,
+                },
+            }],
+        )
+        .await
+        .unwrap();
+    let hours = store
+        .database_usage_hours(&a.id, t0, t0 + 3 * hour)
+        .await
+        .unwrap();
+    let shape: Vec<(i64, i64, Option<i64>)> = hours
+        .iter()
+        .map(|h| (h.bucket - t0, h.usage.rows_read, h.storage_bytes))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 0, Some(8192)),
+            (hour, 3, None),
+            (2 * hour, 0, Some(12288))
+        ]
+    );
+    // `to` is excluded; `from` is rounded down to its hour.
+    let hours = store
+        .database_usage_hours(&a.id, t0 + 30, t0 + 2 * hour)
+        .await
+        .unwrap();
+    assert_eq!(hours.len(), 2);
+
+    // The organization's history, summed into two-hour intervals by the store; the
+    // deleted database counts while its samples last.
+    let intervals = store
+        .org_usage_intervals(&org.id, t0, t0 + 4 * hour, 2 * hour, 2)
+        .await
+        .unwrap();
+    assert_eq!(intervals.len(), 2);
+    // Hours 0 and 1: a's largest (8192) plus b's (100); a's 3 rows read in hour 1.
+    assert_eq!(intervals[0].0.rows_read, 3);
+    assert_eq!(intervals[0].1, Some(8192 + 100));
+    // Hours 2 and 3: a only.
+    assert_eq!(intervals[1], (Usage::default(), Some(12288)));
+    assert_eq!(
+        store
+            .org_usage_intervals("nobody", t0, t0 + 3 * hour, hour, 3)
+            .await
+            .unwrap(),
+        vec![(Usage::default(), None); 3]
+    );
+
+    // Hours from `to` on count in no interval.
+    let cut = store
+        .org_usage_intervals(&org.id, t0, t0 + 2 * hour, 2 * hour, 2)
+        .await
+        .unwrap();
+    assert_eq!(cut[1], (Usage::default(), None));
+
+    // Retention: hours that started before the bound go.
+    assert_eq!(store.prune_storage_samples(t0 + hour).await.unwrap(), 2);
+    let hours = store
+        .database_usage_hours(&a.id, t0, t0 + 3 * hour)
+        .await
+        .unwrap();
+    assert_eq!(
+        hours.iter().map(|h| h.storage_bytes).collect::<Vec<_>>(),
+        vec![None, Some(12288)]
+    );
+}
+
+/// Key sets (JWKS) of an organization: registered, replaced, listed, refreshed, removed;
+/// every change to the keys reaches its databases' configuration versions, a refresh that
+/// lost a race to a replacement changes nothing, and the per-organization limit holds.
+async fn organization_key_sets(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("kim"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let (_, other_org, _) = store.create_user(new_user("lou"), None).await.unwrap();
+    let group = group.unwrap();
+    let db = store
+        .insert_database(new_database(&org.id, &group.id, "one", "one-kim"))
+        .await
+        .unwrap();
+    let version = |store: Store, id: String| async move {
+        store
+            .database_by_id(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .config_version
+    };
+    let start = version(store.clone(), db.id.clone()).await;
+
+    let put = store
+        .put_org_key_set(&org.id, "clerk", None, r#"[{"kty":"OKP"}]"#, 2)
+        .await
+        .unwrap();
+    assert_eq!(put, KeySetPut::Created);
+    assert_eq!(version(store.clone(), db.id.clone()).await, start + 1);
+    let url = "https://auth.example.com/.well-known/jwks.json";
+    let put = store
+        .put_org_key_set(&org.id, "clerk", Some(url), "[]", 2)
+        .await
+        .unwrap();
+    assert_eq!(put, KeySetPut::Replaced);
+    assert_eq!(
+        store
+            .put_org_key_set(&org.id, "auth0", None, "[]", 2)
+            .await
+            .unwrap(),
+        KeySetPut::Created
+    );
+    assert_eq!(
+        store
+            .put_org_key_set(&org.id, "third", None, "[]", 2)
+            .await
+            .unwrap(),
+        KeySetPut::LimitReached
+    );
+    // Another organization's names and limit are its own.
+    assert_eq!(
+        store
+            .put_org_key_set(&other_org.id, "clerk", None, "[]", 2)
+            .await
+            .unwrap(),
+        KeySetPut::Created
+    );
+    let sets = store.org_key_sets(&org.id).await.unwrap();
+    let names: Vec<_> = sets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["auth0", "clerk"]);
+    assert_eq!(sets[1].url.as_deref(), Some(url));
+    assert_eq!(store.url_key_sets().await.unwrap().len(), 1);
+
+    // A refresh with new keys changes them and the databases' versions; the same keys
+    // again change nothing; a failure keeps the keys and says why.
+    let before = version(store.clone(), db.id.clone()).await;
+    assert!(store
+        .record_key_set_refresh(&org.id, "clerk", url, Ok(r#"[{"kid":"a"}]"#.into()))
+        .await
+        .unwrap());
+    assert_eq!(version(store.clone(), db.id.clone()).await, before + 1);
+    assert!(!store
+        .record_key_set_refresh(&org.id, "clerk", url, Ok(r#"[{"kid":"a"}]"#.into()))
+        .await
+        .unwrap());
+    assert!(!store
+        .record_key_set_refresh(&org.id, "clerk", url, Err("timed out".into()))
+        .await
+        .unwrap());
+    let clerk = store.org_key_sets(&org.id).await.unwrap().remove(1);
+    assert_eq!(clerk.keys, r#"[{"kid":"a"}]"#);
+    assert_eq!(clerk.last_error.as_deref(), Some("timed out"));
+    assert_eq!(version(store.clone(), db.id.clone()).await, before + 1);
+    // A fetch of a URL the key set no longer has is dropped.
+    assert!(!store
+        .record_key_set_refresh(
+            &org.id,
+            "clerk",
+            "https://old.example.com/",
+            Ok("[]".into())
+        )
+        .await
+        .unwrap());
+    assert_eq!(
+        store.org_key_sets(&org.id).await.unwrap()[1].keys,
+        r#"[{"kid":"a"}]"#
+    );
+
+    assert!(store.delete_org_key_set(&org.id, "clerk").await.unwrap());
+    assert!(!store.delete_org_key_set(&org.id, "clerk").await.unwrap());
+    assert_eq!(version(store.clone(), db.id.clone()).await, before + 2);
+    assert_eq!(store.org_key_sets(&org.id).await.unwrap().len(), 1);
+    assert_eq!(store.org_key_sets(&other_org.id).await.unwrap().len(), 1);
+    // They go with their organization.
+    store.delete_org(&other_org.id).await.unwrap();
+    assert!(store.org_key_sets(&other_org.id).await.unwrap().is_empty());
+}
+
+/// An organization gets one client-certificate authority: the first one written wins, its
+/// private key is sealed at rest under the store's secrets key, and it goes with the
+/// organization.
+async fn client_certificate_authorities(store: Store) {
+    let store = store.with_secrets(SecretsKeyring::new(
+        SecretsKey::from_bytes(&[7; 32]),
+        Vec::new(),
+    ));
+    let (_, org, group) = store
+        .create_user(new_user("cara"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let db = store
+        .insert_database(new_database(&org.id, &group.unwrap().id, "one", "one-cara"))
+        .await
+        .unwrap();
+    assert!(store.org_client_ca(&org.id).await.unwrap().is_none());
+    let first = crate::ClientCa {
+        certificate: "CERT ONE".into(),
+        private_key: "KEY ONE".into(),
+    };
+    let second = crate::ClientCa {
+        certificate: "CERT TWO".into(),
+        private_key: "KEY TWO".into(),
+    };
+    assert_eq!(
+        store
+            .ensure_org_client_ca(&org.id, first.clone())
+            .await
+            .unwrap(),
+        first
+    );
+    let version = store
+        .database_by_id(&db.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .config_version;
+    assert_eq!(
+        store.ensure_org_client_ca(&org.id, second).await.unwrap(),
+        first
+    );
+    assert_eq!(store.org_client_ca(&org.id).await.unwrap(), Some(first));
+    assert_eq!(
+        store
+            .database_by_id(&db.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .config_version,
+        version,
+        "an existing CA changes nothing"
+    );
+    let stored = store
+        .stored_signing_key("org_client_cas", &org.id)
+        .await
+        .unwrap();
+    assert!(
+        stored.starts_with("v1:") && !stored.contains("KEY ONE"),
+        "{stored}"
+    );
+    store.delete_org(&org.id).await.unwrap();
+    assert!(store.org_client_ca(&org.id).await.unwrap().is_none());
 }

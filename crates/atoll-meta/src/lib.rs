@@ -24,8 +24,10 @@ pub use model::*;
 pub use secrets::{SealReport, SecretsKey, SecretsKeyring};
 pub use store::{
     hour_bucket, BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, NewGroup, NewUser,
-    NodeRecord, Store, Tombstone, Usage, UsageEntry,
+    NodeHeartbeat, NodeRecord, Store, Tombstone, Usage, UsageEntry, CONTACT_TIMEOUT_MS,
+    HEARTBEAT_TIMEOUT_MS,
 };
+pub use store::{AuditFilter, StorageSample, UsageHour};
 
 /// Milliseconds since the Unix epoch: the one time unit of the store.
 pub fn now_millis() -> i64 {

@@ -350,3 +350,46 @@ pub struct PendingDumps {
     /// Upload time of the oldest, when there is one.
     pub oldest_created_at: Option<i64>,
 }
+
+/// A key set (JWKS) an organization registered: end users' JWTs signed by one of its keys
+/// may query the organization's databases, as their claims allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgKeySet {
+    pub org_id: String,
+    pub name: String,
+    /// Where it is fetched (and refreshed) from; `None` for a key set given inline.
+    pub url: Option<String>,
+    /// The public keys: a JSON array of JWKs, normalized by the control plane.
+    pub keys: String,
+    pub created_at: i64,
+    /// The last successful fetch, or the registration of an inline key set.
+    pub refreshed_at: i64,
+    /// Why the last refresh failed; `None` once one succeeded.
+    pub last_error: Option<String>,
+}
+
+/// What registering a key set did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySetPut {
+    Created,
+    /// One of the same name was replaced.
+    Replaced,
+    /// The organization already holds as many key sets as it may.
+    LimitReached,
+}
+
+/// An organization's certificate authority for TLS client certificates (PEM).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCa {
+    pub certificate: String,
+    pub private_key: String,
+}
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCa")
+            .field("certificate", &self.certificate)
+            .field("private_key", &"<redacted>")
+            .finish()
+    }
+}

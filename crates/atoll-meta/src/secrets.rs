@@ -120,6 +120,8 @@ impl fmt::Debug for SecretsKey {
 pub enum SealedRecord<'a> {
     Database(&'a str),
     Group(&'a str),
+    /// The private key of an organization's client-certificate authority.
+    ClientCa(&'a str),
 }
 
 impl SealedRecord<'_> {
@@ -127,6 +129,7 @@ impl SealedRecord<'_> {
         let (kind, id) = match self {
             SealedRecord::Database(id) => ("database", id),
             SealedRecord::Group(id) => ("group", id),
+            SealedRecord::ClientCa(id) => ("client ca", id),
         };
         format!("atoll signing key\0{kind}\0{id}").into_bytes()
     }
@@ -137,6 +140,9 @@ impl fmt::Display for SealedRecord<'_> {
         match self {
             SealedRecord::Database(id) => write!(f, "database {id}"),
             SealedRecord::Group(id) => write!(f, "group {id}"),
+            SealedRecord::ClientCa(id) => {
+                write!(f, "client certificate authority of organization {id}")
+            }
         }
     }
 }

@@ -25,6 +25,16 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("migrations/sqlite/0010_intent.sql")),
     (11, include_str!("migrations/sqlite/0011_nodes.sql")),
     (12, include_str!("migrations/sqlite/0012_durability.sql")),
+    (13, include_str!("migrations/sqlite/0013_org_jwks.sql")),
+    (14, include_str!("migrations/sqlite/0014_client_cas.sql")),
+    (
+        15,
+        include_str!("migrations/sqlite/0015_node_registration.sql"),
+    ),
+    (
+        17,
+        include_str!("migrations/sqlite/0017_storage_samples.sql"),
+    ),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

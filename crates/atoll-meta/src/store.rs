@@ -1,6 +1,7 @@
 //! [`Store`]: the metadata operations, each one transaction on a blocking thread.
 
 mod audit;
+mod client_cas;
 mod credential_cache;
 mod databases;
 mod dumps;
@@ -8,6 +9,7 @@ mod groups;
 mod identity;
 mod invites;
 mod jobs;
+mod key_sets;
 mod members;
 mod nodes;
 mod organizations;
@@ -17,11 +19,12 @@ mod tombstones;
 mod usage;
 mod users;
 
+pub use audit::AuditFilter;
 pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
-pub use nodes::NodeRecord;
+pub use nodes::{NodeHeartbeat, NodeRecord, CONTACT_TIMEOUT_MS, HEARTBEAT_TIMEOUT_MS};
 pub use tombstones::Tombstone;
-pub use usage::{hour_bucket, Usage, UsageEntry};
+pub use usage::{hour_bucket, StorageSample, Usage, UsageEntry, UsageHour};
 pub use users::{NewGroup, NewUser};
 
 use crate::backend::{Access, Conn, Value};

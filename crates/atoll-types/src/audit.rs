@@ -80,11 +80,13 @@ pub enum AuditCode {
     OrgInviteCreate,
     OrgInviteRm,
     UserTokenRevoke,
+    OrgJwksSave,
+    OrgJwksRm,
 }
 
 impl AuditCode {
     /// Every code, the contract's first.
-    pub const ALL: [AuditCode; 38] = [
+    pub const ALL: [AuditCode; 40] = [
         Self::UserSignup,
         Self::DbCreate,
         Self::DbDelete,
@@ -123,6 +125,8 @@ impl AuditCode {
         Self::OrgInviteCreate,
         Self::OrgInviteRm,
         Self::UserTokenRevoke,
+        Self::OrgJwksSave,
+        Self::OrgJwksRm,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -166,6 +170,8 @@ impl AuditCode {
             Self::OrgInviteCreate => "org-invite-create",
             Self::OrgInviteRm => "org-invite-rm",
             Self::UserTokenRevoke => "user-token-revoke",
+            Self::OrgJwksSave => "org-jwks-save",
+            Self::OrgJwksRm => "org-jwks-rm",
         }
     }
 
@@ -191,6 +197,8 @@ impl AuditCode {
                 | Self::OrgInviteCreate
                 | Self::OrgInviteRm
                 | Self::UserTokenRevoke
+                | Self::OrgJwksSave
+                | Self::OrgJwksRm
         )
     }
 }

@@ -30,7 +30,9 @@ pub struct Database {
     pub archived: bool,
     pub delete_protection: bool,
     pub parent: Option<DatabaseParent>,
-    /// `awaiting_upload` or `active` (an Atoll extension).
+    /// `awaiting_upload` or `active` (an Atoll extension); retrieving one database asks its
+    /// node, and says `recovering` while the node rebuilds it from object storage and
+    /// `unavailable` while the node does not answer.
     pub state: String,
     /// An HTTP URL of the database that works without wildcard DNS (an Atoll extension):
     /// the data plane's address with the path prefix `/db/<db>-<org>/`.

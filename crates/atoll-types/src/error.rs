@@ -85,6 +85,16 @@ pub enum ErrorCode {
     /// The organization's plan allows no more of this.
     QuotaExceeded,
     InvalidCredentials,
+    /// No key set (JWKS) of that name in the organization.
+    JwksNotFound,
+    /// A key set that cannot be used: not a JWKS, private keys in it, weak or unknown keys,
+    /// or its URL could not be fetched.
+    InvalidJwks,
+    /// A key set URL the operator does not allow (`--jwks-allowed-urls`), or one that
+    /// resolves to a private address.
+    JwksUrlNotAllowed,
+    /// The organization holds as many key sets as it may.
+    TooManyJwks,
     Internal,
 }
 
@@ -137,6 +147,10 @@ impl ErrorCode {
             Self::TooManyRequests => "too_many_requests",
             Self::QuotaExceeded => "quota_exceeded",
             Self::InvalidCredentials => "invalid_credentials",
+            Self::JwksNotFound => "jwks_not_found",
+            Self::InvalidJwks => "invalid_jwks",
+            Self::JwksUrlNotAllowed => "jwks_url_not_allowed",
+            Self::TooManyJwks => "too_many_jwks",
             Self::Internal => "internal",
         }
     }

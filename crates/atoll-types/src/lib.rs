@@ -7,11 +7,13 @@
 
 pub mod audit;
 pub mod backups;
+pub mod client_certificates;
 pub mod databases;
 pub mod error;
 pub mod expiration;
 pub mod groups;
 pub mod hosted;
+pub mod jwks;
 pub mod locations;
 pub mod members;
 pub mod names;

@@ -26,6 +26,41 @@ pub struct TokenKey {
     pub public_key: String,
 }
 
+/// A public key of an organization's key set (JWKS): its JWK members that verification
+/// needs, normalized by the control plane (`atoll_data::external_jwt::parse_key_set`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalKey {
+    /// The key set's name in its organization.
+    pub set: String,
+    pub jwk: Jwk,
+}
+
+/// The public members of a JSON Web Key (RFC 7517, 7518, 8037) that verifying a
+/// signature needs; nothing private is ever kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Jwk {
+    /// `RSA`, `EC` or `OKP`.
+    pub kty: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kid: Option<String>,
+    /// The one algorithm the key may be used with, when the key set says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alg: Option<String>,
+    /// `P-256`, `P-384` (EC) or `Ed25519` (OKP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crv: Option<String>,
+    /// RSA modulus and exponent, base64url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e: Option<String>,
+    /// EC point coordinates or the Ed25519 public key, base64url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y: Option<String>,
+}
+
 /// Everything a node needs to serve one database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseConfig {
@@ -52,6 +87,16 @@ pub struct DatabaseConfig {
     pub allowed_ips: Vec<String>,
     /// Keys of the database and of its group.
     pub keys: Vec<TokenKey>,
+    /// Public keys of its organization's key sets (JWKS, "bring your own auth
+    /// provider"): end users' JWTs signed by one of them may query the database as their
+    /// claims allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external_keys: Vec<ExternalKey>,
+    /// Its organization's certificate authority for TLS client certificates (PEM), once
+    /// the organization has one: a client certificate it issued for this database is an
+    /// alternative to a token on TLS listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
     /// How its commits are acknowledged; `None`: the node's `--durability`.
     #[serde(default)]
     pub durability: Option<Durability>,
@@ -180,7 +225,7 @@ pub struct Generation {
 }
 
 /// `GET /v1/node` of the node admin API: who the node is and where clients reach it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeInfo {
     /// The node's name: the control plane records which node holds each database by it.
     pub name: String,
@@ -189,8 +234,69 @@ pub struct NodeInfo {
     /// Hostnames of its databases are `<db>-<org>.<hostname_suffix>`.
     pub hostname_suffix: String,
     /// Base URL of its database hosts (path-prefix form: `<http_url>/db/<db>-<org>/`).
+    /// Nodes of one location may share it (a DNS name or load balancer in front of them):
+    /// each forwards a request for a database it does not hold to the node that does.
     pub http_url: String,
     pub databases: usize,
+    /// Its own database listener as other nodes reach it, when `http_url` is shared by
+    /// the nodes of its location (empty: `http_url`).
+    #[serde(default)]
+    pub direct_url: String,
+}
+
+/// `POST /v1/internal/nodes/heartbeat` of the control plane: a node registers itself and
+/// says it is alive (every [`HEARTBEAT_INTERVAL_SECS`]), authenticated with the node secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Heartbeat {
+    #[serde(flatten)]
+    pub info: NodeInfo,
+    /// Where the control plane reaches its admin API.
+    pub admin_url: String,
+    /// How many databases it takes at most (0: no bound).
+    #[serde(default)]
+    pub capacity: u64,
+}
+
+/// The control plane's answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HeartbeatAccepted {
+    /// The metadata store the control plane serves: a node stamped with another refuses it.
+    pub store_id: String,
+}
+
+/// How often a node sends its heartbeat.
+pub const HEARTBEAT_INTERVAL_SECS: u64 = 5;
+
+/// `GET /v1/internal/routes/{label}` of the control plane: where a node forwards a request
+/// for a database it does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DatabaseRoute {
+    /// The node that holds it.
+    pub node: String,
+    /// That node's database listener, as other nodes reach it.
+    pub url: String,
+}
+
+/// `POST /v1/databases/{id}/hand-over` of the node admin API: the database stops taking
+/// writes, everything committed is stored, and the node says up to which frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedOver {
+    /// The last frame of its log in object storage.
+    pub frame_no: u64,
+}
+
+/// `POST /v1/databases/{id}/adopt`: the node rebuilds a database from object storage and
+/// takes it over (a move's second step).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdoptDatabase {
+    pub config: DatabaseConfig,
+    /// The frame the previous holder handed over at: the rebuilt database must reach it.
+    pub frame_no: u64,
+    /// Whether a handed-over copy already on the node (an earlier attempt of the same
+    /// move) is replaced. Without it any copy on the node is a conflict: a rebuild of a
+    /// missing database must never replace one a move just put there.
+    #[serde(default)]
+    pub replace: bool,
 }
 
 /// `GET /v1/databases` of the node admin API.
@@ -209,6 +315,10 @@ pub struct HeldDatabase {
     /// The version of the configuration the node has.
     pub config_version: u64,
     pub state: DatabaseState,
+    /// Handed over (a move's first step, or adopted and not yet serving) since this
+    /// instant (ms): it takes no requests until resumed or released.
+    #[serde(default)]
+    pub handed_over_at: Option<i64>,
 }
 
 /// The error body of the node admin API.

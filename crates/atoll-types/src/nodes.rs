@@ -56,12 +56,54 @@ pub struct NodeSummary {
     /// When a control-plane replica last reached it (RFC 3339); none for a node running
     /// inside the server process.
     pub last_seen_at: Option<String>,
-    /// Reached recently (within 90 s): new databases may be placed on it.
+    /// Alive: a heartbeat within 15 s for a node that registers itself, else reached by a
+    /// replica within 90 s. New databases go to healthy nodes first.
     pub healthy: bool,
+    /// When its last heartbeat came (RFC 3339); none for a node that does not register
+    /// itself (it is reached through `atoll serve --node`).
+    #[serde(default)]
+    pub last_heartbeat_at: Option<String>,
+    /// Draining (`atoll admin nodes drain`): it takes no new databases.
+    #[serde(default)]
+    pub draining: bool,
+    /// How many databases it takes at most (0: no bound).
+    #[serde(default)]
+    pub capacity: i64,
 }
 
 /// `GET /v1/admin/nodes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct NodesResponse {
     pub nodes: Vec<NodeSummary>,
+}
+
+/// A database a drain moved.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct MovedDatabase {
+    pub id: String,
+    pub name: String,
+    /// The node it is on now.
+    pub to: String,
+}
+
+/// A database a drain could not move (it stays where it is; draining again retries).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct FailedMove {
+    pub id: String,
+    pub name: String,
+    pub error: String,
+}
+
+/// `POST /v1/admin/nodes/{node}/drain`: what moved off the node.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct DrainReport {
+    pub node: String,
+    pub moved: Vec<MovedDatabase>,
+    pub failed: Vec<FailedMove>,
+}
+
+/// `DELETE /v1/admin/nodes/{node}/drain`: the node takes new databases again.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct NodeUndrained {
+    pub node: String,
 }

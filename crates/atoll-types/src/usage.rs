@@ -26,6 +26,26 @@ pub struct DatabaseUsageOutput {
     pub instances: Vec<InstanceUsage>,
     pub total: DatabaseUsageObject,
     pub usage: DatabaseUsageObject,
+    /// The period interval by interval, oldest first (an Atoll extension, present only
+    /// when asked for with `granularity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<UsageInterval>>,
+}
+
+/// One interval of a usage history (an Atoll extension; docs/API.md, "Usage over time"):
+/// what was consumed in `[start, end)` and the storage measured in it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct UsageInterval {
+    /// RFC 3339 bounds of the interval.
+    pub start: String,
+    pub end: String,
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub bytes_synced: u64,
+    /// The largest size measured in the interval (the collector keeps one per database
+    /// and hour; an organization's is the sum of its databases'); `null` when none was
+    /// measured: before the database existed, or older than the samples are kept.
+    pub storage_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -70,6 +90,10 @@ pub struct OrganizationUsage {
     pub from: String,
     pub to: String,
     pub databases: Vec<DatabaseUsageOutput>,
+    /// The organization's usage interval by interval (an Atoll extension, present only
+    /// when asked for with `granularity`; `from`/`to` bound it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<UsageInterval>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -47,6 +47,10 @@ pub enum Figure {
     /// a point-in-time restore of a database with a long log history, seconds.
     #[value(name = "restore")]
     Restore,
+    /// An embedded replica syncing `--replica-mb` of new WAL over the synced-database
+    /// protocol (`/sync/{generation}/{start}/{end}`), seconds.
+    #[value(name = "replica_sync")]
+    ReplicaSync,
 }
 
 /// Object storage of the benchmark's node (`--storage`).
@@ -103,6 +107,9 @@ pub struct BenchArgs {
     /// an instant of, MiB.
     #[arg(long, default_value_t = 1024)]
     history_mb: u64,
+    /// New WAL (page bytes written) the `replica_sync` figure's replica syncs, MiB.
+    #[arg(long, default_value_t = 100)]
+    replica_mb: u64,
     /// `--load`: the load test instead of the figures (`load.rs`).
     #[command(flatten)]
     load: crate::load::LoadArgs,
@@ -204,6 +211,9 @@ async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     }
     if wants(Figure::Restore) {
         restore(args, &dir.join("restore")).await?;
+    }
+    if wants(Figure::ReplicaSync) {
+        replica_sync(args, &dir.join("replica")).await?;
     }
     Ok(())
 }
@@ -520,7 +530,12 @@ async fn seed_databases(
                 durability: None,
             };
             let record = store.insert_database(record).await?;
-            let config = atoll_control::data_plane::node_config(&record, &group, &org);
+            let config = atoll_control::data_plane::node_config(
+                &record,
+                &group,
+                &org,
+                &atoll_control::data_plane::OrgCredentials::default(),
+            );
             tokio::task::spawn_blocking(move || {
                 node.create_database(atoll_types::node::CreateDatabase {
                     config,
@@ -1246,6 +1261,8 @@ async fn create_node_database(
         allow_attach: false,
         allowed_ips: vec![],
         keys: vec![],
+        external_keys: Vec::new(),
+        client_ca: None,
         durability: None,
         pitr_retention_days: None,
         config_version: 0,
@@ -1314,4 +1331,135 @@ async fn wait_durable(node: &Arc<atoll_data::node::Node>, id: &str) -> anyhow::R
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// `replica_sync`: an embedded replica made from a database's current generation, then
+/// `--replica-mb` of new WAL written on the server (1 MiB transactions, shipped to a
+/// `file://` store) and the time for the replica to sync it: the same requests as the
+/// `libsql` crate's synced databases (`GET /sync/{generation}/{start}/{start + 128}` until
+/// "nothing newer"), each frame applied to the replica's file as it arrives (pages written
+/// in place, the file cut to the size of each commit). The replica is checked afterwards
+/// (`quick_check`, every row there).
+async fn replica_sync(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let bench = Bench::start(None, dir, StorageMode::Lag).await?;
+    let org = bench.org("replica").await?;
+    bench.create_database(&org, "replica", json!({})).await?;
+    let token = bench.database_token(&org, "replica").await?;
+    let url = bench.database_url(&org, "replica");
+    bench
+        .execute(
+            &url,
+            &token,
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)",
+        )
+        .await?;
+    let get = |path: String| {
+        let request = bench.client.get(format!("{url}{path}")).bearer_auth(&token);
+        async move { anyhow::Ok(request.send().await?) }
+    };
+    let info: Value = get("info".into()).await?.json().await?;
+    let generation = info["current_generation"]
+        .as_u64()
+        .context("no generation")?;
+    let local = dir.join("replica.db");
+    let exported = get(format!("export/{generation}")).await?;
+    if exported.status() != reqwest::StatusCode::OK {
+        bail!("export: {}", exported.status());
+    }
+    std::fs::write(&local, exported.bytes().await?)?;
+
+    eprintln!("replica_sync: writing {} MiB…", args.replica_mb);
+    let id = bench
+        .node
+        .by_label(&format!("replica-{}", org.slug))
+        .context("the database")?
+        .id()
+        .to_string();
+    write_replica_rows(&bench.node, &id, args.replica_mb).await?;
+    wait_durable(&bench.node, &id).await?;
+
+    let start = Instant::now();
+    let mut file = std::fs::OpenOptions::new().write(true).open(&local)?;
+    let (mut next, mut bytes, mut requests) = (1u64, 0u64, 0u64);
+    loop {
+        let response = get(format!("sync/{generation}/{next}/{}", next + 128)).await?;
+        requests += 1;
+        if response.status() == reqwest::StatusCode::BAD_REQUEST {
+            break;
+        }
+        if response.status() != reqwest::StatusCode::OK {
+            bail!("pull: {}: {}", response.status(), response.text().await?);
+        }
+        let body = response.bytes().await?;
+        bytes += body.len() as u64;
+        next += apply_wal_frames(&mut file, &body)?;
+    }
+    file.sync_all()?;
+    drop(file);
+    let seconds = start.elapsed().as_secs_f64();
+    let mb = bytes as f64 / 1_000_000.0;
+    let conn = rusqlite::Connection::open(&local)?;
+    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    let rows: u64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?;
+    if check != "ok" || rows != args.replica_mb * 256 {
+        bail!("the replica is not the database: quick_check {check}, {rows} rows");
+    }
+    println!(
+        "replica_sync: {seconds:.2} s for {} MiB of new WAL ({mb:.0} MB of frames in {requests} requests of 128 frames, {:.0} MB/s, applied and verified); target <= 10 s: {}",
+        args.replica_mb,
+        mb / seconds,
+        verdict(seconds <= 10.0)
+    );
+    bench.node.begin_shutdown();
+    Ok(())
+}
+
+/// Inserts `mib` MiB of one-page rows (256 a MiB) in 1 MiB transactions.
+async fn write_replica_rows(
+    node: &Arc<atoll_data::node::Node>,
+    id: &str,
+    mib: u64,
+) -> anyhow::Result<()> {
+    let db = node.by_id(id).context("database")?;
+    let node = Arc::clone(node);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let conn = db.open_connection(
+            atoll_data::sandbox::Mode::ReadWrite,
+            node.sandbox(),
+            &Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )?;
+        for chunk in 0..mib {
+            let first = chunk * 256 + 1;
+            let last = first + 255;
+            conn.conn.execute_batch(&format!(
+                "WITH RECURSIVE c(x) AS (SELECT {first} UNION ALL SELECT x + 1 FROM c WHERE x < {last}) INSERT INTO t SELECT x, randomblob(3000) FROM c"
+            ))?;
+        }
+        Ok(())
+    })
+    .await?
+}
+
+/// Applies SQLite WAL frames (24-byte header: big-endian page number, database size after
+/// a commit) to a database file; answers how many there were.
+fn apply_wal_frames(file: &mut std::fs::File, body: &[u8]) -> anyhow::Result<u64> {
+    use std::io::{Seek, SeekFrom, Write};
+    const FRAME: usize = 24 + 4096;
+    if body.is_empty() || !body.len().is_multiple_of(FRAME) {
+        bail!("a pull answered {} bytes, not whole frames", body.len());
+    }
+    for frame in body.chunks(FRAME) {
+        let page_no = u32::from_be_bytes(frame[0..4].try_into()?);
+        let size_after = u32::from_be_bytes(frame[4..8].try_into()?);
+        let Some(index) = page_no.checked_sub(1) else {
+            bail!("a frame of page 0");
+        };
+        file.seek(SeekFrom::Start(u64::from(index) * 4096))?;
+        file.write_all(&frame[24..])?;
+        if size_after != 0 {
+            file.set_len(u64::from(size_after) * 4096)?;
+        }
+    }
+    Ok((body.len() / FRAME) as u64)
 }

@@ -51,6 +51,11 @@ pub struct LoadArgs {
     /// as flat.
     #[arg(long, default_value_t = 20, requires = "load")]
     pub max_rss_growth: u64,
+    /// Run the load against the production topology instead, on this (empty) PostgreSQL
+    /// database: two `atoll serve` replicas, three self-registering nodes in two locations,
+    /// a replica and a node SIGKILLed under the load (`topology_load.rs`).
+    #[arg(long, requires = "load", value_name = "POSTGRES_URL")]
+    pub topology: Option<String>,
 }
 
 /// Databases the query share of the workload writes to and reads from.
@@ -59,6 +64,14 @@ const QUERY_DATABASES: usize = 4;
 const FAILURES_SHOWN: usize = 10;
 
 pub async fn load(args: &LoadArgs) -> anyhow::Result<()> {
+    if let Some(database_url) = &args.topology {
+        return crate::topology_load::run(
+            database_url,
+            Duration::from_secs(args.duration),
+            args.workers,
+        )
+        .await;
+    }
     let dir = std::env::temp_dir().join(format!(
         "atoll-load-{}-{}",
         std::process::id(),

@@ -9,6 +9,7 @@ mod logging;
 mod node;
 mod secrets_key;
 mod server;
+mod topology_load;
 
 use clap::{Parser, Subcommand};
 

@@ -36,6 +36,23 @@ pub struct NodeArgs {
     /// `http://<listen>` (`https://` with `--tls-cert`).
     #[arg(long, env = "ATOLL_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Control-plane replicas (`atoll serve`) this node registers with and sends its
+    /// heartbeats to, every 5 s (comma-separated; the first that answers takes it). Without
+    /// it, the node is only known through `atoll serve --node`.
+    #[arg(long, env = "ATOLL_CONTROL_PLANE", value_delimiter = ',')]
+    control_plane: Vec<String>,
+    /// Where the control plane reaches this node's admin API; defaults to
+    /// `http://<admin-listen>` (`https://` with `--tls-cert`).
+    #[arg(long, env = "ATOLL_ADMIN_URL")]
+    admin_url: Option<String>,
+    /// This node's own database listener as the other nodes reach it, when `--public-url`
+    /// is shared by the nodes of the location (a DNS name or load balancer in front of
+    /// them); defaults to `http://<listen>`.
+    #[arg(long, env = "ATOLL_DIRECT_URL")]
+    direct_url: Option<String>,
+    /// How many databases this node takes at most (0: no bound).
+    #[arg(long, env = "ATOLL_CAPACITY", default_value_t = 0)]
+    capacity: u64,
     /// Hours a quarantined database (one its metadata store did not know) is kept before
     /// `atoll admin quarantine purge` may remove it.
     #[arg(long, env = "ATOLL_QUARANTINE_RETENTION_HOURS", default_value_t = 168)]
@@ -82,6 +99,8 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.admin_listen))?;
     let address = listener.local_addr()?;
+    let admin_address = admin_listener.local_addr()?;
+    let direct_url = format!("{}://{address}", url_scheme(&tls));
     let info = NodeInfo {
         name: args.name.clone().unwrap_or_else(|| args.location.clone()),
         location: args.location.clone(),
@@ -91,6 +110,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!("{}://{address}", url_scheme(&tls))),
         databases: node.database_count(),
+        direct_url: args.direct_url.clone().unwrap_or(direct_url),
     };
     tracing::info!(
         name = %info.name,
@@ -100,8 +120,23 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         tls = tls.is_some(),
         "data node listening"
     );
-    let data_state =
-        atoll_data::DataPlaneState::with_limits(Arc::clone(&node), &args.hosts.db_domain, limits);
+    // With control planes to ask, a request for a database another node holds is forwarded
+    // there: every node of a location answers for all of its databases.
+    let forwarder = if args.control_plane.is_empty() {
+        None
+    } else {
+        Some(Arc::new(atoll_data::forward::Forwarder::new(
+            &node_name,
+            args.control_plane.clone(),
+            &secret,
+        )?))
+    };
+    let data_state = atoll_data::DataPlaneState::forwarding(
+        Arc::clone(&node),
+        &args.hosts.db_domain,
+        limits,
+        forwarder,
+    );
     let admin_state = atoll_data::admin::AdminState::new(
         Arc::clone(&node),
         info,
@@ -109,11 +144,28 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         std::time::Duration::from_secs(args.quarantine_retention_hours.saturating_mul(3600)),
     )
     .context("cannot read the node's store stamp")?;
+    if !args.control_plane.is_empty() {
+        atoll_data::registration::spawn(
+            Arc::clone(&admin_state),
+            atoll_data::registration::Registration {
+                control_planes: args.control_plane.clone(),
+                secret: secret.clone(),
+                info: admin_state.info.clone(),
+                admin_url: args
+                    .admin_url
+                    .clone()
+                    .unwrap_or_else(|| format!("{}://{admin_address}", url_scheme(&tls))),
+                capacity: args.capacity,
+            },
+        );
+    }
     let admin = tokio::spawn(atoll_data::admin::serve(
         Listener::new(admin_listener, tls.clone()),
         admin_state,
         shutdown_signal(),
     ));
+    // Database hosts ask for TLS client certificates (an alternative to a token).
+    let tls = tls.map(|t| t.accepting_client_certificates()).transpose()?;
     atoll_data::serve(Listener::new(listener, tls), data_state, shutdown_signal()).await?;
     admin.abort();
     // Whatever is committed goes to object storage before the process ends.

@@ -43,6 +43,8 @@ pub struct DevArgs {
     #[command(flatten)]
     api_limits: ApiLimitArgs,
     #[command(flatten)]
+    jwks: JwksArgs,
+    #[command(flatten)]
     db_limits: DbLimitArgs,
     #[command(flatten)]
     tls: TlsArgs,
@@ -71,11 +73,16 @@ pub struct ServeArgs {
     /// Address of the platform API.
     #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Admin URLs of the `atoll node`s holding the databases (repeat the flag, or
-    /// comma-separate in the variable). Without any, `serve` runs a data node itself in
-    /// `--data-dir`.
+    /// Admin URLs of `atoll node`s to reach at start (repeat the flag, or comma-separate in
+    /// the variable); nodes started with `--control-plane` register themselves and need not
+    /// be listed. Without any (and without `--registered-nodes`), `serve` runs a data node
+    /// itself in `--data-dir`.
     #[arg(long = "node", env = "ATOLL_NODES", value_delimiter = ',')]
     nodes: Vec<String>,
+    /// Run no data node in this process: the databases live on `atoll node`s that register
+    /// themselves (`atoll node --control-plane`), and on any given with `--node`.
+    #[arg(long, env = "ATOLL_REGISTERED_NODES")]
+    registered_nodes: bool,
     /// Seconds between two reconcile passes (the nodes converged to the store).
     #[arg(long, env = "ATOLL_RECONCILE_INTERVAL_SECS", default_value_t = 30)]
     reconcile_interval_secs: u64,
@@ -106,6 +113,8 @@ pub struct ServeArgs {
     common: CommonArgs,
     #[command(flatten)]
     api_limits: ApiLimitArgs,
+    #[command(flatten)]
+    jwks: JwksArgs,
     #[command(flatten)]
     db_limits: DbLimitArgs,
     #[command(flatten)]
@@ -183,6 +192,33 @@ impl ApiLimitArgs {
         config.max_dumps_per_org = self.max_dumps_per_org;
         config.max_dump_bytes_per_org = self.max_dump_bytes_per_org;
         config.header_read_timeout = seconds(connections.header_timeout);
+    }
+}
+
+/// Organizations' key sets (JWKS) for end users' JWTs (docs/OPERATIONS.md, "Key sets").
+#[derive(Args, Clone)]
+pub struct JwksArgs {
+    /// URL prefixes organizations may register key sets from (comma-separated, e.g.
+    /// `https://your-app.clerk.accounts.dev/,https://your-tenant.auth0.com/`). Default:
+    /// none, and key sets are given inline.
+    #[arg(long, env = "ATOLL_JWKS_ALLOWED_URLS", default_value = "")]
+    jwks_allowed_urls: String,
+    /// Let key set URLs resolve to loopback, private or link-local addresses (an identity
+    /// provider inside your own network). Off: such URLs are refused (SSRF).
+    #[arg(long, env = "ATOLL_JWKS_ALLOW_PRIVATE_ADDRESSES")]
+    jwks_allow_private_addresses: bool,
+    /// Seconds between two fetches of every key set registered from a URL.
+    #[arg(long, env = "ATOLL_JWKS_REFRESH_SECS", default_value_t = 600)]
+    jwks_refresh_secs: u64,
+}
+
+impl JwksArgs {
+    fn apply(&self, config: &mut ControlConfig) -> anyhow::Result<()> {
+        config.jwks.allowed_urls = atoll_control::jwks::parse_allowed_urls(&self.jwks_allowed_urls)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        config.jwks.allow_private_addresses = self.jwks_allow_private_addresses;
+        config.jwks.refresh_interval = seconds(self.jwks_refresh_secs.max(1));
+        Ok(())
     }
 }
 
@@ -445,6 +481,8 @@ async fn start_in_process_node(
     let db_url = format!("{}://{address}", url_scheme(&tls));
     let hostname_suffix = hostname_suffix(db_domain, address);
     let state = atoll_data::DataPlaneState::with_limits(Arc::clone(&node), db_domain, limits);
+    // Database hosts ask for TLS client certificates (an alternative to a token).
+    let tls = tls.map(|t| t.accepting_client_certificates()).transpose()?;
     let task = tokio::spawn(atoll_data::serve(
         Listener::new(listener, tls),
         state,
@@ -510,6 +548,11 @@ pub(crate) struct StorageArgs {
     /// Days of history kept restorable for databases whose plan names none.
     #[arg(long, env = "ATOLL_PITR_RETENTION_DAYS", default_value_t = 30)]
     pitr_retention_days: u32,
+    /// In `lag` mode, once a commit has waited this many seconds for object storage
+    /// (unreachable, or far behind), writes are refused with `DURABILITY_UNAVAILABLE`
+    /// until it has caught up; reads go on. Bounds what a lost disk can lose.
+    #[arg(long, env = "ATOLL_MAX_UNSHIPPED_SECS", default_value_t = 300)]
+    max_unshipped_secs: u64,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -548,6 +591,7 @@ impl StorageArgs {
                     DurabilityArg::Sync => atoll_data::storage::DurabilityMode::Sync,
                 },
                 default_retention_days: self.pitr_retention_days,
+                max_unshipped: std::time::Duration::from_secs(self.max_unshipped_secs.max(1)),
                 ..Default::default()
             },
         })
@@ -561,6 +605,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
+    args.jwks.apply(&mut config)?;
     let mut db_limits = args.db_limits.limits()?;
     let tls = args.tls.server_tls()?;
     // Both ports first: a second `atoll dev` on busy ports must fail before it creates
@@ -686,8 +731,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);
+    args.jwks.apply(&mut config)?;
     let mut db_limits = args.db_limits.limits()?;
-    if args.nodes.is_empty() {
+    let own_node = args.nodes.is_empty() && !args.registered_nodes;
+    if own_node {
         db_limits.node.storage = Some(args.storage.config(&args.data_dir, "local")?);
     }
     let tls = args.tls.server_tls()?;
@@ -697,7 +744,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(path) = sqlite_store_path(&args.database_url) {
         crate::file_modes::tighten_sqlite_store(path);
     }
-    if args.nodes.is_empty() {
+    if own_node {
         crate::file_modes::tighten_data_dir(&args.data_dir);
     }
     let store = Store::open(&args.database_url)
@@ -716,8 +763,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty())
         .collect();
-    let mut own_node = None;
-    let data_plane = if nodes.is_empty() {
+    let mut in_process = None;
+    let data_plane = if own_node {
         let db_listener = bind(args.db_listen, "the database hosts", "--db-listen").await?;
         let node = start_in_process_node(
             &args.data_dir,
@@ -731,14 +778,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_plane
             .claim_store(&store_id)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        own_node = Some((node.task, node.node));
+        in_process = Some((node.task, node.node));
         data_plane
     } else {
         let secret = args
             .node_secret
             .clone()
             .filter(|s| !s.is_empty())
-            .context("--node needs --node-secret (ATOLL_NODE_SECRET)")?;
+            .context("--node and --registered-nodes need --node-secret (ATOLL_NODE_SECRET)")?;
         DataPlane::remote(&nodes, &secret, &store, &store_id)
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the data nodes: {e}"))?
@@ -766,7 +813,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), tls = tls.is_some(), "control plane listening");
     atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
-    if let Some((task, node)) = own_node {
+    if let Some((task, node)) = in_process {
         task.abort();
         atoll_data::storage::service::flush_all(&node).await;
     }

@@ -89,3 +89,15 @@ fn bench_measures_an_idle_atoll_dev_process() {
         "{line}"
     );
 }
+
+#[test]
+fn bench_replica_sync_applies_and_verifies_what_it_pulled() {
+    let lines = figure_lines(&["--only", "replica_sync", "--replica-mb", "3"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert!(
+        line.starts_with("replica_sync: ") && line.contains("for 3 MiB of new WAL"),
+        "{line}"
+    );
+    assert!(line.contains("applied and verified"), "{line}");
+}

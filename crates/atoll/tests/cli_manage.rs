@@ -720,6 +720,11 @@ fn every_management_command_has_help_with_an_example() {
         vec!["db", "list-deleted"],
         vec!["db", "tokens", "invalidate"],
         vec!["auth", "logout"],
+        vec!["org", "jwks", "list"],
+        vec!["org", "jwks", "save"],
+        vec!["org", "jwks", "rm"],
+        vec!["org", "jwks", "template"],
+        vec!["db", "tokens", "cert"],
     ] {
         let mut with_help = args.clone();
         with_help.push("--help");
@@ -882,5 +887,126 @@ async fn a_token_for_another_database_is_named_so() {
             .contains("The JWT is invalid"),
         "{body}"
     );
+    let _ = std::fs::remove_dir_all(&config);
+}
+
+/// `atoll org jwks`: a key set of the user's own auth provider saved from a file, the
+/// template the provider's tokens follow, a query with such a token, and removal.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_auth_providers_key_set_is_managed_from_the_cli() {
+    use base64::Engine;
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let server = start_dev("cli-manage-jwks").await;
+    let config = temp_dir("cli-manage-jwks-config");
+    login(&server, &config);
+    ok(&config, &["db", "create", "byoa"]);
+    let url = http_url(&config, "byoa");
+
+    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+    let key = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+    let file = config.join("jwks.json");
+    let set = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "cli-1", "x": b64(key.public_key().as_ref())}]});
+    std::fs::write(&file, set.to_string()).unwrap();
+    let out = ok(
+        &config,
+        &[
+            "org",
+            "jwks",
+            "save",
+            "provider",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("Saved key set provider"), "{out}");
+    let table = ok(&config, &["org", "jwks", "list"]);
+    assert!(
+        table.contains("provider") && table.contains("(inline)") && table.contains("cli-1"),
+        "{table}"
+    );
+
+    let template = ok_json(
+        &config,
+        &[
+            "org",
+            "jwks",
+            "template",
+            "--database",
+            "byoa",
+            "--scope",
+            "read-only",
+        ],
+    );
+    assert_eq!(template["a"], "ro", "{template}");
+    let mut claims = template.clone();
+    claims["exp"] = json!(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600
+    );
+    let input = format!(
+        "{}.{}",
+        b64(br#"{"alg":"EdDSA","typ":"JWT","kid":"cli-1"}"#),
+        b64(claims.to_string().as_bytes())
+    );
+    let token = format!("{input}.{}", b64(key.sign(input.as_bytes()).as_ref()));
+    assert!(runs(&url, &token, "SELECT 1").await);
+    let (status, _) = pipeline(&url, &token, "CREATE TABLE t (x)").await;
+    assert_eq!(status, 403, "the template said read-only");
+
+    let line = fails(
+        &config,
+        &[
+            "org",
+            "jwks",
+            "save",
+            "other",
+            "https://example.com/jwks.json",
+        ],
+    );
+    assert!(line.contains("jwks_url_not_allowed"), "{line}");
+    ok(&config, &["org", "jwks", "rm", "provider"]);
+    let (status, _) = pipeline(&url, &token, "SELECT 1").await;
+    assert_eq!(status, 401);
+    let line = fails(&config, &["org", "jwks", "rm", "provider"]);
+    assert!(line.contains("jwks_not_found"), "{line}");
+
+    // `atoll db tokens cert` writes a certificate, its key (owner-only) and the CA.
+    let out = ok(
+        &config,
+        &[
+            "db",
+            "tokens",
+            "cert",
+            "byoa",
+            "--read-only",
+            "--dir",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("read-only client certificate"), "{out}");
+    let key = config.join("byoa.key");
+    assert!(std::fs::read_to_string(&key)
+        .unwrap()
+        .contains("PRIVATE KEY"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    assert!(std::fs::read_to_string(config.join("byoa-ca.crt"))
+        .unwrap()
+        .contains("CERTIFICATE"));
+    let line = fails(
+        &config,
+        &["db", "tokens", "cert", "byoa", "--expiration", "never"],
+    );
+    assert!(line.contains("30 days"), "{line}");
     let _ = std::fs::remove_dir_all(&config);
 }

@@ -99,6 +99,11 @@ pub enum Action {
     ReadNodes,
     ReadQuarantine,
     PurgeQuarantine,
+    /// Draining a node (moving its databases away) and undoing it.
+    DrainNode,
+    /// The data nodes' own calls: heartbeats and where a database lives (node secret).
+    NodeHeartbeat,
+    ResolveDatabaseRoute,
     ReadOrganizationUsage,
     ReadInvoices,
     /// The payment provider's side of an organization: billing portal, billing contact,
@@ -106,6 +111,11 @@ pub enum Action {
     ManageBilling,
     ReadPlans,
     ReadAuditLogs,
+    /// An organization's key sets (JWKS) and the claims template of its auth provider.
+    ReadJwks,
+    /// Registering or removing a key set: its keys can sign tokens for every database of
+    /// the organization.
+    ManageJwks,
 }
 
 /// What an action acts on, which decides how the target is resolved.
@@ -121,6 +131,9 @@ pub enum Target {
     Group,
     /// One database (and so its group) of one organization.
     Database,
+    /// A data node, authenticated with the node secret ([`super::node::NodeCaller`]); no
+    /// user token is ever accepted.
+    Node,
 }
 
 /// Which kinds of token may perform an action.
@@ -246,14 +259,18 @@ impl Action {
             Action::SetOrganizationPlan
             | Action::ReadNodes
             | Action::ReadQuarantine
-            | Action::PurgeQuarantine => Rule {
+            | Action::PurgeQuarantine
+            | Action::DrainNode => Rule {
                 target: Account,
                 tokens: UserLevel,
                 min_role: Viewer,
                 instance_admin: true,
             },
+            Action::NodeHeartbeat | Action::ResolveDatabaseRoute => rule(Node, Any, Viewer),
             // Paid plans only: the handler refuses organizations on the free plan.
             Action::ReadAuditLogs => rule(Organization, OrganizationLevel, Admin),
+            Action::ReadJwks => rule(Organization, OrganizationLevel, Viewer),
+            Action::ManageJwks => rule(Organization, OrganizationLevel, Admin),
         }
     }
 }
@@ -429,6 +446,11 @@ pub async fn authorize(
     database_name: Option<&str>,
 ) -> Result<Access, ApiError> {
     let rule = action.rule();
+    if rule.target == Target::Node {
+        return Err(ApiError::Unauthenticated(
+            "the data nodes' routes take the node secret, not a user's token".into(),
+        ));
+    }
     if rule.instance_admin && !principal.user.is_admin {
         return Err(ApiError::Forbidden(
             "only instance administrators may do this".into(),

@@ -6,7 +6,6 @@ use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::{parse_lenient, LenientJson, Query};
-use crate::data_plane::node_config;
 use crate::database_tokens::{
     group_with_key, mint, new_signing_key, rotate_database_key, Subject, TokenQuery,
 };
@@ -317,9 +316,32 @@ pub(super) async fn retrieve(
 ) -> ApiResult<Json<DatabaseResponse>> {
     let group = access.group();
     let db = with_upload_state(&state, access.database().clone()).await?;
-    Ok(Json(DatabaseResponse {
-        database: database_wire(&state, &db, &group.name, group.archived),
-    }))
+    let mut database = database_wire(&state, &db, &group.name, group.archived);
+    if db.state == DatabaseState::Active && db.deleted_at.is_none() && !group.archived {
+        database.state = served_state(&state, &db).await.to_string();
+    }
+    Ok(Json(DatabaseResponse { database }))
+}
+
+/// What the database's node says of it, so the API never calls `active` a database that
+/// cannot be served: `recovering` while its node rebuilds it from object storage (a lost
+/// or damaged file), `unavailable` while its node does not answer (asked with a short
+/// timeout: a GET never hangs on a dead node).
+async fn served_state(state: &AppState, db: &Database) -> &'static str {
+    let asked = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        state.data_plane.stats(&db.node, &db.id),
+    )
+    .await;
+    match asked {
+        Ok(Ok(stats)) if stats.recovering => "recovering",
+        Ok(Ok(_)) => "active",
+        Ok(Err(e)) => {
+            tracing::warn!(database = %db.id, node = %db.node, error = %e, "database reported unavailable: its node does not serve it");
+            "unavailable"
+        }
+        Err(_) => "unavailable",
+    }
 }
 
 /// The record, with `awaiting_upload` brought up to date: uploads land on the node, which
@@ -499,7 +521,8 @@ pub(super) async fn create(
             StoreError::AlreadyExists(_) => exists(),
             other => other.into(),
         })?;
-    let mut config = node_config(&record, &group, &org);
+    let mut config =
+        crate::data_plane::database_config(&state.store, &record, &group, &org).await?;
     config.state = match final_state {
         DatabaseState::AwaitingUpload => atoll_types::node::DatabaseState::AwaitingUpload,
         _ => config.state,
@@ -895,7 +918,13 @@ pub(super) async fn delete(
         crate::data_plane::converge(
             &state.data_plane,
             &deleted.node,
-            node_config(&deleted, access.group(), access.org()),
+            crate::data_plane::database_config(
+                &state.store,
+                &deleted,
+                access.group(),
+                access.org(),
+            )
+            .await?,
         )
         .await;
         audit::record(
@@ -1023,7 +1052,8 @@ async fn configure(
     crate::data_plane::converge(
         &state.data_plane,
         &updated.node,
-        node_config(&updated, access.group(), access.org()),
+        crate::data_plane::database_config(&state.store, &updated, access.group(), access.org())
+            .await?,
     )
     .await;
     let group = &access.group().name;
@@ -1218,7 +1248,13 @@ async fn transfer(
         Ok(moved) => moved,
         Err(e) => {
             // It stays, with its new key: its node must learn that key all the same.
-            let config = node_config(&rotated, access.group(), access.org());
+            let config = crate::data_plane::database_config(
+                &state.store,
+                &rotated,
+                access.group(),
+                access.org(),
+            )
+            .await?;
             crate::data_plane::converge(&state.data_plane, &rotated.node, config).await;
             return Err(match e {
                 StoreError::AlreadyExists(_) => exists(),
@@ -1229,7 +1265,7 @@ async fn transfer(
     crate::data_plane::converge(
         &state.data_plane,
         &moved.node,
-        node_config(&moved, &group, &target),
+        crate::data_plane::database_config(&state.store, &moved, &group, &target).await?,
     )
     .await;
     let source = access.org();
@@ -1297,7 +1333,8 @@ async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json
     crate::data_plane::converge(
         &state.data_plane,
         &updated.node,
-        node_config(&updated, access.group(), access.org()),
+        crate::data_plane::database_config(&state.store, &updated, access.group(), access.org())
+            .await?,
     )
     .await;
     audit::record(
@@ -1382,6 +1419,12 @@ pub(super) async fn restore(
             ),
         ));
     }
+    // Its node may be gone for good: then it comes back on another node, from object
+    // storage.
+    let db = state
+        .data_plane
+        .relocate_from_lost_node(&state.store, db)
+        .await?;
     let restored = state
         .store
         .restore_database(&db.id)
@@ -1399,7 +1442,7 @@ pub(super) async fn restore(
     crate::data_plane::converge(
         &state.data_plane,
         &restored.node,
-        node_config(&restored, &group, org),
+        crate::data_plane::database_config(&state.store, &restored, &group, org).await?,
     )
     .await;
     audit::record(

@@ -20,6 +20,8 @@
 //! | `/v1/plans`, `…/subscription`, `…/invoices`, `…/billing/…`, `/v1/organizations/stripe-customer` | [`billing`] |
 //! | `/releases/latest` | [`releases`] |
 //! | `/v3/organizations/{orgId}/…` | [`v3`] (the v1 handlers, records by id) |
+//! | `/v2/organizations/{org}/jwks…`, `…/jwks-template` | [`jwks`] |
+//! | `…/databases/{db}/auth/certificates` | [`client_certificates`] |
 //!
 //! Every route is declared once, in [`table`], with the [`Action`] it performs: the
 //! router injects that action into the request, the [`crate::auth::Access`] extractor
@@ -33,11 +35,14 @@ mod auth;
 mod aws_migration;
 mod backups;
 mod billing;
+mod client_certificates;
 mod databases;
 mod groups;
 mod health;
 mod instances;
+mod internal;
 mod invites;
+mod jwks;
 mod locations;
 mod members;
 mod nodes;
@@ -161,6 +166,7 @@ fn all_routes() -> Vec<Route> {
     routes.extend(user::routes());
     routes.extend(admin::routes());
     routes.extend(nodes::routes());
+    routes.extend(internal::routes());
     routes.extend(organizations::routes());
     routes.extend(members::routes());
     routes.extend(invites::routes());
@@ -176,6 +182,8 @@ fn all_routes() -> Vec<Route> {
     routes.extend(aws_migration::routes());
     routes.extend(releases::routes());
     routes.extend(v3::routes());
+    routes.extend(jwks::routes());
+    routes.extend(client_certificates::routes());
     routes
 }
 

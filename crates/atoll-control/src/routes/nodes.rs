@@ -8,11 +8,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use atoll_types::node as node_wire;
 use atoll_types::nodes::{
-    NodeSummary, NodesResponse, PurgeQuarantineRequest, PurgeQuarantineResponse,
-    QuarantineResponse, QuarantinedDatabase,
+    DrainReport, NodeSummary, NodeUndrained, NodesResponse, PurgeQuarantineRequest,
+    PurgeQuarantineResponse, QuarantineResponse, QuarantinedDatabase,
 };
 use atoll_types::ErrorCode;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
 
@@ -26,6 +26,22 @@ pub fn routes() -> Vec<Route> {
             list_nodes,
         )
         .response::<NodesResponse>(),
+        Route::new(
+            Method::POST,
+            "/v1/admin/nodes/{node}/drain",
+            Action::DrainNode,
+            "Drain a data node: it takes no new databases and its databases move to the other nodes of its location, through object storage (instance administrators)",
+            drain_node,
+        )
+        .response::<DrainReport>(),
+        Route::new(
+            Method::DELETE,
+            "/v1/admin/nodes/{node}/drain",
+            Action::DrainNode,
+            "Stop draining a data node: it takes new databases again (instance administrators)",
+            undrain_node,
+        )
+        .response::<NodeUndrained>(),
         Route::new(
             Method::GET,
             "/v1/admin/quarantine",
@@ -50,9 +66,10 @@ async fn list_nodes(
     State(state): State<AppState>,
     _access: Access,
 ) -> ApiResult<Json<NodesResponse>> {
+    state.data_plane.refresh_nodes(&state.store).await?;
     let records = state.store.nodes().await?;
     let counts = state.store.database_counts_by_node().await?;
-    let recent = atoll_meta::now_millis() - crate::data_plane::HEALTHY_WITHIN_MS;
+    let now = atoll_meta::now_millis();
     let nodes = state
         .data_plane
         .node_infos(&state.config.server_location)
@@ -63,7 +80,12 @@ async fn list_nodes(
                 databases: counts.get(&info.name).copied().unwrap_or(0),
                 last_seen_at: record.map(|r| crate::wire::rfc3339(r.last_seen_at)),
                 // The node inside this process answers whenever the server does.
-                healthy: record.is_none_or(|r| r.last_seen_at >= recent),
+                healthy: record.is_none_or(|r| r.is_healthy(now)),
+                last_heartbeat_at: record
+                    .filter(|r| r.heartbeat_at > 0)
+                    .map(|r| crate::wire::rfc3339(r.heartbeat_at)),
+                draining: record.is_some_and(|r| r.draining),
+                capacity: record.map_or(0, |r| r.capacity),
                 name: info.name,
                 location: info.location,
                 http_url: info.http_url,
@@ -71,6 +93,37 @@ async fn list_nodes(
         })
         .collect();
     Ok(Json(NodesResponse { nodes }))
+}
+
+async fn drain_node(
+    State(state): State<AppState>,
+    _access: Access,
+    Path(node): Path<String>,
+) -> ApiResult<Json<DrainReport>> {
+    state.data_plane.refresh_nodes(&state.store).await?;
+    let report = state.data_plane.drain(&state.store, &node).await?;
+    tracing::info!(node = %node, moved = report.moved.len(), failed = report.failed.len(), "node drained");
+    Ok(Json(report))
+}
+
+async fn undrain_node(
+    State(state): State<AppState>,
+    _access: Access,
+    Path(node): Path<String>,
+) -> ApiResult<Json<NodeUndrained>> {
+    if state.data_plane.is_in_process() {
+        return Err(ApiError::Invalid(
+            ErrorCode::InvalidRequest,
+            "this server runs one data node in process (atoll dev): it is never drained".into(),
+        ));
+    }
+    if !state.store.set_node_draining(&node, false).await? {
+        return Err(ApiError::NotFound(
+            ErrorCode::RouteNotFound,
+            format!("no data node is named {node}"),
+        ));
+    }
+    Ok(Json(NodeUndrained { node }))
 }
 
 fn quarantined(node: &str, entry: node_wire::QuarantinedDatabase) -> QuarantinedDatabase {

@@ -4,6 +4,10 @@
 //! Rows read and written and bytes synced come from the nodes' meters, collected into
 //! hourly buckets (see `crate::usage`); a usage question collects first, so it includes
 //! everything run until then. `storage_bytes` is the database's size now.
+//!
+//! Usage over time (an Atoll extension): with `granularity=hour|day` both routes add a
+//! `history`, interval by interval over `from`/`to`, with the storage the collector
+//! sampled each hour (docs/API.md, "Usage over time").
 
 use super::Route;
 use crate::auth::{Access, Action};
@@ -11,10 +15,10 @@ use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
-use atoll_meta::{Database, Usage};
+use atoll_meta::{Database, Usage, UsageHour};
 use atoll_types::usage::{
     DatabaseStats, DatabaseUsageObject, DatabaseUsageOutput, DatabaseUsageResponse, InstanceUsage,
-    OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse, TopQuery,
+    OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse, TopQuery, UsageInterval,
 };
 use atoll_types::ErrorCode;
 use axum::extract::State;
@@ -36,7 +40,7 @@ pub fn routes() -> Vec<Route> {
                 database_usage,
             )
             .response::<DatabaseUsageResponse>()
-            .query(&["from", "to"]),
+            .query(&["from", "to", "granularity"]),
         );
         routes.push(
             Route::new(
@@ -67,16 +71,133 @@ pub fn routes() -> Vec<Route> {
                 "The organization's usage this billing cycle, by database, with its plan's quotas",
                 organization_usage,
             )
-            .response::<OrganizationUsageResponse>(),
+            .response::<OrganizationUsageResponse>()
+            .query(&["from", "to", "granularity"]),
         );
     }
     routes
 }
 
+/// `from`/`to` (RFC 3339; default: the billing cycle) and the extension's `granularity`.
+/// Read as text so a malformed value gets this API's JSON 400.
 #[derive(Deserialize)]
 struct Period {
     from: Option<String>,
     to: Option<String>,
+    granularity: Option<String>,
+}
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// Most intervals one history answers: a month of hours, a year of days.
+const MAX_HOURLY_INTERVALS: i64 = 31 * 24;
+const MAX_DAILY_INTERVALS: i64 = 366;
+
+/// A period's bounds in ms, and the length of its history's intervals if one is asked.
+fn parse_period(period: &Period) -> ApiResult<(i64, i64, Option<i64>)> {
+    let (cycle_from, cycle_to) = billing_cycle(atoll_meta::now_millis());
+    let from = match period.from.as_deref() {
+        Some(text) => parse_instant("from", text)?,
+        None => cycle_from,
+    };
+    let to = match period.to.as_deref() {
+        Some(text) => parse_instant("to", text)?,
+        None => cycle_to,
+    };
+    if from > to {
+        return Err(ApiError::invalid(
+            "invalid from parameter: it is after `to`",
+        ));
+    }
+    let step = match period.granularity.as_deref() {
+        None => None,
+        Some("hour") => Some(HOUR_MS),
+        Some("day") => Some(DAY_MS),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "invalid granularity parameter: {other:?} is neither \"hour\" nor \"day\""
+            )))
+        }
+    };
+    if let Some(step) = step {
+        let (count, max) = (
+            Intervals::new(from, to, step).count,
+            if step == HOUR_MS {
+                MAX_HOURLY_INTERVALS
+            } else {
+                MAX_DAILY_INTERVALS
+            },
+        );
+        if count > max {
+            return Err(ApiError::invalid(format!(
+                "invalid granularity parameter: from/to span {count} intervals, more than the {max} one history answers: narrow the period{}",
+                if step == HOUR_MS { " or ask for granularity=day" } else { "" }
+            )));
+        }
+    }
+    Ok((from, to, step))
+}
+
+/// The intervals of a history: `count` of `step` ms from `from`'s hour, the last one
+/// ending at `to`.
+#[derive(Clone, Copy)]
+struct Intervals {
+    start: i64,
+    to: i64,
+    step: i64,
+    count: i64,
+}
+
+impl Intervals {
+    fn new(from: i64, to: i64, step: i64) -> Intervals {
+        let start = atoll_meta::hour_bucket(from);
+        let count = if to <= start {
+            0
+        } else {
+            (to - start + step - 1) / step
+        };
+        Intervals {
+            start,
+            to,
+            step,
+            count,
+        }
+    }
+
+    fn index(&self, bucket: i64) -> Option<usize> {
+        let i = (bucket - self.start).div_euclid(self.step);
+        (bucket >= self.start && bucket < self.to && i < self.count).then_some(i as usize)
+    }
+
+    /// One database's hours summed into the intervals: usage added up, storage the
+    /// largest size measured.
+    fn fold<'a>(&self, hours: impl Iterator<Item = &'a UsageHour>) -> Vec<(Usage, Option<i64>)> {
+        let mut out = vec![(Usage::default(), None); self.count as usize];
+        for hour in hours {
+            if let Some(slot) = self.index(hour.bucket).and_then(|i| out.get_mut(i)) {
+                slot.0.add(hour.usage);
+                slot.1 = slot.1.max(hour.storage_bytes);
+            }
+        }
+        out
+    }
+
+    fn wire(&self, sums: Vec<(Usage, Option<i64>)>) -> Vec<UsageInterval> {
+        sums.into_iter()
+            .enumerate()
+            .map(|(i, (usage, storage))| {
+                let start = self.start + i as i64 * self.step;
+                UsageInterval {
+                    start: wire::rfc3339(start),
+                    end: wire::rfc3339((start + self.step).min(self.to)),
+                    rows_read: u64::try_from(usage.rows_read).unwrap_or(0),
+                    rows_written: u64::try_from(usage.rows_written).unwrap_or(0),
+                    bytes_synced: u64::try_from(usage.bytes_synced).unwrap_or(0),
+                    storage_bytes: storage.and_then(|b| u64::try_from(b).ok()),
+                }
+            })
+            .collect()
+    }
 }
 
 /// The calendar month around `now`, in milliseconds: `[first day, first day of next)`.
@@ -141,6 +262,7 @@ fn output(db: &Database, usage: DatabaseUsageObject) -> DatabaseUsageOutput {
         }],
         total: usage,
         usage,
+        history: None,
     }
 }
 
@@ -149,34 +271,28 @@ async fn database_usage(
     access: Access,
     Query(period): Query<Period>,
 ) -> ApiResult<Json<DatabaseUsageResponse>> {
-    let (cycle_from, cycle_to) = billing_cycle(atoll_meta::now_millis());
-    let from = match period.from.as_deref() {
-        Some(text) => parse_instant("from", text)?,
-        None => cycle_from,
-    };
-    let to = match period.to.as_deref() {
-        Some(text) => parse_instant("to", text)?,
-        None => cycle_to,
-    };
-    if from > to {
-        return Err(ApiError::invalid(
-            "invalid from parameter: it is after `to`",
-        ));
-    }
+    let (from, to, step) = parse_period(&period)?;
     crate::usage::collect(&state).await?;
     let db = access.database();
     let usage = state.store.database_usage(&db.id, from, to).await?;
     let storage = storage_of(&state, db).await;
-    Ok(Json(DatabaseUsageResponse {
-        database: output(db, usage_object(usage, storage)),
-    }))
+    let mut database = output(db, usage_object(usage, storage));
+    if let Some(step) = step {
+        let intervals = Intervals::new(from, to, step);
+        let hours = state.store.database_usage_hours(&db.id, from, to).await?;
+        database.history = Some(intervals.wire(intervals.fold(hours.iter())));
+    }
+    Ok(Json(DatabaseUsageResponse { database }))
 }
 
 async fn organization_usage(
     State(state): State<AppState>,
     access: Access,
+    Query(period): Query<Period>,
 ) -> ApiResult<Json<OrganizationUsageResponse>> {
     let org = access.org();
+    // `from`/`to` bound the history only: the totals are the billing cycle's, as Turso's.
+    let (history_from, history_to, step) = parse_period(&period)?;
     let (from, to) = billing_cycle(atoll_meta::now_millis());
     crate::usage::collect(&state).await?;
     let consumed = state.store.org_usage(&org.id, from, to).await?;
@@ -231,8 +347,32 @@ async fn organization_usage(
             from: wire::rfc3339(from),
             to: wire::rfc3339(to),
             databases: outputs,
+            history: match step {
+                Some(step) => Some(
+                    organization_history(&state, &org.id, history_from, history_to, step).await?,
+                ),
+                None => None,
+            },
         },
     }))
+}
+
+/// The organization's intervals: usage summed over its databases (deleted ones too), and
+/// storage the sum of each database's largest size measured in the interval.
+async fn organization_history(
+    state: &AppState,
+    org_id: &str,
+    from: i64,
+    to: i64,
+    step: i64,
+) -> ApiResult<Vec<UsageInterval>> {
+    let intervals = Intervals::new(from, to, step);
+    // Summed in the store: the answer does not grow with the number of databases.
+    let sums = state
+        .store
+        .org_usage_intervals(org_id, intervals.start, to, step, intervals.count)
+        .await?;
+    Ok(intervals.wire(sums))
 }
 
 /// The heaviest statements since the node started (statistics are not persisted), by

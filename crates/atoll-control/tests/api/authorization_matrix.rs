@@ -80,6 +80,8 @@ enum Tokens {
 #[derive(Debug, Clone, Copy)]
 enum Who {
     Public,
+    /// The data nodes' own routes: the node secret only, never a user's token (401).
+    NodeOnly,
     Account(Tokens),
     InstanceAdminOnly,
     /// A route of the test team organization.
@@ -216,7 +218,8 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         | ("POST", "/v1/organizations/{org}/databases/{db}/transfer") => {
             team_group(Scope(S::DbConfigure), Role::Member)
         }
-        ("POST", "/v1/organizations/{org}/databases/{db}/auth/tokens") => {
+        ("POST", "/v1/organizations/{org}/databases/{db}/auth/tokens")
+        | ("POST", "/v1/organizations/{org}/databases/{db}/auth/certificates") => {
             team_group(Scope(S::DbMintToken), Role::Member)
         }
         ("POST", "/v1/organizations/{org}/databases/{db}/auth/rotate") => {
@@ -285,8 +288,16 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
             "/v1/organizations/{org}/groups/{group}/aws/migration/start"
             | "/v1/organizations/{org}/groups/{group}/aws/migration/abort",
         ) => team_group(OrgLevel, Role::Admin),
+        ("GET", "/v2/organizations/{org}/jwks" | "/v2/organizations/{org}/jwks-template") => {
+            team(OrgLevel, Role::Viewer)
+        }
+        ("PUT" | "DELETE", "/v2/organizations/{org}/jwks/{name}") => team(OrgLevel, Role::Admin),
         ("GET", "/v1/admin/nodes" | "/v1/admin/quarantine")
-        | ("POST", "/v1/admin/quarantine/purge") => InstanceAdminOnly,
+        | ("POST", "/v1/admin/quarantine/purge")
+        | ("POST" | "DELETE", "/v1/admin/nodes/{node}/drain") => InstanceAdminOnly,
+        ("POST", "/v1/internal/nodes/heartbeat") | ("GET", "/v1/internal/routes/{label}") => {
+            NodeOnly
+        }
         (_, p)
             if p.starts_with("/v1/groups")
                 || p.starts_with("/v1/databases")
@@ -312,6 +323,8 @@ fn allowed_status(method: &Method, template: &str) -> u16 {
         | ("POST", "/databases/{db}/instances")
         | ("DELETE", "/databases/{db}/instances/{instance}")
         | ("POST", "/groups/{group}/aws/migration/start") => 400,
+        // `atoll dev` runs its one node in process: nothing to drain.
+        ("POST" | "DELETE", "/admin/nodes/{node}/drain") => 400,
         _ => 200,
     }
 }
@@ -319,6 +332,9 @@ fn allowed_status(method: &Method, template: &str) -> u16 {
 fn expected_status(who: Who, kind: Kind) -> u16 {
     if matches!(who, Who::Public) {
         return 200;
+    }
+    if matches!(who, Who::NodeOnly) {
+        return 401;
     }
     if matches!(
         kind,
@@ -341,6 +357,7 @@ fn expected_status(who: Who, kind: Kind) -> u16 {
     );
     match who {
         Who::Public => 200,
+        Who::NodeOnly => 401,
         Who::Account(Tokens::Any) => 200,
         Who::Account(Tokens::LoginOnly) => {
             if matches!(kind, Kind::Login(_) | Kind::InstanceAdmin) {
@@ -766,6 +783,20 @@ async fn prepare(
             .expect(200);
             Cell::new(spec, format!("/v1/user/invites/{inviting}/accept"), None)
         }
+        ("POST" | "DELETE", "/v1/admin/nodes/{node}/drain") => {
+            Cell::new(spec, path.replace("{node}", "local"), None)
+        }
+        ("POST", "/v1/internal/nodes/heartbeat") => Cell::new(
+            spec,
+            path,
+            Some(json!({
+                "name": "intruder", "location": "aws-us-east-1", "hostname_suffix": "evil.example",
+                "http_url": "http://evil.example", "databases": 0, "admin_url": "http://evil.example:8082"
+            })),
+        ),
+        ("GET", "/v1/internal/routes/{label}") => {
+            Cell::new(spec, path.replace("{label}", "anything-root"), None)
+        }
         ("POST", "/v1/admin/users") => Cell::new(
             spec,
             path,
@@ -919,6 +950,27 @@ async fn prepare(
                 path.replace("{token_id}", minted["id"].as_str().unwrap()),
                 None,
             )
+        }
+        // One name per world: a key set replaced again and again, never over the
+        // organization's limit.
+        ("PUT", "/v2/organizations/{org}/jwks/{name}") => Cell::new(
+            spec,
+            path.replace("{name}", "matrix"),
+            Some(json!({"jwks": matrix_key_set()})),
+        ),
+        ("DELETE", "/v2/organizations/{org}/jwks/{name}") => {
+            app.call(
+                Method::PUT,
+                &format!("/v2/organizations/{org}/jwks/doomed"),
+                Some(owner),
+                Some(json!({"jwks": matrix_key_set()})),
+            )
+            .await
+            .expect(200);
+            Cell::new(spec, path.replace("{name}", "doomed"), None)
+        }
+        ("GET", "/v2/organizations/{org}/jwks-template") => {
+            Cell::new(spec, format!("{path}?group={}", world.g1), None)
         }
         _ => {
             assert!(!path.contains('{'), "no fixture for {method} {template}");
@@ -1106,4 +1158,9 @@ async fn every_route_answers_every_principal_as_the_policy_says() {
         routes.len(),
         kinds().len()
     );
+}
+
+/// An inline key set of one Ed25519 public key.
+fn matrix_key_set() -> Value {
+    json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "matrix", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]})
 }

@@ -886,3 +886,156 @@ async fn plan_quotas_are_enforced() {
     assert_eq!(status, 200);
     assert_eq!(result["affected_row_count"], 1, "{result}");
 }
+
+fn rfc3339(millis: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(millis / 1000)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+/// Usage over time (the `granularity` extension): hours and days of one database and of
+/// its organization, with the sizes the collector sampled, against what was written.
+#[tokio::test]
+async fn storage_has_a_history_by_hour_and_by_day() {
+    let app = app!();
+    let url = create(&app, "sized", json!({})).await;
+    let token = token(&app, "/v1/databases/sized", "").await;
+    // Without the extension's parameter the answer is Turso's, with no history.
+    let plain = app
+        .get("/v1/databases/sized/usage", &app.admin_token)
+        .await
+        .expect(200);
+    assert!(plain["database"].get("history").is_none(), "{plain}");
+    let plain_org = app.get("/v1/usage", &app.admin_token).await.expect(200);
+    assert!(plain_org["organization"].get("history").is_none());
+
+    let written = pipeline(
+        &app,
+        &url,
+        &token,
+        &[
+            "CREATE TABLE blobs (b BLOB)",
+            "INSERT INTO blobs VALUES (randomblob(200000))",
+        ],
+    )
+    .await;
+    assert!(written.iter().all(|r| r["type"] == "ok"), "{written:?}");
+
+    let hour = 3_600_000;
+    let now = atoll_meta::now_millis();
+    let this_hour = atoll_meta::hour_bucket(now);
+    let from = this_hour - 3 * hour;
+    let to = this_hour + hour;
+    let history = |path: &str| {
+        let path = path.to_string();
+        let app = &app;
+        async move { app.get(&path, &app.admin_token).await.expect(200) }
+    };
+    let body = history(&format!(
+        "/v1/databases/sized/usage?granularity=hour&from={}&to={}",
+        rfc3339(from),
+        rfc3339(to)
+    ))
+    .await;
+    let database = &body["database"];
+    let hours = database["history"].as_array().unwrap().clone();
+    assert_eq!(hours.len(), 4, "{hours:?}");
+    assert_eq!(hours[0]["start"], rfc3339(from));
+    assert_eq!(hours[3]["end"], rfc3339(to));
+    // The database did not exist three hours ago: nothing measured then.
+    assert_eq!(hours[0]["storage_bytes"], Value::Null);
+    // The write was measured after it ran: this hour holds its size.
+    let now_bytes = hours[3]["storage_bytes"].as_u64().unwrap();
+    assert!(now_bytes >= 200_000, "{now_bytes}");
+    assert_eq!(
+        hours
+            .iter()
+            .map(|h| h["rows_written"].as_u64().unwrap())
+            .sum::<u64>(),
+        database["total"]["rows_written"].as_u64().unwrap()
+    );
+
+    // Two hours ago the database was smaller (as if sampled then): the history says so.
+    let record = app
+        .state
+        .store
+        .database_by_id(database["uuid"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    app.state
+        .store
+        .record_storage_samples(
+            this_hour - 2 * hour + 60_000,
+            vec![atoll_meta::StorageSample {
+                database_id: record.id.clone(),
+                org_id: record.org_id.clone(),
+                storage_bytes: 4096,
+            }],
+        )
+        .await
+        .unwrap();
+    let body = history(&format!(
+        "/v1/databases/sized/usage?granularity=hour&from={}&to={}",
+        rfc3339(from),
+        rfc3339(to)
+    ))
+    .await;
+    let sizes: Vec<Value> = body["database"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["storage_bytes"].clone())
+        .collect();
+    assert_eq!(sizes[1], json!(4096));
+    assert_eq!(sizes[2], Value::Null);
+
+    // Days: the largest size of the day.
+    let day = 24 * hour;
+    let today = now - now.rem_euclid(day);
+    let body = history(&format!(
+        "/v1/databases/sized/usage?granularity=day&from={}&to={}",
+        rfc3339(today - day),
+        rfc3339(today + day)
+    ))
+    .await;
+    let days = body["database"]["history"].as_array().unwrap();
+    assert_eq!(days.len(), 2);
+    assert!(days[1]["storage_bytes"].as_u64().unwrap() >= 200_000);
+
+    // The organization: its databases' sizes summed (it has this one only).
+    let body = history(&format!(
+        "/v1/usage?granularity=hour&from={}&to={}",
+        rfc3339(from),
+        rfc3339(to)
+    ))
+    .await;
+    let org = &body["organization"];
+    let org_hours = org["history"].as_array().unwrap();
+    assert_eq!(org_hours.len(), 4);
+    assert_eq!(org_hours[1]["storage_bytes"], json!(4096));
+    assert!(org_hours[3]["storage_bytes"].as_u64().unwrap() >= 200_000);
+    // The totals stay the billing cycle's whatever `from`/`to` say.
+    assert_eq!(org["from"], plain_org["organization"]["from"]);
+
+    // Bad parameters say which.
+    for (query, says) in [
+        ("granularity=week", "invalid granularity parameter"),
+        (
+            "granularity=hour&from=2020-01-01T00:00:00Z&to=2026-01-01T00:00:00Z",
+            "invalid granularity parameter",
+        ),
+        ("granularity=day&from=yesterday", "invalid from parameter"),
+    ] {
+        for path in ["/v1/databases/sized/usage", "/v1/usage"] {
+            let reply = app.get(&format!("{path}?{query}"), &app.admin_token).await;
+            assert_eq!(reply.status, 400, "{path}?{query}");
+            assert!(
+                reply.body["error"].as_str().unwrap().starts_with(says),
+                "{path}?{query}: {}",
+                reply.body
+            );
+        }
+    }
+}

@@ -162,7 +162,11 @@ impl TestApp {
         let db_url = format!("{scheme}://127.0.0.1:{db_port}");
         let data_state = atoll_data::DataPlaneState::new(std::sync::Arc::clone(&node), "localhost");
         let (db_tx, db_rx) = tokio::sync::oneshot::channel::<()>();
-        let db_listener = atoll_data::listener::Listener::new(db_listener, tls.clone());
+        let db_tls = tls.as_ref().map(|t| {
+            t.accepting_client_certificates()
+                .expect("TLS asking for client certificates")
+        });
+        let db_listener = atoll_data::listener::Listener::new(db_listener, db_tls);
         tokio::spawn(atoll_data::serve(db_listener, data_state, async {
             let _ = db_rx.await;
         }));

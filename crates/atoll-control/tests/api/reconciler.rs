@@ -34,6 +34,8 @@ async fn stray_database(app: &TestApp) -> String {
         allow_attach: false,
         allowed_ips: Vec::new(),
         keys: Vec::new(),
+        external_keys: Vec::new(),
+        client_ca: None,
         durability: None,
         pitr_retention_days: None,
         config_version: 0,

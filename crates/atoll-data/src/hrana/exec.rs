@@ -502,6 +502,9 @@ impl<'a> Run<'a> {
         if self.is_blocked(&admitted) {
             return Ok(Err(hrana_error("BLOCKED", self.blocked_message())));
         }
+        if let Some(refusal) = self.unshipped_refusal(&admitted) {
+            return Ok(Err(refusal));
+        }
         if admitted.kind.alters_connection() {
             self.client.altered.set(true);
         }
@@ -640,6 +643,25 @@ impl<'a> Run<'a> {
             Some(reason) => format!("Operation was blocked: {reason}"),
             None => "Operation was blocked".to_string(),
         }
+    }
+
+    /// `lag` mode bounds what a lost disk can lose: once a commit has waited longer than
+    /// `--max-unshipped` for object storage (unreachable, or far behind), writes are
+    /// refused with `DURABILITY_UNAVAILABLE` until it has caught up; reads go on.
+    fn unshipped_refusal(&self, admitted: &Admitted<'_>) -> Option<proto::Error> {
+        let storage = self.caller.node.storage()?;
+        let log = self.caller.db.log()?;
+        let bound = storage.settings.max_unshipped;
+        if !writes(admitted.kind, &admitted.stmt) || !log.unshipped_longer_than(bound) {
+            return None;
+        }
+        Some(hrana_error(
+            "DURABILITY_UNAVAILABLE",
+            format!(
+                "object storage has not taken this database's commits for over {} s: writes are refused until it has (reads go on)",
+                bound.as_secs()
+            ),
+        ))
     }
 
     fn is_blocked(&self, admitted: &Admitted<'_>) -> bool {

@@ -51,6 +51,9 @@ pub struct StorageSettings {
     pub gc_interval: Duration,
     /// How long a `sync` commit waits for its segment before it fails.
     pub sync_timeout: Duration,
+    /// `lag` mode: once a commit has waited this long to be shipped, writes are refused
+    /// until object storage has caught up (what a lost disk can lose stays bounded).
+    pub max_unshipped: Duration,
 }
 
 impl Default for StorageSettings {
@@ -63,6 +66,7 @@ impl Default for StorageSettings {
             default_retention_days: 30,
             gc_interval: Duration::from_secs(3600),
             sync_timeout: Duration::from_secs(10),
+            max_unshipped: Duration::from_secs(300),
         }
     }
 }

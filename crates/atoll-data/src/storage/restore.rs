@@ -20,6 +20,9 @@ pub enum Target {
     Latest,
     /// The last transaction committed at or before this instant (ms since the epoch).
     Time(i64),
+    /// Exactly the state after this frame, which must end a transaction (replicas ask for
+    /// a state by its frame number).
+    Frame(u64),
 }
 
 /// One generation, as listed.
@@ -119,7 +122,7 @@ impl Catalog {
 
     /// The segments that continue the log from frame `after`, in order, tolerating
     /// overlaps (a segment shipped again after a crash holds the same frames).
-    fn chain_after(&self, after: u64) -> Vec<&SegmentInfo> {
+    pub fn chain_after(&self, after: u64) -> Vec<&SegmentInfo> {
         let mut chain = Vec::new();
         let mut head = after;
         loop {
@@ -202,6 +205,7 @@ pub async fn restore_to_file(
             .iter()
             .rev()
             .find(|g| g.created_ms <= at),
+        Target::Frame(frame) => catalog.generations.iter().rev().find(|g| g.start <= frame),
     }
     .cloned()
     .ok_or_else(|| {
@@ -248,9 +252,10 @@ pub async fn restore_to_file(
         .iter()
         .find(|g| g.created_ms > generation.created_ms)
         .map(|g| g.created_ms);
-    let limit_ms = match target {
-        Target::Latest => next_generation_ms.unwrap_or(i64::MAX),
-        Target::Time(at) => at,
+    let (limit_ms, limit_frame) = match target {
+        Target::Latest => (next_generation_ms.unwrap_or(i64::MAX), u64::MAX),
+        Target::Time(at) => (at, u64::MAX),
+        Target::Frame(frame) => (i64::MAX, frame),
     };
 
     let mut restored = Restored {
@@ -259,7 +264,23 @@ pub async fn restore_to_file(
         commit_ms: generation.created_ms,
         generation: generation.clone(),
     };
-    let result = apply_log(storage, id, &catalog, dest, limit_ms, &mut restored).await;
+    let result = apply_log(
+        storage,
+        id,
+        &catalog,
+        dest,
+        limit_ms,
+        limit_frame,
+        &mut restored,
+    )
+    .await
+    .and_then(|()| match target {
+        Target::Frame(frame) if restored.frame_no != frame => Err(DataError::BadRequest(format!(
+            "frame {frame} of database {id} does not end a transaction in its stored log (the nearest state is frame {})",
+            restored.frame_no
+        ))),
+        _ => Ok(()),
+    });
     if let Err(e) = result {
         let _ = std::fs::remove_file(dest);
         return Err(e);
@@ -280,11 +301,12 @@ async fn apply_log(
     catalog: &Catalog,
     dest: &Path,
     limit_ms: i64,
+    limit_frame: u64,
     restored: &mut Restored,
 ) -> Result<(), DataError> {
     let mut file = std::fs::OpenOptions::new().write(true).open(dest)?;
     for info in catalog.chain_after(restored.frame_no) {
-        if info.first_ms > limit_ms {
+        if info.first_ms > limit_ms || info.first > limit_frame {
             break;
         }
         let bytes = storage
@@ -319,7 +341,7 @@ async fn apply_log(
                 .iter()
                 .find(|(f, _)| *f == frame.frame_no)
                 .map_or(info.last_ms, |c| c.1);
-            if commit_ms > limit_ms {
+            if commit_ms > limit_ms || frame.frame_no > limit_frame {
                 file.sync_all()?;
                 return Ok(());
             }
@@ -335,11 +357,9 @@ async fn apply_log(
     }
     // A segment whose frames would continue the log exists beyond a gap: the log is broken,
     // and the state asked for may lie past it.
-    if let Some(beyond) = catalog
-        .segments
-        .iter()
-        .find(|s| s.first > restored.frame_no + 1 && s.first_ms <= limit_ms)
-    {
+    if let Some(beyond) = catalog.segments.iter().find(|s| {
+        s.first > restored.frame_no + 1 && s.first_ms <= limit_ms && s.first <= limit_frame
+    }) {
         return Err(DataError::Storage(format!(
             "the log of database {id} is missing frames {} to {} (the next object is {})",
             restored.frame_no + 1,

@@ -445,7 +445,7 @@ fn spawn_rebuild(node: &Arc<Node>, storage: &Arc<NodeStorage>, db: &Arc<Database
     tokio::spawn(async move {
         let id = db.id().to_string();
         let started = Instant::now();
-        match rebuild(&node, &storage, &db).await {
+        match rebuild(&node, &storage, &db, None).await {
             Ok(frame_no) => tracing::info!(
                 database_id = %id,
                 frame_no,
@@ -460,14 +460,23 @@ fn spawn_rebuild(node: &Arc<Node>, storage: &Arc<NodeStorage>, db: &Arc<Database
     });
 }
 
+/// Rebuilds `db` from object storage and installs it; with `handed_over_at`, it comes up
+/// handed over (an adoption: it serves nothing until resumed).
 async fn rebuild(
     node: &Arc<Node>,
     storage: &Arc<NodeStorage>,
     db: &Arc<Database>,
+    handed_over_at: Option<i64>,
 ) -> Result<u64, DataError> {
     let staging = node.staging_dir(db.id())?;
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
+    if let Some(at) = handed_over_at {
+        std::fs::write(
+            staging.join(crate::database::HAND_OVER_MARKER),
+            at.to_string(),
+        )?;
+    }
     let file = staging.join("data");
     let retention = storage.retention_days(&db.config());
     let restored = restore::restore_to_file(
@@ -494,6 +503,82 @@ async fn rebuild(
     .await
     .map_err(|e| DataError::Internal(e.to_string()))??;
     Ok(frame_no)
+}
+
+/// A move's second step on the new holder: rebuilds the database from object storage, up
+/// to at least `frame_no` (where the old holder handed it over), and keeps it handed over
+/// (serving nothing, not in the node's index) until the control plane resumes it here.
+/// A copy left handed over by an earlier attempt is replaced with `replace`, and is a
+/// conflict without it. Answers the frame reached.
+pub async fn adopt(
+    node: &Arc<Node>,
+    config: DatabaseConfig,
+    frame_no: u64,
+    replace: bool,
+) -> Result<u64, DataError> {
+    let storage = node.storage().cloned().ok_or_else(|| {
+        DataError::BadRequest("this node has no object storage (--storage-url)".into())
+    })?;
+    let _ = storage.runtime.set(tokio::runtime::Handle::current());
+    let id = config.id.clone();
+    if let Some(existing) = node.by_id(&id) {
+        if existing.handed_over_at().is_none() {
+            return Err(DataError::Conflict(format!(
+                "this node already serves database {id}"
+            )));
+        }
+        if !replace {
+            return Err(DataError::Conflict(format!(
+                "this node already holds a copy of database {id} (handed over)"
+            )));
+        }
+        let node = Arc::clone(node);
+        let id = id.clone();
+        tokio::task::spawn_blocking(move || crate::moves::release(&node, &id))
+            .await
+            .map_err(|e| DataError::Internal(e.to_string()))??;
+    }
+    let at = now_ms();
+    if config.state == DatabaseState::AwaitingUpload {
+        // Nothing was ever stored: it comes over still waiting for its upload.
+        let db = node.install_recovered(config, None)?;
+        std::fs::write(
+            db.dir().join(crate::database::HAND_OVER_MARKER),
+            at.to_string(),
+        )?;
+        db.set_handed_over(at, None);
+        // `install_recovered` put it in the index; it joins it when resumed.
+        storage.database_removed(&id);
+        return Ok(0);
+    }
+    // Claimed before it is registered, so the shipper's pass never starts a rebuild of
+    // its own (one that would come up serving).
+    if !lock(&storage.in_flight).insert(id.clone()) {
+        return Err(DataError::Conflict(format!(
+            "database {id} is already being rebuilt here"
+        )));
+    }
+    let db = match node.install_recovering(config) {
+        Ok(db) => db,
+        Err(e) => {
+            lock(&storage.in_flight).remove(&id);
+            return Err(e);
+        }
+    };
+    db.set_handed_over(at, None);
+    storage.database_removed(&id);
+    let result = rebuild(node, &storage, &db, Some(at)).await;
+    lock(&storage.in_flight).remove(&id);
+    let reached = match result {
+        Ok(reached) if reached >= frame_no => return Ok(reached),
+        Ok(reached) => DataError::Conflict(format!(
+            "object storage holds database {id} up to frame {reached}, short of frame {frame_no} where it was handed over"
+        )),
+        Err(e) => e,
+    };
+    let node = Arc::clone(node);
+    let _ = tokio::task::spawn_blocking(move || crate::moves::release(&node, &id)).await;
+    Err(reached)
 }
 
 /// Rebuilds `source_id` as of `timestamp_ms` (or its latest state) into `file`, for a new

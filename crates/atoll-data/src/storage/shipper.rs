@@ -89,6 +89,10 @@ pub struct DatabaseLog {
     generation_asked: std::sync::atomic::AtomicBool,
     /// Bytes stored since retention last counted what the database takes.
     stored_since_count: AtomicU64,
+    /// Handed over to another node (a move): every commit is turned into a rollback by
+    /// the commit hook, so no write lands after the frame it was handed over at — not
+    /// even one that waited for the write lock since before the hand-over.
+    fenced: std::sync::atomic::AtomicBool,
 }
 
 impl DatabaseLog {
@@ -125,6 +129,7 @@ impl DatabaseLog {
             wake,
             generation_asked: std::sync::atomic::AtomicBool::new(false),
             stored_since_count: AtomicU64::new(0),
+            fenced: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -134,6 +139,16 @@ impl DatabaseLog {
 
     pub fn state(&self) -> LogState {
         lock(&self.state).clone()
+    }
+
+    /// Fences the log (a hand-over) or lifts the fence (resumed).
+    pub fn set_fenced(&self, fenced: bool) {
+        self.fenced.store(fenced, Ordering::SeqCst);
+    }
+
+    /// Whether commits must be refused: the commit hook rolls them back.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::SeqCst)
     }
 
     /// Called by the commit hook of every connection that writes the database, just before
@@ -217,6 +232,11 @@ impl DatabaseLog {
             }
         }
         lock(&self.dirty_since).is_some_and(|since| since.elapsed() >= lag)
+    }
+
+    /// Whether the oldest commit not yet shipped has waited longer than `bound`.
+    pub fn unshipped_longer_than(&self, bound: Duration) -> bool {
+        lock(&self.dirty_since).is_some_and(|since| since.elapsed() > bound)
     }
 
     pub fn status(&self) -> LogStatus {

@@ -161,6 +161,8 @@ fn config_with_key(name: &str, key: &SigningKey) -> DatabaseConfig {
             kid: format!("{name}-key"),
             public_key: jwt::encode_key(key.verifying_key().as_bytes()),
         }],
+        external_keys: Vec::new(),
+        client_ca: None,
         durability: None,
         pitr_retention_days: None,
         config_version: 0,

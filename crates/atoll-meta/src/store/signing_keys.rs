@@ -8,8 +8,15 @@ use crate::secrets::{SealReport, SealedRecord, SecretsKeyring, StoredForm};
 /// The tables holding signing keys, and the record each row's key belongs to.
 type RecordOf = fn(&str) -> SealedRecord<'_>;
 
-const SIGNING_KEY_TABLES: [(&str, RecordOf); 2] =
-    [("databases", database_record), ("org_groups", group_record)];
+const SIGNING_KEY_TABLES: [(&str, RecordOf); 3] = [
+    ("databases", database_record),
+    ("org_groups", group_record),
+    ("org_client_cas", client_ca_record),
+];
+
+fn client_ca_record(id: &str) -> SealedRecord<'_> {
+    SealedRecord::ClientCa(id)
+}
 
 fn database_record(id: &str) -> SealedRecord<'_> {
     SealedRecord::Database(id)

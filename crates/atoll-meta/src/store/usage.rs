@@ -113,3 +113,207 @@ impl Store {
         .await
     }
 }
+
+/// A database's size as the usage collector measured it.
+#[derive(Debug, Clone)]
+pub struct StorageSample {
+    pub database_id: String,
+    pub org_id: String,
+    pub storage_bytes: i64,
+}
+
+/// One hour of a database's history: what it consumed in the hour, and the last size
+/// measured in it (`None`: not measured that hour).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageHour {
+    /// Start of the hour, milliseconds since the epoch.
+    pub bucket: i64,
+    pub usage: Usage,
+    pub storage_bytes: Option<i64>,
+}
+
+/// Every hour in `[from, to)` where `column` (`database_id` or `org_id`) is `value`, by
+/// database and hour: usage buckets and storage samples merged. Hours with neither are
+/// absent.
+fn usage_hours(
+    c: &mut dyn crate::backend::Conn,
+    column: &'static str,
+    value: String,
+    from: i64,
+    to: i64,
+) -> Result<Vec<(String, UsageHour)>> {
+    use std::collections::BTreeMap;
+    let mut hours: BTreeMap<(String, i64), UsageHour> = BTreeMap::new();
+    let from = hour_bucket(from);
+    let rows = c.query(
+        &format!(
+            "SELECT database_id, bucket, rows_read, rows_written, bytes_synced FROM usage_buckets
+             WHERE {column} = $1 AND bucket >= $2 AND bucket < $3"
+        ),
+        &[(&value).into(), from.into(), to.into()],
+    )?;
+    for row in rows {
+        let bucket = row.int(1);
+        let hour = hours.entry((row.text(0), bucket)).or_insert(UsageHour {
+            bucket,
+            ..UsageHour::default()
+        });
+        // A database moved between organizations has one bucket per organization.
+        hour.usage.add(Usage {
+            rows_read: row.int(2),
+            rows_written: row.int(3),
+            bytes_synced: row.int(4),
+        });
+    }
+    let rows = c.query(
+        &format!(
+            "SELECT database_id, bucket, storage_bytes FROM storage_samples
+             WHERE {column} = $1 AND bucket >= $2 AND bucket < $3"
+        ),
+        &[value.into(), from.into(), to.into()],
+    )?;
+    for row in rows {
+        let bucket = row.int(1);
+        hours
+            .entry((row.text(0), bucket))
+            .or_insert(UsageHour {
+                bucket,
+                ..UsageHour::default()
+            })
+            .storage_bytes = Some(row.int(2));
+    }
+    Ok(hours
+        .into_iter()
+        .map(|((database_id, _), hour)| (database_id, hour))
+        .collect())
+}
+
+impl Store {
+    /// Records databases' sizes measured at `at`, in the hour it falls in: a later
+    /// measurement in the same hour replaces an earlier one.
+    pub async fn record_storage_samples(&self, at: i64, samples: Vec<StorageSample>) -> Result<()> {
+        self.write("record_storage_samples", move |c| {
+            let bucket = hour_bucket(at);
+            for sample in samples {
+                c.execute(
+                    "INSERT INTO storage_samples (database_id, org_id, bucket, storage_bytes)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (database_id, bucket) DO UPDATE SET
+                         org_id = excluded.org_id, storage_bytes = excluded.storage_bytes",
+                    &[
+                        sample.database_id.into(),
+                        sample.org_id.into(),
+                        bucket.into(),
+                        sample.storage_bytes.max(0).into(),
+                    ],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Forgets storage samples of hours that started before `before`; answers how many.
+    pub async fn prune_storage_samples(&self, before: i64) -> Result<u64> {
+        self.write("prune_storage_samples", move |c| {
+            c.execute(
+                "DELETE FROM storage_samples WHERE bucket < $1",
+                &[before.into()],
+            )
+        })
+        .await
+    }
+
+    /// Live databases (not deleted, not being created or awaiting their upload) with no
+    /// storage sample in the hour `at` falls in: `(id, org_id, node)`.
+    pub async fn databases_unsampled_in_hour(
+        &self,
+        at: i64,
+    ) -> Result<Vec<(String, String, String)>> {
+        self.read("databases_unsampled_in_hour", move |c| {
+            let rows = c.query(
+                "SELECT d.id, d.org_id, d.node FROM databases d
+                 WHERE d.deleted_at IS NULL AND d.state = 'active'
+                   AND NOT EXISTS (SELECT 1 FROM storage_samples s WHERE s.database_id = d.id AND s.bucket = $1)
+                 ORDER BY d.id",
+                &[hour_bucket(at).into()],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|row| (row.text(0), row.text(1), row.text(2)))
+                .collect())
+        })
+        .await
+    }
+
+    /// One database's history in `[from, to)`, hour by hour, oldest first, whatever
+    /// organization it was in. Hours with no usage and no size measured are absent.
+    pub async fn database_usage_hours(
+        &self,
+        database_id: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<UsageHour>> {
+        let database_id = database_id.to_string();
+        self.read("database_usage_hours", move |c| {
+            Ok(usage_hours(c, "database_id", database_id, from, to)?
+                .into_iter()
+                .map(|(_, hour)| hour)
+                .collect())
+        })
+        .await
+    }
+
+    /// An organization's history summed into `count` intervals of `step` ms from `start`
+    /// (an hour's start), in the store: per interval the usage of all its databases, and
+    /// the sum of each database's largest size sampled in it (`None`: none sampled).
+    /// Answers `count` entries, so the work sent back does not grow with the databases.
+    /// Hours that start at `to` or later count in none.
+    pub async fn org_usage_intervals(
+        &self,
+        org_id: &str,
+        start: i64,
+        to: i64,
+        step: i64,
+        count: i64,
+    ) -> Result<Vec<(Usage, Option<i64>)>> {
+        let org_id = org_id.to_string();
+        let step = step.max(1);
+        let count = count.max(0);
+        let end = to.min(start.saturating_add(step.saturating_mul(count)));
+        self.read("org_usage_intervals", move |c| {
+            let mut out = vec![(Usage::default(), None); usize::try_from(count).unwrap_or(0)];
+            let rows = c.query(
+                "SELECT (bucket - $2) / $4, CAST(SUM(rows_read) AS BIGINT), CAST(SUM(rows_written) AS BIGINT),
+                        CAST(SUM(bytes_synced) AS BIGINT)
+                 FROM usage_buckets WHERE org_id = $1 AND bucket >= $2 AND bucket < $3
+                 GROUP BY (bucket - $2) / $4",
+                &[(&org_id).into(), start.into(), end.into(), step.into()],
+            )?;
+            for row in rows {
+                if let Some(slot) = usize::try_from(row.int(0)).ok().and_then(|i| out.get_mut(i)) {
+                    slot.0.add(Usage {
+                        rows_read: row.int(1),
+                        rows_written: row.int(2),
+                        bytes_synced: row.int(3),
+                    });
+                }
+            }
+            let rows = c.query(
+                "SELECT slot, CAST(SUM(largest) AS BIGINT) FROM (
+                     SELECT database_id, (bucket - $2) / $4 AS slot, MAX(storage_bytes) AS largest
+                     FROM storage_samples WHERE org_id = $1 AND bucket >= $2 AND bucket < $3
+                     GROUP BY database_id, (bucket - $2) / $4
+                 ) per_database GROUP BY slot",
+                &[org_id.into(), start.into(), end.into(), step.into()],
+            )?;
+            for row in rows {
+                if let Some(slot) = usize::try_from(row.int(0)).ok().and_then(|i| out.get_mut(i)) {
+                    slot.1 = Some(row.int(1));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}

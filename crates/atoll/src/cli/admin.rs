@@ -1,11 +1,12 @@
-//! `atoll admin nodes`, `atoll admin quarantine list | purge`: instance administration of
-//! the data nodes.
+//! `atoll admin nodes`, `atoll admin drain | undrain NODE`, `atoll admin quarantine list |
+//! purge`: instance administration of the data nodes.
 
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
 use atoll_types::nodes::{
-    NodesResponse, PurgeQuarantineRequest, PurgeQuarantineResponse, QuarantineResponse,
+    DrainReport, NodeUndrained, NodesResponse, PurgeQuarantineRequest, PurgeQuarantineResponse,
+    QuarantineResponse,
 };
 use clap::Subcommand;
 
@@ -17,6 +18,26 @@ pub enum AdminCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Drain a node: it takes no new databases, and each of its databases moves to the
+    /// least-loaded other node of its location through object storage, with no
+    /// acknowledged write lost (each is unavailable for the moment of its move).
+    #[command(after_help = "Example:\n  atoll admin drain node-2 --yes")]
+    Drain {
+        /// The node's name (`atoll admin nodes`).
+        node: String,
+        /// Do not ask for confirmation (required when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a drained node take new databases again (nothing moves back by itself).
+    #[command(after_help = "Example:\n  atoll admin undrain node-2")]
+    Undrain {
+        /// The node's name.
+        node: String,
     },
     /// Databases the nodes hold that the metadata store does not know: moved aside on
     /// their node instead of deleted, removed only by `purge` after the node's retention.
@@ -66,7 +87,12 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
                         n.location.clone(),
                         n.http_url.clone(),
                         n.databases.to_string(),
-                        if n.healthy { "healthy" } else { "unreachable" }.to_string(),
+                        match (n.healthy, n.draining) {
+                            (true, false) => "healthy",
+                            (true, true) => "draining",
+                            (false, _) => "unreachable",
+                        }
+                        .to_string(),
                         n.last_seen_at.clone().unwrap_or_else(|| "-".into()),
                     ]
                 })
@@ -82,6 +108,48 @@ pub async fn run(command: AdminCommand) -> Result<(), CliError> {
                 ],
                 &rows,
             );
+            Ok(())
+        }
+        AdminCommand::Drain { node, yes, json } => {
+            super::confirm(
+                &format!("move every database off node {node} (each pauses while it moves)"),
+                yes,
+            )?;
+            let report: DrainReport = client
+                .post(
+                    client.url(&["v1", "admin", "nodes", &node, "drain"]),
+                    &serde_json::json!({}),
+                )
+                .await?;
+            if json {
+                output::json(&report);
+                return Ok(());
+            }
+            for moved in &report.moved {
+                println!("Moved {} to node {}.", moved.name, moved.to);
+            }
+            for failed in &report.failed {
+                eprintln!("Could not move {}: {}", failed.name, failed.error);
+            }
+            println!(
+                "Node {node} is draining: {} moved, {} left.",
+                report.moved.len(),
+                report.failed.len()
+            );
+            if report.failed.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError::local(
+                    format!("{} database(s) could not move yet", report.failed.len()),
+                    format!("run `atoll admin drain {node}` again to retry them"),
+                ))
+            }
+        }
+        AdminCommand::Undrain { node } => {
+            let undrained: NodeUndrained = client
+                .delete(client.url(&["v1", "admin", "nodes", &node, "drain"]))
+                .await?;
+            println!("Node {} takes new databases again.", undrained.node);
             Ok(())
         }
         AdminCommand::Quarantine(QuarantineCommand::List { json }) => {

@@ -156,6 +156,25 @@ pub enum TokensCommand {
         #[arg(long, short = 'r')]
         read_only: bool,
     },
+    /// Issue a TLS client certificate for a database (an alternative to a token when the
+    /// database hosts have TLS): writes `<name>.crt`, `<name>.key` (readable by you only)
+    /// and `<name>-ca.crt` into a directory.
+    #[command(
+        after_help = "Examples:\n  atoll db tokens cert shop --dir ./certs\n  atoll db tokens cert shop --expiration 12h --read-only"
+    )]
+    Cert {
+        /// Name of the database.
+        name: String,
+        /// Lifetime: `1d` by default, at most `30d` (`<n><unit>…` with units w d h m s).
+        #[arg(long, short = 'e')]
+        expiration: Option<String>,
+        /// A certificate that can only read.
+        #[arg(long, short = 'r')]
+        read_only: bool,
+        /// Where to write the files.
+        #[arg(long, default_value = ".")]
+        dir: std::path::PathBuf,
+    },
     /// Invalidate every token of a database by rotating its signing key.
     #[command(after_help = "Example:\n  atoll db tokens invalidate shop --yes")]
     Invalidate {
@@ -324,6 +343,55 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             }
             let token: DatabaseToken = client.post(url, &serde_json::json!({})).await?;
             println!("{}", token.jwt);
+            Ok(())
+        }
+        DbCommand::Tokens(TokensCommand::Cert {
+            name,
+            expiration,
+            read_only,
+            dir,
+        }) => {
+            let mut url = client.org_url(&["databases", &name, "auth", "certificates"]);
+            {
+                let mut query = url.query_pairs_mut();
+                if let Some(expiration) = &expiration {
+                    query.append_pair("expiration", expiration);
+                }
+                if read_only {
+                    query.append_pair("authorization", "read-only");
+                }
+            }
+            let issued: atoll_types::client_certificates::DatabaseCertificate =
+                client.post(url, &serde_json::json!({})).await?;
+            let write = |file: String, contents: &str, private: bool| {
+                let path = dir.join(file);
+                let mut options = std::fs::OpenOptions::new();
+                options.write(true).create(true).truncate(true);
+                #[cfg(unix)]
+                if private {
+                    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+                }
+                #[cfg(not(unix))]
+                let _ = private;
+                std::io::Write::write_all(&mut options.open(&path)?, contents.as_bytes())?;
+                Ok::<_, std::io::Error>(path)
+            };
+            let written = (|| {
+                Ok::<_, std::io::Error>((
+                    write(format!("{name}.crt"), &issued.certificate, false)?,
+                    write(format!("{name}.key"), &issued.private_key, true)?,
+                    write(format!("{name}-ca.crt"), &issued.ca_certificate, false)?,
+                ))
+            })()
+            .map_err(|e| CliError::local(format!("cannot write the certificate files: {e}"), ""))?;
+            println!(
+                "Issued a {} client certificate for {name}, valid until {}:\n  {}\n  {}\n  {} (the organization's CA)",
+                issued.authorization,
+                issued.expires_at,
+                written.0.display(),
+                written.1.display(),
+                written.2.display()
+            );
             Ok(())
         }
         DbCommand::Tokens(TokensCommand::Invalidate { name, yes }) => {

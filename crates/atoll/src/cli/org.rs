@@ -1,8 +1,10 @@
-//! `atoll org list | switch | create | destroy`, `atoll org members …`, `atoll org invites …`.
+//! `atoll org list | switch | create | destroy`, `atoll org members …`, `atoll org invites …`,
+//! `atoll org jwks …`.
 
 use super::client::{CliError, Client};
 use super::config::Settings;
 use super::output;
+use atoll_types::jwks::{JwksList, JwksSaved, JwksTemplate, SaveJwksRequest};
 use atoll_types::members::{
     AddMemberRequest, CreateInviteRequest, InviteAccepted, InviteCreatedResponse, InviteList,
     MemberAdded, MemberList, MemberResponse, UpdateMemberRequest,
@@ -62,6 +64,52 @@ pub enum OrgCommand {
     /// them, other members their own).
     #[command(subcommand, after_help = "Example:\n  atoll org tokens list")]
     Tokens(OrgTokensCommand),
+    /// Key sets (JWKS) of your own auth provider: its end users' JWTs then query the
+    /// organization's databases as the claims template allows.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  atoll org jwks template --database app --scope read-only\n  atoll org jwks save clerk https://your-app.clerk.accounts.dev/.well-known/jwks.json\n  atoll org jwks save local --file jwks.json"
+    )]
+    Jwks(JwksCommand),
+}
+
+#[derive(Subcommand)]
+pub enum JwksCommand {
+    /// List the organization's key sets.
+    #[command(after_help = "Example:\n  atoll org jwks list")]
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register (or replace) a key set, from its URL (one the server's operator allows) or
+    /// from a JWKS file (admins).
+    #[command(
+        after_help = "Examples:\n  atoll org jwks save clerk https://your-app.clerk.accounts.dev/.well-known/jwks.json\n  atoll org jwks save local --file jwks.json"
+    )]
+    Save {
+        name: String,
+        /// The auth provider's JWKS address.
+        url: Option<String>,
+        /// A JWKS file (`{"keys": [...]}`, public keys only) instead of a URL.
+        #[arg(long, conflicts_with = "url")]
+        file: Option<std::path::PathBuf>,
+    },
+    /// Remove a key set: tokens its keys signed stop working (admins).
+    #[command(alias = "remove", after_help = "Example:\n  atoll org jwks rm clerk")]
+    Rm { name: String },
+    /// Print the claims your auth provider must put in end users' JWTs.
+    #[command(
+        after_help = "Examples:\n  atoll org jwks template --database app\n  atoll org jwks template --group default --scope read-only"
+    )]
+    Template {
+        #[arg(long, short = 'd', conflicts_with = "group")]
+        database: Option<String>,
+        #[arg(long, short = 'g')]
+        group: Option<String>,
+        /// full-access (default) or read-only.
+        #[arg(long, short = 's', default_value = "full-access")]
+        scope: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -211,6 +259,7 @@ pub async fn run(command: OrgCommand) -> Result<(), CliError> {
         OrgCommand::Tokens(command) => {
             tokens(&client, &current_slug(&settings, &list), command).await
         }
+        OrgCommand::Jwks(command) => jwks(&client, &current_slug(&settings, &list), command).await,
         OrgCommand::Switch { slug } => {
             let org = list
                 .organizations
@@ -416,6 +465,109 @@ async fn tokens(client: &Client, slug: &str, command: OrgTokensCommand) -> Resul
                 .delete(client.url(&["v1", "organizations", slug, "api-tokens", &id]))
                 .await?;
             println!("Revoked token {} of {slug}.", revoked.token);
+        }
+    }
+    Ok(())
+}
+
+async fn jwks(client: &Client, slug: &str, command: JwksCommand) -> Result<(), CliError> {
+    match command {
+        JwksCommand::List { json } => {
+            let list: JwksList = client
+                .get(client.url(&["v2", "organizations", slug, "jwks"]))
+                .await?;
+            if json {
+                output::json(&list.jwks);
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = list
+                .jwks
+                .iter()
+                .map(|j| {
+                    vec![
+                        j.jwks_name.clone(),
+                        if j.jwks_url.is_empty() {
+                            "(inline)".into()
+                        } else {
+                            j.jwks_url.clone()
+                        },
+                        j.key_ids
+                            .iter()
+                            .map(|k| k.clone().unwrap_or_else(|| "-".into()))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        j.refreshed_at.clone(),
+                        j.last_error.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            output::table(&["NAME", "URL", "KEYS", "REFRESHED", "LAST ERROR"], &rows);
+        }
+        JwksCommand::Save { name, url, file } => {
+            let body = match (url, file) {
+                (Some(url), None) => SaveJwksRequest {
+                    jwks_url: Some(url),
+                    ..Default::default()
+                },
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                        CliError::local(format!("cannot read {}: {e}", path.display()), "")
+                    })?;
+                    let document = serde_json::from_str(&text).map_err(|e| {
+                        CliError::local(
+                            format!("{} is not JSON: {e}", path.display()),
+                            "a JWKS file is {\"keys\": [...]}",
+                        )
+                    })?;
+                    SaveJwksRequest {
+                        jwks: Some(document),
+                        ..Default::default()
+                    }
+                }
+                _ => {
+                    return Err(CliError::local(
+                        "give the key set's URL or --file",
+                        "atoll org jwks save <name> <url>, or atoll org jwks save <name> --file jwks.json",
+                    ))
+                }
+            };
+            let url = client.url(&["v2", "organizations", slug, "jwks", &name]);
+            let saved: JwksSaved = client
+                .send_prepared(
+                    url.clone(),
+                    client.request(reqwest::Method::PUT, url).json(&body),
+                )
+                .await?;
+            println!(
+                "Saved key set {} for {slug} ({} keys).",
+                saved.jwks.jwks_name,
+                saved.jwks.key_ids.len()
+            );
+        }
+        JwksCommand::Rm { name } => {
+            let _: serde_json::Value = client
+                .delete(client.url(&["v2", "organizations", slug, "jwks", &name]))
+                .await?;
+            println!("Removed key set {name} from {slug}.");
+        }
+        JwksCommand::Template {
+            database,
+            group,
+            scope,
+        } => {
+            let mut url = client.url(&["v2", "organizations", slug, "jwks-template"]);
+            {
+                let mut query = url.query_pairs_mut();
+                if let Some(database) = &database {
+                    query.append_pair("database", database);
+                }
+                if let Some(group) = &group {
+                    query.append_pair("group", group);
+                }
+                query.append_pair("scope", &scope);
+            }
+            let template: JwksTemplate = client.get(url).await?;
+            output::json(&template.template);
         }
     }
     Ok(())

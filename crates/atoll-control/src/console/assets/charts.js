@@ -25,16 +25,22 @@ function short(n) {
 }
 
 /**
- * A line chart. `labels`: x labels; `series`: [{name, values}]. The figure has a title
- * and a data table alternative (a visually hidden table) for screen readers.
+ * A line chart. `labels`: x labels; `series`: [{name, values}] (a `null` value is a gap:
+ * nothing measured); `limit`: an optional {name, value} drawn as a dashed line (a quota);
+ * `format`: how values read (axis, tooltips, data table). The figure has a title and a
+ * data table alternative (a visually hidden table) for screen readers.
  */
-export function lineChart({ title, labels, series }) {
+export function lineChart({ title, labels, series, limit = null, format = short }) {
   const width = 640;
   const height = 240;
-  const pad = { left: 48, right: 28, top: 16, bottom: 36 };
+  const pad = { left: 56, right: 28, top: 16, bottom: 36 };
   const innerW = width - pad.left - pad.right;
   const innerH = height - pad.top - pad.bottom;
-  const max = niceMax(Math.max(0, ...series.flatMap((s) => s.values)));
+  const measured = series.flatMap((s) => s.values).filter((v) => v !== null);
+  const highest = Math.max(0, ...measured);
+  // A limit far above the data would flatten it into the axis: then the legend says it.
+  const drawLimit = limit && (highest === 0 || limit.value <= 4 * highest);
+  const max = niceMax(Math.max(highest, drawLimit ? limit.value : 0));
   const x = (i) => pad.left + (labels.length <= 1 ? innerW / 2 : (i * innerW) / (labels.length - 1));
   const y = (v) => pad.top + innerH - (v / max) * innerH;
 
@@ -43,7 +49,7 @@ export function lineChart({ title, labels, series }) {
   for (let t = 0; t <= 4; t += 1) {
     const v = (max * t) / 4;
     root.append(svg("line", { x1: pad.left, x2: width - pad.right, y1: y(v), y2: y(v), class: "grid" }));
-    root.append(svg("text", { x: pad.left - 6, y: y(v) + 4, "text-anchor": "end", class: "axis" }, short(v)));
+    root.append(svg("text", { x: pad.left - 6, y: y(v) + 4, "text-anchor": "end", class: "axis" }, format(v)));
   }
   const every = Math.max(1, Math.ceil(labels.length / 7));
   labels.forEach((label, i) => {
@@ -51,19 +57,34 @@ export function lineChart({ title, labels, series }) {
       root.append(svg("text", { x: x(i), y: height - 12, "text-anchor": "middle", class: "axis" }, label));
     }
   });
+  if (drawLimit) {
+    root.append(svg("line", { x1: pad.left, x2: width - pad.right, y1: y(limit.value), y2: y(limit.value), class: "limit", "data-limit": limit.value }));
+    root.append(svg("text", { x: width - pad.right, y: y(limit.value) - 4, "text-anchor": "end", class: "axis" }, `${limit.name}: ${format(limit.value)}`));
+  }
   series.forEach((s, si) => {
     const color = COLORS[si % COLORS.length];
-    const points = s.values.map((v, i) => `${x(i)},${y(v)}`).join(" ");
-    root.append(svg("polyline", { points, fill: "none", stroke: color, "stroke-width": 2.5, class: "series", "data-series": s.name }));
+    // One line per run of measured values: a gap stays a gap.
+    let run = [];
+    const flush = () => {
+      if (run.length) root.append(svg("polyline", { points: run.join(" "), fill: "none", stroke: color, "stroke-width": 2.5, class: "series", "data-series": s.name }));
+      run = [];
+    };
     s.values.forEach((v, i) => {
+      if (v === null) {
+        flush();
+        return;
+      }
+      run.push(`${x(i)},${y(v)}`);
       const dot = svg("circle", { cx: x(i), cy: y(v), r: 3, fill: color });
-      dot.append(svg("title", {}, `${s.name}, ${labels[i]}: ${v}`));
+      dot.append(svg("title", {}, `${s.name}, ${labels[i]}: ${format(v)}`));
       root.append(dot);
     });
+    flush();
   });
 
   const figure = document.createElement("figure");
   figure.className = "chart-figure";
+  if (limit) figure.dataset.limit = String(limit.value);
   const caption = document.createElement("figcaption");
   caption.textContent = title;
   const legend = document.createElement("ul");
@@ -76,11 +97,18 @@ export function lineChart({ title, labels, series }) {
     li.append(swatch, ` ${s.name}`);
     legend.append(li);
   });
-  figure.append(caption, root, legend, dataTable(labels, series));
+  if (limit) {
+    const li = document.createElement("li");
+    const swatch = document.createElement("span");
+    swatch.className = "swatch limit";
+    li.append(swatch, ` ${limit.name} (${format(limit.value)}${drawLimit ? "" : ", far above this chart"})`);
+    legend.append(li);
+  }
+  figure.append(caption, root, legend, dataTable(labels, series, format));
   return figure;
 }
 
-function dataTable(labels, series) {
+function dataTable(labels, series, format) {
   const t = document.createElement("table");
   t.className = "visually-hidden";
   const head = t.createTHead().insertRow();
@@ -93,7 +121,12 @@ function dataTable(labels, series) {
   labels.forEach((label, i) => {
     const row = body.insertRow();
     row.insertCell().textContent = label;
-    for (const s of series) row.insertCell().textContent = String(s.values[i]);
+    for (const s of series) {
+      const cell = row.insertCell();
+      const v = s.values[i];
+      cell.textContent = v === null ? "not measured" : format(v);
+      if (v !== null) cell.dataset.value = String(v);
+    }
   });
   return t;
 }

@@ -11,9 +11,6 @@ import { session, refresh, refreshOrgs } from "./app.js";
 const org = () => session.org.slug;
 const enc = encodeURIComponent;
 
-/** Most databases the usage chart sums over (one usage question per database and day). */
-const ALL_DATABASES_CHART_LIMIT = 20;
-
 const EXPIRATIONS = [["1h", "1 hour"], ["1d", "1 day"], ["7d", "7 days"], ["30d", "30 days"], ["never", "Never"]];
 
 function page(title, ...children) {
@@ -65,7 +62,7 @@ function createDatabaseForm(groups, databases) {
   const copyFields = h("div", {},
     field("Copy from", from),
     field("As of (point in time, UTC)", timestamp,
-      "Optional. Point-in-time restore answers once the server's storage layer offers it; until then the server says it is not available."));
+      "Optional: the source as it was then, within its restorable window (shown on its page)."));
   const sync = () => {
     uploadField.hidden = source.value !== "upload";
     copyFields.hidden = source.value !== "copy";
@@ -153,7 +150,9 @@ export async function databasePage(name) {
     h("dt", {}, "Id"), h("dd", {}, h("code", {}, database.DbId)));
 
   const chart = h("div", {}, h("p", { class: "muted" }, "Loading usage…"));
-  dailyUsage([name], 14).then((series) => mount(chart, series)).catch((e) => mount(chart, errorBox(e)));
+  Promise.all([dailyHistory(name, 14), storageQuota()])
+    .then(([history, quota]) => mount(chart, historyCharts(history, name, quota)))
+    .catch((e) => mount(chart, errorBox(e)));
 
   return page(`Database ${name}`,
     h("p", {}, h("a", { href: "#/databases" }, "← All databases"),
@@ -167,17 +166,96 @@ export async function databasePage(name) {
       ["delete_protection", "Delete protection"],
     ], true),
     canChange ? tokenCard("Database tokens", `${base}/auth`, "database") : roleNote("member"),
-    canChange ? pointInTimeCard(name) : null,
+    backupsCard(database, base, canChange),
     canChange ? destroyCard(name, base) : null);
 }
 
-/** Where point-in-time restore goes: a copy of this database as of a time, via the create route. */
-function pointInTimeCard(name) {
-  return h("div", { class: "card" },
-    h("h2", {}, "Restore to a point in time"),
-    h("p", { class: "muted" },
-      "Create a new database as a copy of ", h("strong", {}, name),
-      " as of a time, from the databases page (Source: copy, with a time). The server answers once its storage layer keeps history."));
+/** A datetime-local input's value (UTC, to the second) for an RFC 3339 time. */
+function utcInputValue(iso) {
+  return new Date(iso).toISOString().slice(0, 19);
+}
+
+/** The RFC 3339 instant of a datetime-local value read as UTC. */
+function fromUtcInput(value) {
+  const d = new Date(`${value}Z`);
+  if (!value || Number.isNaN(d.getTime())) throw new Error("give a date and a time");
+  return d.toISOString();
+}
+
+function formatUtc(iso) {
+  return iso ? `${new Date(iso).toISOString().slice(0, 19).replace("T", " ")} UTC` : "—";
+}
+
+/**
+ * Backups and point-in-time restore: the restorable window for everyone who can read the
+ * database; restoring in place and copying as of a time for those who can change it.
+ */
+function backupsCard(database, base, canChange) {
+  const body = h("div", {}, h("p", { class: "muted" }, "Loading backups…"));
+  get(`${base}/backups`)
+    .then((backups) => mount(body, backupsView(database, base, backups, canChange)))
+    .catch((e) => mount(body, errorBox(e)));
+  return h("div", { class: "card", "aria-labelledby": "backups-title" },
+    h("h2", { id: "backups-title" }, "Backups and point-in-time restore"), body);
+}
+
+function backupsView(database, base, b, canChange) {
+  const name = database.Name;
+  const facts = h("dl", { class: "facts backups" },
+    h("dt", {}, "Restorable from"), h("dd", { "data-restorable-from": b.restorable_from || "" }, formatUtc(b.restorable_from)),
+    h("dt", {}, "Restorable until"), h("dd", { "data-restorable-until": b.restorable_until || "" }, formatUtc(b.restorable_until)),
+    h("dt", {}, "Retention"), h("dd", {}, b.retention_days ? `${b.retention_days} days` : "everything is kept"),
+    h("dt", {}, "Durability"), h("dd", {}, b.durability === "sync"
+      ? "sync: a commit waits for object storage"
+      : `lag: ${b.lag.commits} commits (${b.lag.seconds} s) not yet in object storage`),
+    h("dt", {}, "In object storage"), h("dd", {}, formatBytes(b.stored_bytes)));
+  const failing = b.last_error ? errorBox(new Error(`Shipping to object storage fails: ${b.last_error}`)) : null;
+  const generations = table([
+    ["Started", (g) => formatUtc(g.created_at)],
+    ["First frame", (g) => String(g.start_frame_no)],
+    ["Snapshot", (g) => formatBytes(g.snapshot_bytes)],
+  ], b.generations, { caption: "Generations: a snapshot and the log after it", empty: "Nothing in object storage yet." });
+  if (!canChange) return [facts, failing, generations, roleNote("member")];
+
+  const defaultTime = b.restorable_until ? utcInputValue(b.restorable_until) : "";
+  const span = b.restorable_from
+    ? `Between ${formatUtc(b.restorable_from)} and ${formatUtc(b.restorable_until)}.`
+    : "Nothing is restorable yet.";
+  const restoreAt = h("input", { type: "datetime-local", name: "restore_at", step: 1, required: true, value: defaultTime });
+  const restore = form({ class: "inline" }, [
+    field("Restore in place to (UTC)", restoreAt, `${span} Replaces the data for every client; restoring to a time before the restore undoes it.`),
+    h("button", { type: "submit", class: "danger" }, "Restore in place"),
+  ], async () => {
+    const timestamp = fromUtcInput(restoreAt.value);
+    const ok = await confirmDialog({
+      title: `Restore ${name} to ${formatUtc(timestamp)}?`,
+      message: "Every client sees the database as it was then; what was written since is undone (and stays restorable).",
+      action: "Restore",
+      danger: true,
+      typeToConfirm: name,
+    });
+    if (!ok) return;
+    const { restored_to } = await post(`${base}/restore`, { timestamp });
+    toast(`Database ${name} restored to ${formatUtc(restored_to)}.`);
+    refresh();
+  });
+  const copyName = h("input", { name: "copy_name", required: true, autocomplete: "off" });
+  const copyAt = h("input", { type: "datetime-local", name: "copy_at", step: 1, required: true, value: defaultTime });
+  const copy = form({ class: "inline" }, [
+    field("New database", copyName),
+    field("As of (UTC)", copyAt),
+    h("button", { type: "submit" }, "Copy as of this time"),
+  ], async () => {
+    const body = {
+      name: copyName.value.trim(),
+      group: database.group,
+      seed: { type: "database", name, timestamp: fromUtcInput(copyAt.value) },
+    };
+    await post(orgPath(org(), "/databases"), body);
+    toast(`Database ${body.name} created as ${name} was at ${formatUtc(body.seed.timestamp)}.`);
+    location.hash = `#/databases/${enc(body.name)}`;
+  });
+  return [facts, failing, generations, h("h3", {}, "Restore in place"), restore, h("h3", {}, "Copy into a new database"), copy];
 }
 
 function destroyCard(name, base) {
@@ -344,33 +422,47 @@ function utcDay(d) {
 }
 
 /**
- * Rows read and written per day over the last `days` days (UTC), summed over `names`:
- * one usage question per database and day (the API keeps hourly buckets and answers any
- * period).
+ * The last `days` days (UTC) of a database (`name`) or of the whole organization (`null`),
+ * day by day: one question, with the usage routes' `granularity` extension.
  */
-async function dailyUsage(names, days) {
+async function dailyHistory(name, days) {
   const today = utcDay(new Date());
-  const starts = Array.from({ length: days }, (_, i) => new Date(today.getTime() - (days - 1 - i) * 86400000));
-  const read = new Array(days).fill(0);
-  const written = new Array(days).fill(0);
-  const questions = names.flatMap((name) => starts.map((start, i) => async () => {
-    const end = new Date(start.getTime() + 86400000);
-    const q = new URLSearchParams({ from: start.toISOString(), to: end.toISOString() });
-    const { database } = await get(orgPath(org(), `/databases/${enc(name)}/usage?${q}`));
-    read[i] += database.usage.rows_read;
-    written[i] += database.usage.rows_written;
-  }));
-  // A few at a time: each question makes the server collect from its nodes first.
-  const workers = Array.from({ length: Math.min(6, questions.length) }, async () => {
-    while (questions.length) await questions.shift()();
+  const from = new Date(today.getTime() - (days - 1) * 86400000);
+  const to = new Date(today.getTime() + 86400000);
+  const q = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), granularity: "day" });
+  if (name) return (await get(orgPath(org(), `/databases/${enc(name)}/usage?${q}`))).database.history;
+  return (await get(orgPath(org(), `/usage?${q}`))).organization.history;
+}
+
+/** The storage quota of the current organization's plan (null: unlimited or unknown). */
+async function storageQuota() {
+  const { plans } = await get("/v1/plans");
+  const plan = plans.find((p) => p.name === session.org.plan_id);
+  return (plan && plan.quotas.storage) || null;
+}
+
+/** Charts of a daily history: rows read and written, and storage against the plan's quota. */
+function historyCharts(history, subject, quota) {
+  const labels = history.map((i) => {
+    const d = new Date(i.start);
+    return `${d.getUTCMonth() + 1}/${d.getUTCDate()}`;
   });
-  await Promise.all(workers);
-  const labels = starts.map((d) => `${d.getUTCMonth() + 1}/${d.getUTCDate()}`);
-  return lineChart({
-    title: `Rows read and written per day (UTC), ${names.length === 1 ? names[0] : `${names.length} databases`}`,
-    labels,
-    series: [{ name: "Rows read", values: read }, { name: "Rows written", values: written }],
-  });
+  return h("div", { class: "charts" },
+    lineChart({
+      title: `Rows read and written per day (UTC), ${subject}`,
+      labels,
+      series: [
+        { name: "Rows read", values: history.map((i) => i.rows_read) },
+        { name: "Rows written", values: history.map((i) => i.rows_written) },
+      ],
+    }),
+    lineChart({
+      title: `Storage per day (UTC, largest size measured), ${subject}`,
+      labels,
+      series: [{ name: "Storage", values: history.map((i) => i.storage_bytes) }],
+      limit: quota ? { name: "Plan's storage quota", value: quota } : null,
+      format: formatBytes,
+    }));
 }
 
 export async function usagePage() {
@@ -403,20 +495,17 @@ export async function usagePage() {
   });
 
   const chartBox = h("div", {});
-  // Summing every database costs one question per database and day: offered up to 20.
-  const summable = databases.length <= ALL_DATABASES_CHART_LIMIT;
-  const choices = [
-    ...(summable ? [["", `All databases (${databases.length})`]] : []),
+  const which = select([
+    ["", `The whole organization (${databases.length} databases)`],
     ...databases.map((d) => [d.Name, d.Name]),
-  ];
-  const which = select(choices, { name: "database" });
+  ], { name: "database" });
   const days = select([["7", "7 days"], ["14", "14 days"], ["30", "30 days"]], { name: "days" });
   days.value = "14";
   const draw = async () => {
     mount(chartBox, h("p", { class: "muted" }, "Loading…"));
-    const names = which.value ? [which.value] : databases.map((d) => d.Name);
     try {
-      mount(chartBox, names.length ? await dailyUsage(names, Number(days.value)) : h("p", { class: "muted" }, "No databases yet."));
+      const history = await dailyHistory(which.value || null, Number(days.value));
+      mount(chartBox, historyCharts(history, which.value || `all of ${session.org.name}`, quotas.storage_bytes));
     } catch (e) {
       mount(chartBox, errorBox(e));
     }
@@ -432,7 +521,7 @@ export async function usagePage() {
       h("h2", {}, "Over time"),
       h("div", { class: "row" }, field("Database", which), field("Period", days)),
       chartBox,
-      h("p", { class: "muted" }, "Storage is measured now, not kept as history: see the bars below.")),
+      h("p", { class: "muted" }, "Storage is sampled every hour (and after writes) and kept for 90 days; a day shows its largest size. The bars below are the sizes now.")),
     h("div", { class: "card" }, storageBars, perDatabase));
 }
 
@@ -601,13 +690,23 @@ export async function auditPage() {
   const code = h("input", { name: "code", placeholder: "e.g. db-create", autocomplete: "off", list: "audit-codes" });
   const author = h("input", { name: "author", autocomplete: "off" });
   const origin = select([["", "any"], ["web", "web"], ["cli", "cli"], ["api", "api"]], { name: "origin" });
+  const from = h("input", { type: "datetime-local", name: "from", step: 1 });
+  const to = h("input", { type: "datetime-local", name: "to", step: 1 });
   const codes = h("datalist", { id: "audit-codes" });
-  let entries = [];
-  let pagination = null;
-  const render = () => {
-    const shown = entries.filter((e) => (!code.value || e.code.includes(code.value.trim()))
-      && (!author.value || e.author.includes(author.value.trim()))
-      && (!origin.value || e.origin === origin.value));
+  const known = new Set();
+  // The server filters (the audit-log route's filters, an Atoll extension): exact code,
+  // author and origin, and a time range; pages count the matching entries.
+  const load = async () => {
+    const q = new URLSearchParams({ page: state.page, page_size: 100 });
+    if (code.value.trim()) q.set("code", code.value.trim());
+    if (author.value.trim()) q.set("author", author.value.trim());
+    if (origin.value) q.set("origin", origin.value);
+    if (from.value) q.set("from", fromUtcInput(from.value));
+    if (to.value) q.set("to", fromUtcInput(to.value));
+    const { audit_logs: entries, pagination } = await get(orgPath(org(), `/audit-logs?${q}`));
+    for (const e of entries) known.add(e.code);
+    mount(codes, [...known].sort().map((c) => h("option", { value: c })));
+    const filtered = [...q.keys()].some((k) => k !== "page" && k !== "page_size");
     mount(box,
       table([
         ["When", (e) => formatDate(e.created_at)],
@@ -615,28 +714,33 @@ export async function auditPage() {
         ["Message", (e) => e.message],
         ["Author", (e) => e.author],
         ["Origin", (e) => e.origin],
-      ], shown, { caption: "Audit log entries", empty: "No entries match." }),
+      ], entries, { caption: "Audit log entries", empty: "No entries match." }),
       h("div", { class: "actions" },
-        h("span", { class: "muted" }, `Page ${pagination.page} of ${Math.max(1, pagination.total_pages)} (${pagination.total_rows} entries; filters apply to this page)`),
-        state.page > 1 ? actionButton("Newer", async () => { state.page -= 1; await load(); }) : null,
-        state.page < pagination.total_pages ? actionButton("Older", async () => { state.page += 1; await load(); }) : null));
+        h("span", { class: "muted", "data-total": pagination.total_rows },
+          `Page ${pagination.page} of ${Math.max(1, pagination.total_pages)} (${pagination.total_rows} ${filtered ? "matching " : ""}entries)`),
+        state.page > 1 ? actionButton("Newer", async () => { state.page -= 1; await reload(); }) : null,
+        state.page < pagination.total_pages ? actionButton("Older", async () => { state.page += 1; await reload(); }) : null));
   };
-  const load = async () => {
-    const q = new URLSearchParams({ page: state.page, page_size: 100 });
-    const answer = await get(orgPath(org(), `/audit-logs?${q}`));
-    entries = answer.audit_logs;
-    pagination = answer.pagination;
-    mount(codes, [...new Set(entries.map((e) => e.code))].map((c) => h("option", { value: c })));
-    render();
+  const reload = async () => {
+    try {
+      await load();
+    } catch (e) {
+      mount(box, errorBox(e));
+    }
   };
-  for (const input of [code, author, origin]) input.addEventListener("input", render);
-  try {
-    await load();
-  } catch (e) {
-    mount(box, errorBox(e));
-  }
+  // Typing waits for a pause before asking; a choice asks at once. Back to page 1 either way.
+  let timer = null;
+  const changed = (delay) => () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => { state.page = 1; reload(); }, delay);
+  };
+  for (const input of [code, author, from, to]) input.addEventListener("input", changed(300));
+  for (const input of [origin, from, to]) input.addEventListener("change", changed(0));
+  await reload();
   return page("Audit log",
-    h("div", { class: "row filters" }, field("Code", code), field("Author", author), field("Origin", origin), codes),
+    h("div", { class: "row filters" },
+      field("Code", code), field("Author", author), field("Origin", origin),
+      field("From (UTC)", from), field("Until (UTC)", to), codes),
     box);
 }
 

@@ -11,6 +11,7 @@ mod groups;
 mod health;
 mod instances;
 mod invites;
+mod jwks;
 mod locations;
 mod members;
 mod organization_tokens;

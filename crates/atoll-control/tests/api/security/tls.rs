@@ -364,3 +364,165 @@ async fn a_server_does_not_start_on_unusable_certificate_files() {
     let missing = ServerTls::from_files(&files.dir.join("absent.pem"), &files.key()).unwrap_err();
     assert!(missing.to_string().contains("absent.pem"), "{missing}");
 }
+
+/// A client trusting the server's certificate and presenting `identity_pem` (certificate
+/// and private key, PEM) as its own.
+fn client_with_identity(server: &TestCertificate, identity_pem: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(server.certificate_pem.as_bytes()).unwrap(),
+        )
+        .identity(reqwest::Identity::from_pem(identity_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// Runs `sql` on the database at `url` with no token: the TLS client certificate is the
+/// credential. Answers the HTTP status and the first result.
+async fn with_certificate(client: &reqwest::Client, url: &str, sql: &str) -> (u16, Value) {
+    let response = client
+        .post(format!("{url}v2/pipeline"))
+        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]}))
+        .send()
+        .await
+        .expect("pipeline over https");
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// Issues a client certificate through the API: (certificate + key PEM, the answer).
+async fn issue(app: &TestApp, prefix: &str, db: &str, query: &str) -> (String, Value) {
+    let issued = app
+        .post(
+            &format!("{prefix}/databases/{db}/auth/certificates{query}"),
+            &app.admin_token,
+            json!({}),
+        )
+        .await
+        .expect(200);
+    let identity = format!(
+        "{}{}",
+        issued["certificate"].as_str().unwrap(),
+        issued["private_key"].as_str().unwrap()
+    );
+    (identity, issued)
+}
+
+#[tokio::test]
+async fn client_certificates_stand_in_for_tokens_for_their_database_only() {
+    let certificate = TestCertificate::generate();
+    let files = CertificateFiles::new(&certificate);
+    let Some(app) = start(&files, &certificate).await else {
+        return;
+    };
+    let (url_a, _) = database(&app, "cert-a").await;
+    let (url_b, _) = database(&app, "cert-b").await;
+
+    let (identity, issued) = issue(&app, "/v1", "cert-a", "").await;
+    assert_eq!(issued["authorization"], "full-access");
+    assert!(issued["ca_certificate"]
+        .as_str()
+        .unwrap()
+        .contains("BEGIN CERTIFICATE"));
+    let client = client_with_identity(&certificate, &identity);
+    let (status, body) = with_certificate(&client, &url_a, "CREATE TABLE t (x)").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["type"], "ok", "{body}");
+    let (status, _) = with_certificate(&client, &url_a, "INSERT INTO t VALUES (1)").await;
+    assert_eq!(status, 200);
+    // Another database of the same organization: not this certificate's (404, as a token
+    // of another database).
+    let (status, _) = with_certificate(&client, &url_b, "SELECT 1").await;
+    assert_eq!(status, 404);
+    // Without a certificate or a token: 401, as before.
+    let (status, _) = with_certificate(&certificate.client(), &url_a, "SELECT 1").await;
+    assert_eq!(status, 401);
+
+    // Read-only: reads, cannot write.
+    let (read_only, _) = issue(&app, "/v1", "cert-a", "?authorization=read-only").await;
+    let reader = client_with_identity(&certificate, &read_only);
+    let (status, body) = with_certificate(&reader, &url_a, "SELECT count(*) FROM t").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"], "1",
+        "{body}"
+    );
+    let (status, _) = with_certificate(&reader, &url_a, "INSERT INTO t VALUES (2)").await;
+    assert_eq!(status, 403);
+
+    // Expired.
+    let (short, _) = issue(&app, "/v1", "cert-a", "?expiration=1s").await;
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let (status, body) = with_certificate(
+        &client_with_identity(&certificate, &short),
+        &url_a,
+        "SELECT 1",
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.to_string().contains("expired"), "{body}");
+
+    // Issued by another organization's CA (for a database of that organization).
+    let team = app.team(&app.admin_token, "certs-elsewhere").await;
+    app.group(&team, &app.admin_token, "g1").await;
+    app.database(
+        &format!("/v1/organizations/{team}"),
+        &app.admin_token,
+        "far",
+        "g1",
+    )
+    .await;
+    let (foreign, _) = issue(&app, &format!("/v1/organizations/{team}"), "far", "").await;
+    let (status, body) = with_certificate(
+        &client_with_identity(&certificate, &foreign),
+        &url_a,
+        "SELECT 1",
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+
+    // Self-signed, whatever it names.
+    let forged =
+        rcgen::generate_simple_self_signed(vec!["rw.key.cert-a.db.atoll.invalid".into()]).unwrap();
+    let forged = format!("{}{}", forged.cert.pem(), forged.key_pair.serialize_pem());
+    let (status, _) = with_certificate(
+        &client_with_identity(&certificate, &forged),
+        &url_a,
+        "SELECT 1",
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    // Certificates live at most 30 days and never forever.
+    for query in ["?expiration=never", "?expiration=31d", "?expiration=soon"] {
+        let reply = app
+            .post(
+                &format!("/v1/databases/cert-a/auth/certificates{query}"),
+                &app.admin_token,
+                json!({}),
+            )
+            .await;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.body);
+    }
+
+    // Rotating the database's credentials ends its certificates too.
+    app.post(
+        "/v1/databases/cert-a/auth/rotate",
+        &app.admin_token,
+        json!({}),
+    )
+    .await
+    .expect(200);
+    let (status, _) = with_certificate(&client, &url_a, "SELECT 1").await;
+    assert_ne!(status, 200);
+    let (fresh, _) = issue(&app, "/v1", "cert-a", "").await;
+    let (status, _) = with_certificate(
+        &client_with_identity(&certificate, &fresh),
+        &url_a,
+        "SELECT 1",
+    )
+    .await;
+    assert_eq!(status, 200);
+}

@@ -1,0 +1,261 @@
+//! Moving databases between nodes, and draining a node (docs/STORAGE.md, "Moves and
+//! drains"): the control plane's half of `atoll_data::moves`.
+//!
+//! A move is hand-over (old holder: writes stop, everything committed is stored), adopt
+//! (new holder: rebuilt from object storage up to that frame, not serving), the store's
+//! placement flipped in one conditional update, resume (new holder serves), release (old
+//! copy removed, its history kept). Until the flip, any failure resumes the old holder;
+//! after it, the move is done and the reconciler finishes a resume or release that failed
+//! (a handed-over copy the store places elsewhere is released, one it places here is
+//! resumed, once older than `atoll_data::moves::MOVE_TIMEOUT`).
+
+use crate::data_plane::{database_config, send, DataPlane};
+use crate::error::ApiError;
+use atoll_meta::{Database, DatabaseState, Store};
+use atoll_types::node as wire;
+use atoll_types::nodes::{DrainReport, FailedMove, MovedDatabase};
+use atoll_types::ErrorCode;
+
+impl DataPlane {
+    /// Moves database `db` from the node that holds it to node `to`, losing no
+    /// acknowledged write: nothing commits on the old holder after its hand-over.
+    pub async fn move_database(
+        &self,
+        store: &Store,
+        db: &Database,
+        to: &str,
+    ) -> Result<(), ApiError> {
+        let DataPlane::Remote { .. } = self else {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidRequest,
+                "this server runs one data node in process (atoll dev): there is nowhere to move a database".into(),
+            ));
+        };
+        let from = db.node.clone();
+        if from == to {
+            return Ok(());
+        }
+        let id = db.id.as_str();
+        let group = store
+            .group_by_id(&db.group_id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("database {id} has no group")))?;
+        let org = store
+            .org_by_id(&db.org_id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("database {id} has no organization")))?;
+
+        let handed: wire::HandedOver = send(self.order(
+            reqwest::Method::POST,
+            &from,
+            &format!("/v1/databases/{id}/hand-over"),
+        )?)
+        .await?;
+        let adopt = wire::AdoptDatabase {
+            config: database_config(store, db, &group, &org).await?,
+            frame_no: handed.frame_no,
+            // A copy an earlier, failed attempt of this move left on `to` (the store
+            // places the database on `from`, so nothing else put it there).
+            replace: true,
+        };
+        let adopted = async {
+            send::<wire::HandedOver>(
+                self.order(
+                    reqwest::Method::POST,
+                    to,
+                    &format!("/v1/databases/{id}/adopt"),
+                )?
+                .json(&adopt),
+            )
+            .await
+        }
+        .await;
+        if let Err(e) = adopted {
+            self.resume_or_leave(&from, id).await;
+            return Err(e);
+        }
+        if !store.place_database(id, &from, to).await? {
+            // Someone else moved or deleted it meanwhile: this move is void.
+            self.release_or_leave(to, id).await;
+            self.resume_or_leave(&from, id).await;
+            return Err(ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!("database {id} changed place during the move; nothing was moved"),
+            ));
+        }
+        // The move is done in the store. The new holder gets the configuration of the
+        // version the flip made, then serves; the old copy goes.
+        if let Some(moved) = store.database_by_id(id).await? {
+            let config = database_config(store, &moved, &group, &org).await?;
+            if let Err(e) = self.configure(to, config).await {
+                tracing::warn!(database = %id, node = %to, error = %e, "moved database not configured yet: the reconciler will");
+            }
+        }
+        self.resume_or_leave(to, id).await;
+        self.release_or_leave(&from, id).await;
+        tracing::info!(database = %id, from = %from, to = %to, frame_no = handed.frame_no, "database moved");
+        Ok(())
+    }
+
+    async fn resume_or_leave(&self, node: &str, id: &str) {
+        let path = format!("/v1/databases/{id}/resume");
+        let result = async {
+            send::<serde_json::Value>(self.order(reqwest::Method::POST, node, &path)?).await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(database = %id, node = %node, error = %e, "cannot resume a handed-over database yet: the reconciler will");
+            crate::reconciler::request_pass();
+        }
+    }
+
+    async fn release_or_leave(&self, node: &str, id: &str) {
+        let path = format!("/v1/databases/{id}/release");
+        let result = async {
+            send::<serde_json::Value>(self.order(reqwest::Method::POST, node, &path)?).await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(database = %id, node = %node, error = %e, "cannot release a handed-over copy yet: the reconciler will");
+            crate::reconciler::request_pass();
+        }
+    }
+
+    /// Drains node `name`: it takes no new databases, and every database it holds moves to
+    /// the least-loaded other node of its location, one at a time. A database that cannot
+    /// move now is reported and stays; draining again retries it.
+    pub async fn drain(&self, store: &Store, name: &str) -> Result<DrainReport, ApiError> {
+        if self.is_in_process() {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidRequest,
+                "this server runs one data node in process (atoll dev): it is never drained".into(),
+            ));
+        }
+        let record = store
+            .nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| {
+                ApiError::NotFound(
+                    ErrorCode::RouteNotFound,
+                    format!("no data node is named {name}"),
+                )
+            })?;
+        store.set_node_draining(name, true).await?;
+        let mut report = DrainReport {
+            node: name.to_string(),
+            moved: Vec::new(),
+            failed: Vec::new(),
+        };
+        for db in store.databases_on_node(name).await? {
+            if db.state == DatabaseState::Creating {
+                report.failed.push(FailedMove {
+                    id: db.id.clone(),
+                    name: db.name.clone(),
+                    error: "being created; drain again once it is".into(),
+                });
+                continue;
+            }
+            let to = match self.place_except(store, &record.location, Some(name)).await {
+                Ok(to) => to,
+                Err(e) => {
+                    report.failed.push(FailedMove {
+                        id: db.id.clone(),
+                        name: db.name.clone(),
+                        error: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            match self.move_database(store, &db, &to).await {
+                Ok(()) => report.moved.push(MovedDatabase {
+                    id: db.id.clone(),
+                    name: db.name.clone(),
+                    to,
+                }),
+                Err(e) => report.failed.push(FailedMove {
+                    id: db.id.clone(),
+                    name: db.name.clone(),
+                    error: e.to_string(),
+                }),
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl DataPlane {
+    /// A deleted database whose node is down (no heartbeat, no contact) is rebuilt from
+    /// object storage on another node of its location before it is restored, so a
+    /// restore does not depend on a node that may never come back. Safe without a
+    /// hand-over: a deleted database takes no writes on its old node, and if that node
+    /// returns, the reconciler quarantines its copy (the store places it elsewhere).
+    /// Answers the database as the store now places it.
+    pub async fn relocate_from_lost_node(
+        &self,
+        store: &Store,
+        db: Database,
+    ) -> Result<Database, ApiError> {
+        if self.is_in_process() || db.deleted_at.is_none() {
+            return Ok(db);
+        }
+        let now = atoll_meta::now_millis();
+        let alive = store
+            .nodes()
+            .await?
+            .iter()
+            .any(|n| n.name == db.node && n.is_healthy(now));
+        if alive {
+            return Ok(db);
+        }
+        let to = self
+            .place_except(store, &db.location, Some(&db.node))
+            .await?;
+        let id = db.id.as_str();
+        let group = store
+            .group_by_id(&db.group_id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("database {id} has no group")))?;
+        let org = store
+            .org_by_id(&db.org_id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("database {id} has no organization")))?;
+        let adopt = wire::AdoptDatabase {
+            config: database_config(store, &db, &group, &org).await?,
+            frame_no: 0,
+            replace: false,
+        };
+        let adopted = async {
+            send::<wire::HandedOver>(
+                self.order(
+                    reqwest::Method::POST,
+                    &to,
+                    &format!("/v1/databases/{id}/adopt"),
+                )?
+                .json(&adopt),
+            )
+            .await
+        }
+        .await;
+        if let Err(e) = adopted {
+            return Err(ApiError::NodeUnavailable(format!(
+                "the node that held database {} ({}) is down, and rebuilding it from object storage on node {to} failed: {e}",
+                db.name, db.node
+            )));
+        }
+        if !store.place_database(id, &db.node, &to).await? {
+            self.release_or_leave(&to, id).await;
+            return Err(ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!("database {id} changed place meanwhile; try again"),
+            ));
+        }
+        self.resume_or_leave(&to, id).await;
+        tracing::warn!(database = %id, from = %db.node, to = %to, "deleted database rebuilt from object storage away from its lost node");
+        store
+            .database_by_id(id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("database {id} vanished")))
+    }
+}

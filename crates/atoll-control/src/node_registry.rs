@@ -1,0 +1,162 @@
+//! Nodes that register themselves (docs/STORAGE.md, "The reconciler", rule 2).
+//!
+//! An `atoll node` started with `--control-plane` sends a heartbeat every
+//! [`wire::HEARTBEAT_INTERVAL_SECS`] to `POST /v1/internal/nodes/heartbeat` with the node
+//! secret: name, location, URLs, capacity. Whichever replica answers records it in the
+//! store, where every replica finds it ([`DataPlane::refresh_nodes`]); `--node` on
+//! `atoll serve` becomes a list of bootstrap addresses. The same nodes ask
+//! `GET /v1/internal/routes/{label}` which node holds a database they were asked for and do
+//! not hold, to forward the request there (stable endpoints, rule 7).
+
+use crate::data_plane::{read, DataPlane, RemoteNode};
+use crate::error::ApiError;
+use atoll_meta::Store;
+use atoll_types::node as wire;
+use atoll_types::ErrorCode;
+use sha2::Digest;
+use subtle::ConstantTimeEq;
+
+impl DataPlane {
+    /// Whether the data node runs inside this process (`atoll dev`).
+    pub fn is_in_process(&self) -> bool {
+        matches!(self, DataPlane::InProcess { .. })
+    }
+
+    /// Whether `presented` is the node secret (compared in constant time). The in-process
+    /// data plane of `atoll dev` has no remote nodes and accepts none.
+    pub fn accepts_node_secret(&self, presented: &str) -> bool {
+        match self {
+            DataPlane::Remote { secret_digest, .. } => {
+                let digest: [u8; 32] = sha2::Sha256::digest(presented.as_bytes()).into();
+                bool::from(digest.ct_eq(secret_digest))
+            }
+            DataPlane::InProcess { .. } => false,
+        }
+    }
+
+    /// Records a node's heartbeat in the store and in this replica's list of nodes.
+    pub async fn heartbeat(
+        &self,
+        store: &Store,
+        beat: wire::Heartbeat,
+    ) -> Result<wire::HeartbeatAccepted, ApiError> {
+        let DataPlane::Remote { nodes, .. } = self else {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidRequest,
+                "this server runs its data node in process (atoll dev): nodes register with atoll serve".into(),
+            ));
+        };
+        atoll_types::names::validate_resource_name("node", &beat.info.name)
+            .map_err(|e| ApiError::Invalid(ErrorCode::InvalidRequest, e))?;
+        atoll_types::names::validate_resource_name("location", &beat.info.location)
+            .map_err(|e| ApiError::Invalid(ErrorCode::InvalidRequest, e))?;
+        for (what, url) in [
+            ("admin_url", &beat.admin_url),
+            ("http_url", &beat.info.http_url),
+        ]
+        .into_iter()
+        .chain((!beat.info.direct_url.is_empty()).then_some(("direct_url", &beat.info.direct_url)))
+        {
+            let parsed = reqwest::Url::parse(url).map_err(|e| {
+                ApiError::Invalid(ErrorCode::InvalidRequest, format!("{what}: {e}"))
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ApiError::Invalid(
+                    ErrorCode::InvalidRequest,
+                    format!("{what} must be an http:// or https:// URL"),
+                ));
+            }
+        }
+        let admin_url = beat.admin_url.trim_end_matches('/').to_string();
+        let record = store
+            .node_heartbeat(
+                atoll_meta::NodeHeartbeat {
+                    name: beat.info.name.clone(),
+                    location: beat.info.location.clone(),
+                    admin_url: admin_url.clone(),
+                    http_url: beat.info.http_url.clone(),
+                    direct_url: beat.info.direct_url.clone(),
+                    hostname_suffix: beat.info.hostname_suffix.clone(),
+                    capacity: i64::try_from(beat.capacity).unwrap_or(i64::MAX),
+                },
+                atoll_meta::now_millis(),
+            )
+            .await?;
+        let remote = RemoteNode {
+            admin_url,
+            info: beat.info,
+        };
+        let is_new = {
+            let mut nodes = nodes.write().unwrap_or_else(|p| p.into_inner());
+            match nodes.iter_mut().find(|n| n.info.name == remote.info.name) {
+                Some(known) => {
+                    *known = remote;
+                    false
+                }
+                None => {
+                    nodes.push(remote);
+                    true
+                }
+            }
+        };
+        if is_new {
+            tracing::info!(node = %record.as_ref().map_or("", |r| r.name.as_str()), "data node registered");
+            // Whatever the store wants of it (configurations, deletes) is done now.
+            crate::reconciler::request_pass();
+        }
+        Ok(wire::HeartbeatAccepted {
+            store_id: store.store_id().await?,
+        })
+    }
+
+    /// Adds the nodes other replicas recorded (registered ones, or reached with their
+    /// `--node`) to this replica's list, and refreshes the addresses of known ones.
+    pub async fn refresh_nodes(&self, store: &Store) -> Result<(), ApiError> {
+        let DataPlane::Remote { nodes, .. } = self else {
+            return Ok(());
+        };
+        let records = store.nodes().await?;
+        let mut nodes = nodes.write().unwrap_or_else(|p| p.into_inner());
+        for record in records {
+            let fresh = RemoteNode::from_record(&record);
+            match nodes.iter_mut().find(|n| n.info.name == record.name) {
+                Some(known) => {
+                    known.admin_url = fresh.admin_url;
+                    known.info.http_url = fresh.info.http_url;
+                    known.info.direct_url = fresh.info.direct_url;
+                    known.info.hostname_suffix = fresh.info.hostname_suffix;
+                    known.info.location = fresh.info.location;
+                }
+                None => nodes.push(fresh),
+            }
+        }
+        Ok(())
+    }
+
+    /// Where a node forwards a request for the database with hostname label `label`.
+    pub async fn route(&self, store: &Store, label: &str) -> Result<wire::DatabaseRoute, ApiError> {
+        let not_found = || {
+            ApiError::NotFound(
+                ErrorCode::DatabaseNotFound,
+                format!("no database has the hostname label {label}"),
+            )
+        };
+        let node = store.node_of_label(label).await?.ok_or_else(not_found)?;
+        let DataPlane::Remote { nodes, .. } = self else {
+            return Err(not_found());
+        };
+        let url = read(nodes).iter().find(|n| n.info.name == node).map(|n| {
+            if n.info.direct_url.is_empty() {
+                n.info.http_url.clone()
+            } else {
+                n.info.direct_url.clone()
+            }
+        });
+        match url {
+            Some(url) => Ok(wire::DatabaseRoute { node, url }),
+            None => Err(ApiError::NodeUnavailable(format!(
+                "data node {node} is not known to this replica yet"
+            ))),
+        }
+    }
+}

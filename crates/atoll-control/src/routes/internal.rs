@@ -1,0 +1,51 @@
+//! The data nodes' own calls to the control plane, `/v1/internal/…`, authenticated with the
+//! node secret ([`NodeCaller`]); see `crate::node_registry`.
+
+use super::Route;
+use crate::auth::node::NodeCaller;
+use crate::auth::Action;
+use crate::body::LenientJson;
+use crate::error::ApiResult;
+use crate::server::AppState;
+use atoll_types::node::{DatabaseRoute, Heartbeat, HeartbeatAccepted};
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::Json;
+
+pub fn routes() -> Vec<Route> {
+    vec![
+        Route::new(
+            Method::POST,
+            "/v1/internal/nodes/heartbeat",
+            Action::NodeHeartbeat,
+            "A data node registers itself and says it is alive (node secret)",
+            heartbeat,
+        )
+        .request::<Heartbeat>()
+        .response::<HeartbeatAccepted>(),
+        Route::new(
+            Method::GET,
+            "/v1/internal/routes/{label}",
+            Action::ResolveDatabaseRoute,
+            "Which node holds the database with this hostname label, for a node forwarding a request (node secret)",
+            route,
+        )
+        .response::<DatabaseRoute>(),
+    ]
+}
+
+async fn heartbeat(
+    State(state): State<AppState>,
+    _node: NodeCaller,
+    LenientJson(beat): LenientJson<Heartbeat>,
+) -> ApiResult<Json<HeartbeatAccepted>> {
+    Ok(Json(state.data_plane.heartbeat(&state.store, beat).await?))
+}
+
+async fn route(
+    State(state): State<AppState>,
+    _node: NodeCaller,
+    Path(label): Path<String>,
+) -> ApiResult<Json<DatabaseRoute>> {
+    Ok(Json(state.data_plane.route(&state.store, &label).await?))
+}

@@ -1,0 +1,198 @@
+//! The HTTP protocol of libSQL's synced databases: `GET /info`, `GET /export/{generation}`
+//! and `GET /sync/{generation}/{start}/{end}`, as the Rust `libsql` crate calls them for
+//! `Builder::new_synced_database`, and for `Builder::new_remote_replica` whenever `/info`
+//! answers (its default "auto" protocol probes it). `docs/DATA-PLANE.md` describes the
+//! mapping; in short:
+//!
+//! - A client's *generation* is the file it started from plus the frames after it, which
+//!   it numbers 1, 2, 3… A generation here is named by the frame of Atoll's log it starts
+//!   at: generation `g ≥ 2` is the database as of global frame `g − 2`, and its frame `k`
+//!   is global frame `g − 2 + k`. Generation 1 is kept for what it always was on Atoll:
+//!   `GET /export/1` is a consistent copy of the live file (tools that hard-code it keep
+//!   working); it is not a generation anyone can sync from.
+//! - `GET /info` answers the newest generation (after waiting, bounded, for commits made
+//!   before the request to be stored), `GET /export/{g}` rebuilds that state from the log
+//!   in object storage, and pulls serve the frames after it. A client stays in its
+//!   generation for good: the log never rewinds (a restore in place is new frames), so
+//!   there is never a reason to send it to another one.
+//! - "Nothing newer" is what libSQL's client expects: 400 with `{"generation": g}` (its
+//!   own generation, which tells it to stop). Other refusals use other statuses and
+//!   `{"error": …}`, which the client reports as they are.
+//! - Pushing frames (offline writes) is refused with 409: page images written elsewhere
+//!   cannot be merged into a database other clients write through SQL. Clients that write
+//!   do so through the server (`remote_writes(true)`, and `new_remote_replica`).
+
+use super::log::{self, Frames};
+use crate::auth::DbRequest;
+use crate::error::DataError;
+use crate::storage::segment::Frame;
+use crate::DataPlaneState;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Generation 1: the live file, as `GET /export/1` always answered.
+pub const LIVE_GENERATION: u64 = 1;
+
+/// The most frames one pull answers (libSQL asks for 128); a larger range gets this many
+/// and the client asks again from where they end.
+pub const MAX_PULL_FRAMES: u64 = 1024;
+
+/// libSQL's client counts generations and frames in `u32`.
+const CLIENT_MAX: u64 = u32::MAX as u64;
+
+pub fn routes() -> Router<Arc<DataPlaneState>> {
+    Router::new()
+        .route("/sync/{generation}/{start}/{end}", get(pull).post(push))
+        .route("/sync/{generation}/{start}/{end}/{baton}", post(push))
+}
+
+/// The generation a new replica starts from: the state at the stored head, once the
+/// commits made before this call are stored. `None` without object storage (a node
+/// without `--storage-url` has only the live file, generation 1).
+pub async fn current_generation(db: &Arc<crate::database::Database>) -> Option<u64> {
+    let head = log::wait_for_commits(db).await?;
+    Some(head + 2)
+}
+
+/// The state a generation starts from, as a file rebuilt from the log (`GET /export/{g}`
+/// for `g ≥ 2`). The caller streams it and removes its directory. `Ok(Err(why))`: no
+/// such generation (404).
+pub async fn generation_file(
+    state: &DataPlaneState,
+    db: &crate::database::Database,
+    generation: u64,
+) -> Result<Result<std::path::PathBuf, String>, DataError> {
+    let head = log::durable_head(db).ok_or_else(log::no_storage)?;
+    let Some(frame) = generation.checked_sub(2).filter(|&f| f <= head) else {
+        return Ok(Err(format!(
+            "generation {generation} does not exist: the newest is {} (GET /info)",
+            head + 2
+        )));
+    };
+    match log::state_at(&state.node, db, frame).await {
+        Ok(file) => Ok(Ok(file)),
+        Err(DataError::BadRequest(why)) => Ok(Err(format!(
+            "generation {generation} cannot be rebuilt: {why}"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// `GET /sync/{generation}/{start}/{end}`: frames `start..end` of the generation, as
+/// SQLite WAL frames (24-byte header, big-endian page number and database size after a
+/// commit, then the page).
+async fn pull(
+    State(state): State<Arc<DataPlaneState>>,
+    req: DbRequest,
+    Path((generation, start, end)): Path<(String, String, String)>,
+) -> Result<Response, DataError> {
+    req.db.ensure_queryable()?;
+    req.db.ensure_readable()?;
+    let number = |what: &str, value: &str| {
+        value.parse::<u64>().map_err(|_| {
+            DataError::BadRequest(format!("{what} must be a whole number, not {value:?}"))
+        })
+    };
+    let generation = number("generation", &generation)?;
+    let start = number("start frame", &start)?;
+    let end = number("end frame", &end)?;
+    if generation == LIVE_GENERATION {
+        return Err(DataError::Conflict(
+            "generation 1 is the live file, not a generation a replica can sync: start from the generation GET /info answers".into(),
+        ));
+    }
+    if generation == 0 || generation > CLIENT_MAX + 2 || start == 0 || end <= start {
+        return Err(DataError::BadRequest(format!(
+            "/sync/{generation}/{start}/{end} is not a range of frames: generations and frames count from 1, and the end (exclusive) comes after the start"
+        )));
+    }
+    let storage = state.node.storage().cloned().ok_or_else(log::no_storage)?;
+    let base = generation - 2;
+    let Some(first) = base.checked_add(start) else {
+        return Err(DataError::BadRequest("frame numbers out of range".into()));
+    };
+    let mut head = log::durable_head(&req.db).ok_or_else(log::no_storage)?;
+    if base > head {
+        return Err(DataError::Conflict(format!(
+            "generation {generation} is newer than the database (its newest is {}): this replica was made from another server or a lost history; delete its files and sync again",
+            head + 2
+        )));
+    }
+    if first > head {
+        // The replica is at the stored head: wait for what was committed before it asked.
+        head = log::wait_for_commits(&req.db).await.unwrap_or(head);
+    }
+    if first > head + 1 {
+        return Err(DataError::Conflict(format!(
+            "the replica asks for frame {start} of generation {generation} but the database has {} frames after it: this replica is ahead of the database (its history was lost and rebuilt); delete its files and sync again",
+            head - base
+        )));
+    }
+    if first > head {
+        return Ok(up_to_date(generation));
+    }
+    let last = (first + (end - start).min(MAX_PULL_FRAMES) - 1).min(head);
+    let frames = match log::read_frames(&storage.storage, req.db.id(), first, last).await? {
+        Frames::Found(frames) if !frames.is_empty() => frames,
+        Frames::Found(_) => return Ok(up_to_date(generation)),
+        Frames::Gone => {
+            return Err(DataError::Conflict(format!(
+                "frame {start} of generation {generation} is no longer kept (the database's history is kept for its retention period): delete this replica's files and sync again"
+            )))
+        }
+    };
+    let body = wal_frames(&frames);
+    state
+        .node
+        .meters
+        .record_synced(req.db.id(), body.len() as u64);
+    let mut response = Body::from(body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(response)
+}
+
+/// What libSQL's client reads as "nothing newer in your generation".
+fn up_to_date(generation: u64) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "generation": generation })),
+    )
+        .into_response()
+}
+
+/// `POST /sync/…`: pushing locally written frames.
+async fn push(req: DbRequest) -> Result<Response, DataError> {
+    req.db.ensure_queryable()?;
+    if !req.access.write {
+        return Err(DataError::Forbidden(
+            "Authorization forbidden: a read-only token cannot push writes".into(),
+        ));
+    }
+    Err(DataError::Conflict(
+        "pushing offline writes is not supported by this server: write through it instead (libSQL: new_remote_replica, or new_synced_database with remote_writes(true))".into(),
+    ))
+}
+
+/// SQLite WAL frames: page number and database size after the commit (0 inside a
+/// transaction), both big-endian, then salts and checksums (left zero: the client's own
+/// WAL computes its own) and the page.
+fn wal_frames(frames: &[Frame]) -> Bytes {
+    let page = frames.first().map_or(0, |f| f.page.len());
+    let mut out = Vec::with_capacity(frames.len() * (24 + page));
+    for frame in frames {
+        out.extend_from_slice(&frame.page_no.to_be_bytes());
+        out.extend_from_slice(&frame.size_after.to_be_bytes());
+        out.extend_from_slice(&[0u8; 16]);
+        out.extend_from_slice(&frame.page);
+    }
+    Bytes::from(out)
+}

@@ -1,0 +1,624 @@
+//! `atoll bench --load --topology POSTGRES_URL`: the load test against the production
+//! topology, with a replica and a node SIGKILLed under it (issue 12's "done when").
+//!
+//! Started as child processes of this binary, on free loopback ports, in a temporary
+//! directory: two `atoll serve --registered-nodes` replicas on the given (empty) PostgreSQL
+//! database, and three `atoll node`s registering with both — `a1`, `a2` in one location,
+//! `b1` in another — sharing a `file://` object store. Workers loop over:
+//!
+//! | share | operation |
+//! |---|---|
+//! | 6/10 | an insert into one of the databases, through a random node of its location (the node forwards when it does not hold it); the id is recorded once acknowledged |
+//! | 2/10 | a count of the same, through a random node of its location |
+//! | 1/10 | list databases, through a live replica |
+//! | 1/10 | create a database, then delete it, through a live replica |
+//!
+//! API calls go to the replicas the way a load balancer would: a replica that refuses the
+//! connection is skipped. At a third of the run replica 1 is SIGKILLed; at half of it node
+//! `a2` is, and restarted 5 s later. At the end every acknowledged insert must be in its
+//! database (read back through the nodes), and every failed request must be one of the
+//! killed node's (its databases, or a create placed on it before its heartbeats stopped),
+//! during its outage or its recovery. The command prints the tally and exits non-zero
+//! otherwise.
+
+use anyhow::{bail, Context};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "topology-load-node-secret";
+const PASSWORD: &str = "topology-load-password";
+const EAST: &str = "aws-us-east-1";
+const WEST: &str = "aws-eu-west-1";
+/// Databases the inserts go to: four in the location with two nodes, two in the other.
+const EAST_DATABASES: usize = 4;
+const WEST_DATABASES: usize = 2;
+
+struct Process {
+    child: Option<Child>,
+    args: Vec<String>,
+    /// Secrets go by environment, never on the command line (`ps` shows it).
+    envs: Vec<(&'static str, String)>,
+    log: PathBuf,
+}
+
+impl Process {
+    fn start(
+        args: Vec<String>,
+        envs: Vec<(&'static str, String)>,
+        log: PathBuf,
+    ) -> anyhow::Result<Process> {
+        let mut process = Process {
+            child: None,
+            args,
+            envs,
+            log,
+        };
+        process.spawn()?;
+        Ok(process)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        self.child = Some(
+            Command::new(std::env::current_exe()?)
+                .args(&self.args)
+                .env("ATOLL_NODE_SECRET", SECRET)
+                .envs(self.envs.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .context("cannot start a process of the topology")?,
+        );
+        Ok(())
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn wait_healthy(url: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !reqwest::get(format!("{url}/health"))
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        if Instant::now() > deadline {
+            bail!("{url} did not answer /health in 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+struct Db {
+    name: String,
+    label: String,
+    token: String,
+    /// Node URLs of its location.
+    nodes: Vec<String>,
+    /// Whether it is held by the node that gets killed (known once placed).
+    on_killed_node: bool,
+    acknowledged: Mutex<BTreeSet<i64>>,
+}
+
+struct Topology {
+    client: reqwest::Client,
+    replicas: Vec<String>,
+    token: String,
+    dbs: Vec<Db>,
+    next_id: AtomicU64,
+    requests: AtomicU64,
+    /// Failures of the killed node's databases (or of creates placed on it) while it was
+    /// down or recovering: expected.
+    expected_failures: AtomicU64,
+    unexpected_failures: AtomicU64,
+    shown: Mutex<Vec<String>>,
+    /// Set from the node's SIGKILL until its databases answer again.
+    node_outage: AtomicBool,
+    /// Set once replica 1 is SIGKILLed.
+    replica_killed: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Topology {
+    fn failed(&self, what: String, expected: bool) {
+        if expected {
+            self.expected_failures.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.unexpected_failures.fetch_add(1, Ordering::Relaxed);
+        let mut shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+        if shown.len() < 10 {
+            shown.push(what);
+        }
+    }
+
+    /// An API call through the first live replica (in random order), as a load balancer
+    /// would send it. Answers the status and body of the replica that answered.
+    async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut replicas = self.replicas.clone();
+        replicas.shuffle(&mut rand::thread_rng());
+        let mut last = None;
+        for replica in replicas {
+            let mut request = self
+                .client
+                .request(method.clone(), format!("{replica}{path}"))
+                .bearer_auth(&self.token);
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            match request.send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    return Ok((status, response.json().await.unwrap_or(Value::Null)));
+                }
+                // A dead replica: the load balancer tries the next one.
+                Err(e) if e.is_connect() => last = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        bail!("no replica answered: {last:?}")
+    }
+
+    /// Runs `sql` through the location's nodes as a load balancer in front of them would:
+    /// starting with `first`, moving on to the next node when one refuses the connection.
+    async fn execute(&self, first: usize, db: &Db, sql: &str) -> anyhow::Result<Value> {
+        let mut last = None;
+        for i in 0..db.nodes.len() {
+            let node = &db.nodes[(first + i) % db.nodes.len()];
+            match self.execute_on(node, db, sql).await {
+                Err(e)
+                    if e.downcast_ref::<reqwest::Error>()
+                        .is_some_and(|e| e.is_connect()) =>
+                {
+                    last = Some(e)
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no node")))
+    }
+
+    async fn execute_on(&self, node: &str, db: &Db, sql: &str) -> anyhow::Result<Value> {
+        let response = self
+            .client
+            .post(format!("{node}/db/{}/v2/pipeline", db.label))
+            .bearer_auth(&db.token)
+            .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]}))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() || body["results"][0]["type"] != "ok" {
+            bail!("{status}: {body}");
+        }
+        Ok(body["results"][0]["response"]["result"].clone())
+    }
+
+    async fn operation(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let (share, db_index, node_pick) = {
+            let mut rng = rand::thread_rng();
+            (
+                rng.gen_range(0..10),
+                rng.gen_range(0..self.dbs.len()),
+                rng.gen::<usize>(),
+            )
+        };
+        let db = &self.dbs[db_index];
+        let node = node_pick % db.nodes.len();
+        let outage = self.node_outage.load(Ordering::Relaxed);
+        // A request in flight on the replica at the instant it is SIGKILLed fails with it
+        // (a load balancer answers 502 for it): counted with the expected failures.
+        let replica_died = |e: &anyhow::Error| {
+            e.downcast_ref::<reqwest::Error>()
+                .is_some_and(|e| !e.is_connect() && self.replica_killed.load(Ordering::Relaxed))
+        };
+        match share {
+            0..=5 => {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed) as i64;
+                match self
+                    .execute(node, db, &format!("INSERT INTO t VALUES ({id})"))
+                    .await
+                {
+                    Ok(_) => {
+                        db.acknowledged
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id);
+                    }
+                    Err(e) => self.failed(
+                        format!("insert into {}: {e}", db.name),
+                        outage && db.on_killed_node,
+                    ),
+                }
+            }
+            6..=7 => {
+                if let Err(e) = self.execute(node, db, "SELECT count(*) FROM t").await {
+                    self.failed(
+                        format!("count of {}: {e}", db.name),
+                        outage && db.on_killed_node,
+                    );
+                }
+            }
+            8 => match self.api(reqwest::Method::GET, "/v1/databases", None).await {
+                Ok((200, _)) => {}
+                Ok((status, body)) => self.failed(format!("list: {status}: {body}"), false),
+                Err(e) => {
+                    let died = replica_died(&e);
+                    self.failed(format!("list: {e}"), died)
+                }
+            },
+            _ => {
+                let name = format!("churn-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+                match self
+                    .api(
+                        reqwest::Method::POST,
+                        "/v1/databases",
+                        Some(json!({"name": name, "group": "east"})),
+                    )
+                    .await
+                {
+                    Ok((200, _)) => {
+                        match self
+                            .api(
+                                reqwest::Method::DELETE,
+                                &format!("/v1/databases/{name}"),
+                                None,
+                            )
+                            .await
+                        {
+                            Ok((200, _)) => {}
+                            Ok((status, body)) => {
+                                self.failed(format!("delete {name}: {status}: {body}"), false)
+                            }
+                            Err(e) => {
+                                let died = replica_died(&e);
+                                self.failed(format!("delete {name}: {e}"), died)
+                            }
+                        }
+                    }
+                    // Placed on the killed node before its heartbeats stopped (503), or in
+                    // flight to it when it died (502).
+                    Ok((status @ (502 | 503), body)) => {
+                        self.failed(format!("create {name}: {status}: {body}"), outage)
+                    }
+                    Ok((status, body)) => {
+                        self.failed(format!("create {name}: {status}: {body}"), false)
+                    }
+                    Err(e) => {
+                        let died = replica_died(&e);
+                        self.failed(format!("create {name}: {e}"), died)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs the topology load test on `database_url` (an empty PostgreSQL database).
+pub async fn run(database_url: &str, duration: Duration, workers: usize) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("atoll-topology-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let outcome = run_in(&dir, database_url, duration, workers).await;
+    if outcome.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("logs kept in {}", dir.display());
+    }
+    outcome
+}
+
+async fn run_in(
+    dir: &Path,
+    database_url: &str,
+    duration: Duration,
+    workers: usize,
+) -> anyhow::Result<()> {
+    let storage = format!("file://{}", dir.join("storage").display());
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let mut replicas = Vec::new();
+    let mut replica_urls = Vec::new();
+    for i in 1..=2 {
+        let port = free_port()?;
+        let url = format!("http://127.0.0.1:{port}");
+        let args = vec![
+            "serve".into(),
+            "--database-url".into(),
+            database_url.into(),
+            "--registered-nodes".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--reconcile-interval-secs".into(),
+            "2".into(),
+        ];
+        let envs = vec![
+            ("ATOLL_SECRETS_KEY", secrets_key.clone()),
+            ("ATOLL_USERNAME", "root".to_string()),
+            ("ATOLL_PASSWORD", PASSWORD.to_string()),
+        ];
+        replicas.push(Process::start(args, envs, dir.join(format!("r{i}.log")))?);
+        // The first replica sets the administrator up before the second starts.
+        wait_healthy(&url).await?;
+        replica_urls.push(url);
+    }
+    let control_planes = replica_urls.join(",");
+    let mut nodes = Vec::new();
+    let mut node_urls = Vec::new();
+    for (name, location) in [("a1", EAST), ("a2", EAST), ("b1", WEST)] {
+        let (port, admin_port) = (free_port()?, free_port()?);
+        let args = vec![
+            "node".into(),
+            "--name".into(),
+            name.into(),
+            "--location".into(),
+            location.into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--admin-listen".into(),
+            format!("127.0.0.1:{admin_port}"),
+            "--data-dir".into(),
+            dir.join(name).display().to_string(),
+            "--storage-url".into(),
+            storage.clone(),
+            "--control-plane".into(),
+            control_planes.clone(),
+        ];
+        nodes.push(Process::start(
+            args,
+            Vec::new(),
+            dir.join(format!("{name}.log")),
+        )?);
+        let url = format!("http://127.0.0.1:{port}");
+        wait_healthy(&url).await?;
+        node_urls.push((name, location, url));
+    }
+
+    let client = reqwest::Client::new();
+    let login: Value = client
+        .post(format!("{}/v1/auth/login", replica_urls[0]))
+        .json(&json!({"username": "root", "password": PASSWORD}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let token = login["token"]
+        .as_str()
+        .context("no login token")?
+        .to_string();
+    let mut topology = Topology {
+        client,
+        replicas: replica_urls.clone(),
+        token,
+        dbs: Vec::new(),
+        next_id: AtomicU64::new(1),
+        requests: AtomicU64::new(0),
+        expected_failures: AtomicU64::new(0),
+        unexpected_failures: AtomicU64::new(0),
+        shown: Mutex::new(Vec::new()),
+        node_outage: AtomicBool::new(false),
+        replica_killed: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, listed) = topology
+            .api(reqwest::Method::GET, "/v1/admin/nodes", None)
+            .await?;
+        let healthy = listed["nodes"]
+            .as_array()
+            .map_or(0, |n| n.iter().filter(|n| n["healthy"] == true).count());
+        if healthy == 3 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the nodes did not register: {listed}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (group, location) in [("east", EAST), ("west", WEST)] {
+        let (status, body) = topology
+            .api(
+                reqwest::Method::POST,
+                "/v1/groups",
+                Some(json!({"name": group, "location": location})),
+            )
+            .await?;
+        if status != 200 {
+            bail!("cannot create group {group}: {status}: {body}");
+        }
+    }
+    let killed_dir = dir.join("a2");
+    for (i, (group, location)) in std::iter::repeat_n(("east", EAST), EAST_DATABASES)
+        .chain(std::iter::repeat_n(("west", WEST), WEST_DATABASES))
+        .enumerate()
+    {
+        let name = format!("load-{i}");
+        let (status, body) = topology
+            .api(
+                reqwest::Method::POST,
+                "/v1/databases",
+                Some(json!({"name": name, "group": group})),
+            )
+            .await?;
+        if status != 200 {
+            bail!("cannot create {name}: {status}: {body}");
+        }
+        let id = body["database"]["DbId"]
+            .as_str()
+            .context("no DbId")?
+            .to_string();
+        let label = body["database"]["Hostname"]
+            .as_str()
+            .and_then(|h| h.split('.').next())
+            .context("no Hostname")?
+            .to_string();
+        let (_, minted) = topology
+            .api(
+                reqwest::Method::POST,
+                &format!("/v1/databases/{name}/auth/tokens"),
+                Some(json!({})),
+            )
+            .await?;
+        let db = Db {
+            name,
+            label,
+            token: minted["jwt"].as_str().context("no jwt")?.to_string(),
+            nodes: node_urls
+                .iter()
+                .filter(|(_, l, _)| *l == location)
+                .map(|(_, _, url)| url.clone())
+                .collect(),
+            on_killed_node: killed_dir.join("dbs").join(&id).exists(),
+            acknowledged: Mutex::new(BTreeSet::new()),
+        };
+        topology
+            .execute(0, &db, "CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            .await?;
+        topology.dbs.push(db);
+    }
+    let topology = Arc::new(topology);
+    println!(
+        "topology: 2 replicas, 3 nodes (a1, a2 in {EAST}; b1 in {WEST}); {} databases, {} on a2 (killed at half time); {workers} workers for {} s",
+        topology.dbs.len(),
+        topology.dbs.iter().filter(|d| d.on_killed_node).count(),
+        duration.as_secs()
+    );
+
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let topology = Arc::clone(&topology);
+        tasks.push(tokio::spawn(async move {
+            while !topology.stop.load(Ordering::Relaxed) {
+                topology.operation().await;
+            }
+        }));
+    }
+    tokio::time::sleep(duration / 3).await;
+    println!(
+        "{:>5.1} s: SIGKILL replica 1",
+        started.elapsed().as_secs_f64()
+    );
+    topology.replica_killed.store(true, Ordering::Relaxed);
+    replicas[0].kill();
+    tokio::time::sleep(duration / 2 - duration / 3).await;
+    println!(
+        "{:>5.1} s: SIGKILL node a2",
+        started.elapsed().as_secs_f64()
+    );
+    topology.node_outage.store(true, Ordering::Relaxed);
+    let killed_at = Instant::now();
+    nodes[1].kill();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    println!(
+        "{:>5.1} s: restart node a2",
+        started.elapsed().as_secs_f64()
+    );
+    nodes[1].spawn()?;
+    // Recovered once every database of a2 answers again through a1.
+    let probe_deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut all = true;
+        for db in topology.dbs.iter().filter(|d| d.on_killed_node) {
+            if topology.execute(0, db, "SELECT 1").await.is_err() {
+                all = false;
+            }
+        }
+        if all {
+            break;
+        }
+        if Instant::now() > probe_deadline {
+            bail!("node a2's databases did not come back in 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let outage = killed_at.elapsed();
+    // Requests that started during the outage may still be finishing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    topology.node_outage.store(false, Ordering::Relaxed);
+    println!(
+        "{:>5.1} s: node a2's databases answer again ({:.1} s after the SIGKILL)",
+        started.elapsed().as_secs_f64(),
+        outage.as_secs_f64()
+    );
+    let rest = duration.saturating_sub(started.elapsed());
+    tokio::time::sleep(rest).await;
+    topology.stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await?;
+    }
+
+    // Every acknowledged insert is in its database.
+    let mut acknowledged = 0usize;
+    let mut lost = 0usize;
+    for db in &topology.dbs {
+        let result = topology.execute(0, db, "SELECT id FROM t").await?;
+        let present: BTreeSet<i64> = result["rows"]
+            .as_array()
+            .context("rows")?
+            .iter()
+            .filter_map(|row| row[0]["value"].as_str().and_then(|v| v.parse().ok()))
+            .collect();
+        let wanted = db
+            .acknowledged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        acknowledged += wanted.len();
+        lost += wanted.difference(&present).count();
+    }
+    let requests = topology.requests.load(Ordering::Relaxed);
+    let expected = topology.expected_failures.load(Ordering::Relaxed);
+    let unexpected = topology.unexpected_failures.load(Ordering::Relaxed);
+    println!(
+        "{requests} operations ({:.0}/s); {acknowledged} inserts acknowledged, {lost} lost; {expected} failed on the killed node's databases during its outage and recovery; {unexpected} failed elsewhere",
+        requests as f64 / started.elapsed().as_secs_f64()
+    );
+    for shown in topology
+        .shown
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+    {
+        println!("  failed: {shown}");
+    }
+    if lost > 0 || unexpected > 0 {
+        bail!("{lost} acknowledged inserts lost, {unexpected} requests failed outside the killed node's databases");
+    }
+    Ok(())
+}
