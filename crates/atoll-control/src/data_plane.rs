@@ -812,6 +812,10 @@ impl DataPlane {
                     }
                 }
                 None => {
+                    // Created or moved there after the node was listed: not missing.
+                    if !self.still_missing(store, node_name, &db.id).await? {
+                        continue;
+                    }
                     // Its files are not on the node (a lost disk, a node replaced under
                     // the same name): never recreated empty, rebuilt from object storage
                     // when the node has it; else reported.
@@ -868,6 +872,18 @@ impl DataPlane {
 }
 
 impl DataPlane {
+    /// Whether `node` still lacks database `id` the store still places there, both asked
+    /// again now: a create or a move may have put it there since the pass listed the
+    /// node (a rebuild's adopt refuses to replace a copy anyway).
+    async fn still_missing(&self, store: &Store, node: &str, id: &str) -> Result<bool, ApiError> {
+        if self.held_databases(node).await?.iter().any(|h| h.id == id) {
+            return Ok(false);
+        }
+        Ok(store.database_by_id(id).await?.is_some_and(|now| {
+            now.node == node && now.deleted_at.is_none() && now.state != DatabaseState::Creating
+        }))
+    }
+
     /// Rebuilds on `node` a database the store places there and the node does not hold,
     /// from object storage: adopted (everything stored), then served.
     async fn rebuild_missing(
@@ -883,18 +899,6 @@ impl DataPlane {
             return Ok(());
         };
         let id = &db.id;
-        // Asked again now: a move may have put a copy there since the pass began (the
-        // adopt below refuses to replace one anyway), and the store asked again too.
-        if self.held_databases(node).await?.iter().any(|h| h.id == *id) {
-            return Ok(());
-        }
-        if store
-            .database_by_id(id)
-            .await?
-            .is_none_or(|now| now.node != node)
-        {
-            return Ok(());
-        }
         let adopt = wire::AdoptDatabase {
             config: database_config(store, db, &group, &org).await?,
             frame_no: 0,

@@ -17,8 +17,9 @@
 //! connection is skipped. At a third of the run replica 1 is SIGKILLed; at half of it node
 //! `a2` is, and restarted 5 s later. At the end every acknowledged insert must be in its
 //! database (read back through the nodes), and every failed request must be one of the
-//! killed node's (its databases, or a create placed on it before its heartbeats stopped),
-//! during its outage or its recovery. The command prints the tally and exits non-zero
+//! killed node's (its databases, a request in flight on it when it died, or a create placed
+//! on it before its heartbeats stopped), started or failed during its outage or its
+//! recovery. The command prints the tally and exits non-zero
 //! otherwise.
 
 use anyhow::{bail, Context};
@@ -128,8 +129,23 @@ struct Db {
     acknowledged: Mutex<BTreeSet<i64>>,
 }
 
+/// A request that was in flight on the killed node (a load balancer in front of it would
+/// answer 502): expected while the node is out, whichever node holds the database.
+#[derive(Debug)]
+struct ThroughKilledNode(reqwest::Error);
+
+impl std::fmt::Display for ThroughKilledNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "in flight on the killed node: {}", self.0)
+    }
+}
+
+impl std::error::Error for ThroughKilledNode {}
+
 struct Topology {
     client: reqwest::Client,
+    /// The database listener of the node that gets killed.
+    killed_node_url: String,
     replicas: Vec<String>,
     token: String,
     dbs: Vec<Db>,
@@ -205,6 +221,12 @@ impl Topology {
                 {
                     last = Some(e)
                 }
+                Err(e) if *node == self.killed_node_url => {
+                    return Err(match e.downcast::<reqwest::Error>() {
+                        Ok(transport) => ThroughKilledNode(transport).into(),
+                        Err(other) => other,
+                    })
+                }
                 other => return other,
             }
         }
@@ -240,7 +262,12 @@ impl Topology {
         };
         let db = &self.dbs[db_index];
         let node = node_pick % db.nodes.len();
-        let outage = self.node_outage.load(Ordering::Relaxed);
+        // In the outage when the operation started or when it failed: a request in flight
+        // at the instant the node is SIGKILLed fails with it.
+        let started_in_outage = self.node_outage.load(Ordering::Relaxed);
+        let in_outage = || started_in_outage || self.node_outage.load(Ordering::Relaxed);
+        let killed_node_failed =
+            |e: &anyhow::Error| in_outage() && (db.on_killed_node || e.is::<ThroughKilledNode>());
         // A request in flight on the replica at the instant it is SIGKILLed fails with it
         // (a load balancer answers 502 for it): counted with the expected failures.
         let replica_died = |e: &anyhow::Error| {
@@ -260,18 +287,16 @@ impl Topology {
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(id);
                     }
-                    Err(e) => self.failed(
-                        format!("insert into {}: {e}", db.name),
-                        outage && db.on_killed_node,
-                    ),
+                    Err(e) => {
+                        let expected = killed_node_failed(&e);
+                        self.failed(format!("insert into {}: {e}", db.name), expected)
+                    }
                 }
             }
             6..=7 => {
                 if let Err(e) = self.execute(node, db, "SELECT count(*) FROM t").await {
-                    self.failed(
-                        format!("count of {}: {e}", db.name),
-                        outage && db.on_killed_node,
-                    );
+                    let expected = killed_node_failed(&e);
+                    self.failed(format!("count of {}: {e}", db.name), expected);
                 }
             }
             8 => match self.api(reqwest::Method::GET, "/v1/databases", None).await {
@@ -314,7 +339,7 @@ impl Topology {
                     // Placed on the killed node before its heartbeats stopped (503), or in
                     // flight to it when it died (502).
                     Ok((status @ (502 | 503), body)) => {
-                        self.failed(format!("create {name}: {status}: {body}"), outage)
+                        self.failed(format!("create {name}: {status}: {body}"), in_outage())
                     }
                     Ok((status, body)) => {
                         self.failed(format!("create {name}: {status}: {body}"), false)
@@ -422,6 +447,7 @@ async fn run_in(
         .to_string();
     let mut topology = Topology {
         client,
+        killed_node_url: node_urls[1].2.clone(),
         replicas: replica_urls.clone(),
         token,
         dbs: Vec::new(),
