@@ -27,7 +27,7 @@ pub use store::{
     NodeHeartbeat, NodeRecord, Store, Tombstone, Usage, UsageEntry, CONTACT_TIMEOUT_MS,
     HEARTBEAT_TIMEOUT_MS,
 };
-pub use store::{AuditFilter, StorageSample, UsageHour};
+pub use store::{AuditFilter, StorageSample, UsageHour, DEFAULT_POSTGRES_POOL_SIZE};
 
 /// Milliseconds since the Unix epoch: the one time unit of the store.
 pub fn now_millis() -> i64 {

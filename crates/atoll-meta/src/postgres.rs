@@ -1,14 +1,21 @@
 //! The PostgreSQL backend for `atoll serve`: many stateless control-plane replicas share
-//! one PostgreSQL database. Uses the synchronous `postgres` client on blocking threads,
-//! like the SQLite backend, so the operations are written once.
+//! one PostgreSQL database.
+//!
+//! The store's operations are written once, as synchronous closures over [`Conn`], and run
+//! on blocking threads for both backends. Here each statement of such a closure is sent
+//! through an async `tokio-postgres` connection from a bounded `deadpool` pool: a request
+//! waits for a connection in the async pool (not on a blocking thread), every statement
+//! is prepared once per connection, and a read runs its statements without a transaction
+//! (see [`PostgresBackend::transaction`]).
 
 use crate::backend::{Access, Conn, Row, Value};
 use crate::error::{Result, StoreError};
-use postgres::error::SqlState;
-use postgres::types::{to_sql_checked, IsNull, ToSql, Type};
-use postgres::{Client, NoTls};
-use std::sync::Mutex;
-
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod};
+use std::time::Duration;
+use tokio::runtime::Handle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+use tokio_postgres::NoTls;
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/postgres/0001_identity.sql")),
     (2, include_str!("migrations/postgres/0002_databases.sql")),
@@ -41,56 +48,71 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/postgres/0017_storage_samples.sql"),
     ),
 ];
-const MAX_IDLE_CONNECTIONS: usize = 16;
+/// Connections a process opens to PostgreSQL by default (`--database-pool-size`).
+pub const DEFAULT_POSTGRES_POOL_SIZE: usize = 16;
+/// How long an operation waits for a free connection before it fails.
+const POOL_WAIT: Duration = Duration::from_secs(10);
 /// Serialises migrations of several replicas starting at once (an arbitrary constant).
 const MIGRATION_LOCK_KEY: i64 = 0x4154_4f4c_4c00;
 
 pub(crate) struct PostgresBackend {
-    config: postgres::Config,
-    idle: Mutex<Vec<Client>>,
+    config: tokio_postgres::Config,
+    pool: Pool,
 }
 
 impl PostgresBackend {
-    pub(crate) fn connect(url: &str) -> Result<Self> {
-        let mut config: postgres::Config = url
+    /// Connects a pool of at most `pool_size` connections to `url`; fails now, not at the
+    /// first request, when the server is unreachable.
+    pub(crate) async fn connect(url: &str, pool_size: usize) -> Result<Self> {
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Unavailable(format!("invalid PostgreSQL URL: {e}")))?;
         // An unreachable server must fail a request, not hang it (the URL may set its own).
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(std::time::Duration::from_secs(5));
+            config.connect_timeout(Duration::from_secs(5));
         }
-        let backend = PostgresBackend {
-            config,
-            idle: Mutex::new(Vec::new()),
-        };
-        // Fail at start, not at the first request, when the server is unreachable.
-        let client = backend.new_client()?;
-        backend.release(client);
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                // A closed connection is dropped when it comes back; anything else about
+                // it is the next statement's to find out.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .wait_timeout(Some(POOL_WAIT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("PostgreSQL pool: {e}")))?;
+        let backend = PostgresBackend { config, pool };
+        drop(backend.connection().await?);
         Ok(backend)
     }
 
     /// How to connect (for a connection of its own, such as a `LISTEN`).
-    pub(crate) fn config(&self) -> &postgres::Config {
+    pub(crate) fn config(&self) -> &tokio_postgres::Config {
         &self.config
     }
 
-    fn new_client(&self) -> Result<Client> {
-        self.config
-            .connect(NoTls)
-            .map_err(|e| StoreError::Unreachable(format!("cannot connect to PostgreSQL: {e}")))
+    async fn connection(&self) -> Result<deadpool_postgres::Object> {
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
+                StoreError::Unavailable(format!(
+                    "all {} connections to PostgreSQL stayed busy for {} s (--database-pool-size)",
+                    self.pool.status().max_size,
+                    POOL_WAIT.as_secs()
+                ))
+            }
+            PoolError::Backend(e) => {
+                StoreError::Unreachable(format!("cannot connect to PostgreSQL: {e}"))
+            }
+            other => StoreError::Unreachable(format!("cannot connect to PostgreSQL: {other}")),
+        })
     }
 
-    fn release(&self, client: Client) {
-        if client.is_closed() {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < MAX_IDLE_CONNECTIONS {
-            idle.push(client);
-        }
-    }
-
-    pub(crate) fn migrate(&self) -> Result<()> {
+    pub(crate) async fn migrate(&self) -> Result<()> {
         self.transaction(Access::Write, |conn| {
             conn.query(
                 "SELECT pg_advisory_xact_lock($1)",
@@ -98,61 +120,84 @@ impl PostgresBackend {
             )?;
             crate::store::apply_migrations(conn, MIGRATIONS)
         })
+        .await
     }
 
-    pub(crate) fn transaction<R>(
+    /// Runs `op` on a connection of the pool, on a blocking thread. A write is one
+    /// transaction. A read runs each statement on its own: under PostgreSQL's READ
+    /// COMMITTED every statement of a transaction sees a snapshot of its own anyway, so
+    /// `BEGIN READ ONLY … COMMIT` around a read bought two round trips and no consistency.
+    pub(crate) async fn transaction<R: Send + 'static>(
         &self,
         access: Access,
-        op: impl FnOnce(&mut dyn Conn) -> Result<R>,
+        op: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
     ) -> Result<R> {
-        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut client = match pooled {
-            Some(client) => client,
-            None => self.new_client()?,
-        };
-        let result = run_in_transaction(&mut client, access, op);
-        self.release(client);
-        result
+        let mut client = self.connection().await?;
+        let runtime = Handle::current();
+        crate::store::blocking(move || {
+            if access == Access::Read {
+                return op(&mut PgConn {
+                    runtime: &runtime,
+                    client: &client,
+                });
+            }
+            let tx = runtime
+                .block_on(GenericClient::transaction(&mut client))
+                .map_err(map_error)?;
+            let value = op(&mut PgConn {
+                runtime: &runtime,
+                client: &tx,
+            })?;
+            runtime.block_on(tx.commit()).map_err(map_error)?;
+            Ok(value)
+        })
+        .await
     }
 }
 
-fn run_in_transaction<R>(
-    client: &mut Client,
-    access: Access,
-    op: impl FnOnce(&mut dyn Conn) -> Result<R>,
-) -> Result<R> {
-    let mut builder = client.build_transaction();
-    if access == Access::Read {
-        builder = builder.read_only(true);
+/// A connection (a read) or a transaction (a write) of the pool, driven from a blocking
+/// thread: each statement is awaited on the runtime that drives the connection.
+struct PgConn<'a, C> {
+    runtime: &'a Handle,
+    client: &'a C,
+}
+
+impl<C: GenericClient> PgConn<'_, C> {
+    /// `sql`, prepared on this connection the first time it runs there.
+    fn prepared(&self, sql: &str) -> Result<tokio_postgres::Statement> {
+        self.runtime
+            .block_on(self.client.prepare_cached(sql))
+            .map_err(map_error)
     }
-    let mut tx = builder.start().map_err(map_error)?;
-    let value = op(&mut PgConn { tx: &mut tx })?;
-    tx.commit().map_err(map_error)?;
-    Ok(value)
 }
 
-struct PgConn<'a, 'b> {
-    tx: &'a mut postgres::Transaction<'b>,
-}
-
-impl Conn for PgConn<'_, '_> {
+impl<C: GenericClient> Conn for PgConn<'_, C> {
     fn execute_batch(&mut self, sql: &str) -> Result<()> {
-        self.tx.batch_execute(sql).map_err(map_error)
+        self.runtime
+            .block_on(self.client.batch_execute(sql))
+            .map_err(map_error)
     }
 
     fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let statement = self.prepared(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        self.tx.execute(sql, &params).map_err(map_error)
+        self.runtime
+            .block_on(self.client.execute(&statement, &params))
+            .map_err(map_error)
     }
 
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let statement = self.prepared(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        let rows = self.tx.query(sql, &params).map_err(map_error)?;
+        let rows = self
+            .runtime
+            .block_on(self.client.query(&statement, &params))
+            .map_err(map_error)?;
         rows.iter().map(convert_row).collect()
     }
 }
 
-fn convert_row(row: &postgres::Row) -> Result<Row> {
+fn convert_row(row: &tokio_postgres::Row) -> Result<Row> {
     let mut values = Vec::with_capacity(row.len());
     for (i, column) in row.columns().iter().enumerate() {
         let ty = column.type_();
@@ -183,7 +228,7 @@ impl ToSql for Value {
     fn to_sql(
         &self,
         ty: &Type,
-        out: &mut postgres::types::private::BytesMut,
+        out: &mut tokio_postgres::types::private::BytesMut,
     ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         match self {
             Value::Null => Ok(IsNull::Yes),
@@ -202,7 +247,7 @@ impl ToSql for Value {
     to_sql_checked!();
 }
 
-fn map_error(e: postgres::Error) -> StoreError {
+fn map_error(e: tokio_postgres::Error) -> StoreError {
     if let Some(db) = e.as_db_error() {
         if *db.code() == SqlState::UNIQUE_VIOLATION {
             return StoreError::Duplicate(db.constraint().unwrap_or("unique").to_string());
@@ -215,19 +260,5 @@ fn map_error(e: postgres::Error) -> StoreError {
         }
         // Not an answer of the server: the connection is gone (or never was).
         None => StoreError::Unreachable(e.to_string()),
-    }
-}
-
-impl Drop for PostgresBackend {
-    /// Closing a synchronous client blocks on its own runtime, which panics on an async
-    /// worker thread; the store may well be dropped there, so the clients close on a
-    /// thread of their own.
-    fn drop(&mut self) {
-        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|p| p.into_inner()));
-        if !idle.is_empty() {
-            let _ = std::thread::Builder::new()
-                .name("atoll-pg-close".into())
-                .spawn(move || drop(idle));
-        }
     }
 }

@@ -30,6 +30,7 @@ pub use users::{NewGroup, NewUser};
 use crate::backend::{Access, Conn, Value};
 use crate::error::{Result, StoreError};
 use crate::postgres::PostgresBackend;
+pub use crate::postgres::DEFAULT_POSTGRES_POOL_SIZE;
 use crate::secrets::SecretsKeyring;
 use crate::sqlite::SqliteBackend;
 use credential_cache::CredentialCache;
@@ -46,8 +47,8 @@ pub enum BackendKind {
 }
 
 enum Backend {
-    Sqlite(SqliteBackend),
-    Postgres(PostgresBackend),
+    Sqlite(Arc<SqliteBackend>),
+    Postgres(Box<PostgresBackend>),
 }
 
 /// The metadata store. Cheap to clone; every clone shares the connections and the
@@ -89,16 +90,22 @@ impl Store {
     pub async fn open_sqlite(path: &Path) -> Result<Store> {
         let path = path.to_path_buf();
         let backend = blocking(move || SqliteBackend::open(&path)).await?;
-        let store = Store::with_backend(Backend::Sqlite(backend));
+        let store = Store::with_backend(Backend::Sqlite(Arc::new(backend)));
         store.migrate().await?;
         Ok(store)
     }
 
-    /// Connects to PostgreSQL (`postgres://…`) and migrates the schema.
+    /// Connects to PostgreSQL (`postgres://…`) with a pool of the default size and
+    /// migrates the schema.
     pub async fn connect_postgres(url: &str) -> Result<Store> {
-        let url = url.to_string();
-        let backend = blocking(move || PostgresBackend::connect(&url)).await?;
-        let store = Store::with_backend(Backend::Postgres(backend));
+        Store::connect_postgres_with(url, DEFAULT_POSTGRES_POOL_SIZE).await
+    }
+
+    /// Connects to PostgreSQL with a pool of at most `pool_size` connections (requests
+    /// beyond it wait for one) and migrates the schema.
+    pub async fn connect_postgres_with(url: &str, pool_size: usize) -> Result<Store> {
+        let backend = PostgresBackend::connect(url, pool_size).await?;
+        let store = Store::with_backend(Backend::Postgres(Box::new(backend)));
         store.migrate().await?;
         store.listen_for_credential_changes();
         Ok(store)
@@ -107,8 +114,14 @@ impl Store {
     /// Picks the backend from a database URL: `postgres://` or `postgresql://` for
     /// PostgreSQL, `sqlite://<path>` or a plain path for SQLite.
     pub async fn open(url: &str) -> Result<Store> {
+        Store::open_with(url, DEFAULT_POSTGRES_POOL_SIZE).await
+    }
+
+    /// [`Store::open`], with at most `pool_size` connections to PostgreSQL (the SQLite
+    /// store has one writer and readers of its own).
+    pub async fn open_with(url: &str, pool_size: usize) -> Result<Store> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Store::connect_postgres(url).await
+            Store::connect_postgres_with(url, pool_size).await
         } else {
             let path = url.strip_prefix("sqlite://").unwrap_or(url);
             Store::open_sqlite(Path::new(path)).await
@@ -125,12 +138,13 @@ impl Store {
     /// Applies the migrations this binary knows and the store has not seen. Safe to run
     /// from several processes at once.
     pub async fn migrate(&self) -> Result<()> {
-        let backend = Arc::clone(&self.backend);
-        blocking(move || match &*backend {
-            Backend::Sqlite(b) => b.migrate(),
-            Backend::Postgres(b) => b.migrate(),
-        })
-        .await
+        match &*self.backend {
+            Backend::Sqlite(b) => {
+                let b = Arc::clone(b);
+                blocking(move || b.migrate()).await
+            }
+            Backend::Postgres(b) => b.migrate().await,
+        }
     }
 
     async fn read<R: Send + 'static>(
@@ -177,7 +191,7 @@ impl Store {
     /// Empties this replica's credential cache whenever another replica (or this one)
     /// commits a change to what a credential may do, through PostgreSQL `LISTEN/NOTIFY`,
     /// so a revocation applies on every replica at once; the cache's TTL stays as the
-    /// fallback. A thread of its own holds the listening connection: it reconnects when
+    /// fallback. A task of its own holds the listening connection: it reconnects when
     /// the connection is lost (emptying the cache, since notifications may have been
     /// missed) and ends when the store is dropped.
     fn listen_for_credential_changes(&self) {
@@ -186,43 +200,21 @@ impl Store {
         };
         let config = backend.config().clone();
         let cache = Arc::downgrade(&self.credentials);
-        let spawned = std::thread::Builder::new()
-            .name("atoll-pg-listen".into())
-            .spawn(move || loop {
+        tokio::spawn(async move {
+            loop {
                 let Some(live) = cache.upgrade() else { return };
                 live.invalidate_all();
                 drop(live);
-                let listened = config.connect(postgres::NoTls).and_then(|mut client| {
-                    client.batch_execute(&format!("LISTEN {CREDENTIALS_CHANNEL}"))?;
-                    loop {
-                        let next = {
-                            let mut notifications = client.notifications();
-                            let mut wake =
-                                notifications.timeout_iter(std::time::Duration::from_secs(5));
-                            postgres::fallible_iterator::FallibleIterator::next(&mut wake)?
-                        };
-                        let Some(live) = cache.upgrade() else {
-                            return Ok(());
-                        };
-                        if next.is_some() {
-                            live.invalidate_all();
-                        }
-                        if client.is_closed() {
-                            return Ok(());
-                        }
-                    }
-                });
+                let listened = listen_once(&config, &cache).await;
                 if cache.upgrade().is_none() {
                     return;
                 }
                 if let Err(e) = listened {
                     tracing::warn!(error = %e, "lost the credential-change listener; reconnecting");
                 }
-                std::thread::sleep(std::time::Duration::from_secs(1));
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "cannot listen for credential changes: revocations apply on other replicas after the cache's TTL");
-        }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
     }
 
     /// The one path every operation takes: a blocking thread, one transaction, and one
@@ -233,13 +225,14 @@ impl Store {
         access: Access,
         f: impl FnOnce(&mut dyn Conn) -> Result<R> + Send + 'static,
     ) -> Result<R> {
-        let backend = Arc::clone(&self.backend);
         let started = std::time::Instant::now();
-        let result = blocking(move || match &*backend {
-            Backend::Sqlite(b) => b.transaction(access, f),
-            Backend::Postgres(b) => b.transaction(access, f),
-        })
-        .await;
+        let result = match &*self.backend {
+            Backend::Sqlite(b) => {
+                let b = Arc::clone(b);
+                blocking(move || b.transaction(access, f)).await
+            }
+            Backend::Postgres(b) => b.transaction(access, f).await,
+        };
         // Operation names are a fixed set: a bounded label.
         metrics::histogram!("atoll_store_operation_duration_seconds", "operation" => op)
             .record(started.elapsed().as_secs_f64());
@@ -256,7 +249,55 @@ impl Store {
     }
 }
 
-async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'static) -> Result<R> {
+/// One listening connection, until it is lost (an error) or the cache is dropped.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    cache: &std::sync::Weak<CredentialCache>,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    // Notifications come out of the connection, which a task of its own drives.
+    let (notified, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notification(_))) => {
+                    if notified.send(()).is_err() {
+                        return Ok(());
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {CREDENTIALS_CHANNEL}"))
+        .await?;
+    loop {
+        // Woken now and then to notice a dropped store.
+        let next =
+            tokio::time::timeout(std::time::Duration::from_secs(5), notifications.recv()).await;
+        let Some(live) = cache.upgrade() else {
+            driver.abort();
+            return Ok(());
+        };
+        match next {
+            Ok(Some(())) => live.invalidate_all(),
+            Ok(None) => break,
+            Err(_) => {}
+        }
+    }
+    match driver.await {
+        Ok(ended) => ended,
+        // Not aborted here: only a panic of the driver.
+        Err(_) => Ok(()),
+    }
+}
+
+pub(crate) async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> Result<R> + Send + 'static,
+) -> Result<R> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?

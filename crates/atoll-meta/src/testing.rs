@@ -25,9 +25,7 @@ pub async fn fresh_sqlite_store() -> (Store, PathBuf) {
 /// A URL to a new, empty schema of the test PostgreSQL database, or `None` (after a loud
 /// message on stderr) when no PostgreSQL server answers.
 pub async fn fresh_postgres_url() -> Option<String> {
-    tokio::task::spawn_blocking(create_schema)
-        .await
-        .expect("schema task")
+    create_schema().await
 }
 
 /// A migrated store in a new PostgreSQL schema, sealing signing keys with a random
@@ -42,10 +40,13 @@ pub async fn fresh_postgres_store() -> Option<Store> {
     )
 }
 
-fn create_schema() -> Option<String> {
+async fn create_schema() -> Option<String> {
     let base = postgres_test_url();
-    let mut client = match postgres::Client::connect(&base, postgres::NoTls) {
-        Ok(client) => client,
+    let client = match tokio_postgres::connect(&base, tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(connection);
+            client
+        }
         Err(e) => {
             warn_skip(&base, &e.to_string());
             return None;
@@ -55,14 +56,17 @@ fn create_schema() -> Option<String> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    static CLEANED: OnceLock<()> = OnceLock::new();
-    CLEANED.get_or_init(|| drop_stale_schemas(&mut client, now));
+    static CLEANED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !CLEANED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        drop_stale_schemas(&client, now).await;
+    }
     let schema = format!(
         "atoll_t_{now}_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     );
     client
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
         .expect("create test schema");
     let separator = if base.contains('?') { '&' } else { '?' };
     Some(format!("{base}{separator}options=-csearch_path%3D{schema}"))
@@ -70,11 +74,14 @@ fn create_schema() -> Option<String> {
 
 /// Test schemas are named after their creation time; those of runs older than an hour
 /// are dropped so repeated CI runs on one machine do not pile them up.
-fn drop_stale_schemas(client: &mut postgres::Client, now: u64) {
-    let Ok(rows) = client.query(
-        "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'atoll_t_%'",
-        &[],
-    ) else {
+async fn drop_stale_schemas(client: &tokio_postgres::Client, now: u64) {
+    let Ok(rows) = client
+        .query(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'atoll_t_%'",
+            &[],
+        )
+        .await
+    else {
         return;
     };
     for row in rows {
@@ -85,7 +92,9 @@ fn drop_stale_schemas(client: &mut postgres::Client, now: u64) {
             .and_then(|t| t.parse::<u64>().ok())
             .unwrap_or(0);
         if now.saturating_sub(created) > 3600 {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                .await;
         }
     }
 }

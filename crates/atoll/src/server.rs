@@ -70,6 +70,12 @@ pub struct ServeArgs {
     /// Metadata store: `postgres://…` or a SQLite file path (`sqlite://…`).
     #[arg(long, env = "ATOLL_DATABASE_URL", hide_env_values = true)]
     database_url: String,
+    /// Most connections this process opens to PostgreSQL; requests beyond them wait (up
+    /// to 10 s) for one to be free. Size it so every replica's pool fits the server's
+    /// `max_connections`.
+    #[arg(long, env = "ATOLL_DATABASE_POOL_SIZE", default_value_t = atoll_meta::DEFAULT_POSTGRES_POOL_SIZE as u16,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    database_pool_size: u16,
     /// Address of the platform API.
     #[arg(long, env = "ATOLL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -747,7 +753,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if own_node {
         crate::file_modes::tighten_data_dir(&args.data_dir);
     }
-    let store = Store::open(&args.database_url)
+    let store = Store::open_with(&args.database_url, usize::from(args.database_pool_size))
         .await
         .context("cannot open the metadata store")?;
     let store = crate::secrets_key::seal_store(store, keyring, None).await?;
