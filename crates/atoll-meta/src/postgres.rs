@@ -98,8 +98,9 @@ impl PostgresBackend {
 
     async fn connection(&self) -> Result<deadpool_postgres::Object> {
         self.pool.get().await.map_err(|e| match e {
+            // Overloaded, not broken: a retry may well find a connection (503).
             PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
-                StoreError::Unavailable(format!(
+                StoreError::Unreachable(format!(
                     "all {} connections to PostgreSQL stayed busy for {} s (--database-pool-size)",
                     self.pool.status().max_size,
                     POOL_WAIT.as_secs()
