@@ -608,9 +608,17 @@ impl Node {
 
 fn initialise_empty(file: &Path) -> Result<(), DataError> {
     let conn = rusqlite::Connection::open(file)?;
-    conn.execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;")?;
+    // The file is built in the staging directory, which a crash throws away whole: SQLite
+    // need not sync while it is built (that was 10 of a create's 13 fsyncs); the finished
+    // file is synced once below, before the rename makes it the database.
+    conn.execute_batch(
+        "PRAGMA synchronous = OFF; PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;",
+    )?;
     // Write the header now so the file is a valid, empty database from the first byte.
     conn.execute_batch("PRAGMA user_version = 0; VACUUM;")?;
+    // The last close checkpoints the WAL into the file and removes it.
+    conn.close().map_err(|(_, e)| e)?;
+    std::fs::File::open(file)?.sync_all()?;
     Ok(())
 }
 
