@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The data plane measured from outside with wrk, Atoll beside sqld when one is given:
+#
+#   ATOLL_BIN=target/release/atoll [SQLD_BIN=/path/to/sqld] scripts/side-by-side.sh
+#
+# Both servers get the same request bodies over HTTP/1.1 on loopback: a point select of a
+# random row of a 100,000-row table over `/v2/pipeline` (1, 16 and 64 connections), a
+# single-row insert (64 connections), and the server's cheapest answer (`GET /health` of
+# the data plane) as the floor a request costs on this machine. Atoll runs `atoll dev` with
+# a database token; sqld runs one database without authentication. Prints a Markdown
+# table (PERFORMANCE.md, "Side by side with sqld"). Never part of CI: the figures depend
+# on the machine, and sqld is not built here (see PERFORMANCE.md for how it was built).
+#
+# Needs wrk (Debian: `apt-get install wrk`), curl and python3. DURATION (default 10 s)
+# sets each figure's length.
+set -euo pipefail
+
+ATOLL_BIN="${ATOLL_BIN:-target/release/atoll}"
+DURATION="${DURATION:-10}"
+command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
+[ -x "$ATOLL_BIN" ] || { echo "no Atoll binary at $ATOLL_BIN (cargo build --release)" >&2; exit 2; }
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_up() {
+  for _ in $(seq 1 100); do
+    curl -fs "$1" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "$1 did not come up" >&2
+  exit 1
+}
+
+# The seed as one pipeline of one statement per request; fails on any error result.
+SEED='{"requests":[
+  {"type":"execute","stmt":{"sql":"CREATE TABLE kv (id INTEGER PRIMARY KEY, v TEXT)"}},
+  {"type":"execute","stmt":{"sql":"CREATE TABLE ins (id INTEGER PRIMARY KEY, v TEXT)"}},
+  {"type":"execute","stmt":{"sql":"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) INSERT INTO kv SELECT x, hex(randomblob(16)) FROM c"}},
+  {"type":"close"}]}'
+seed() { # url [curl args…]
+  local url=$1
+  shift
+  curl -fsS "$@" -H 'Content-Type: application/json' "$url" -d "$SEED" |
+    python3 -c 'import json,sys; r=json.load(sys.stdin)["results"]; bad=[x for x in r if x["type"]!="ok"]; sys.exit(f"seed failed: {bad}" if bad else 0)'
+}
+
+# wrk scripts: a random id per request, the same insert every time.
+cat >"$WORK/select.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+if os.getenv("TOKEN") ~= "" then wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN") end
+request = function()
+  local id = math.random(1, 100000)
+  local body = '{"requests":[{"type":"execute","stmt":{"sql":"SELECT v FROM kv WHERE id = ?","args":[{"type":"integer","value":"' .. id .. '"}]}},{"type":"close"}]}'
+  return wrk.format(nil, nil, nil, body)
+end
+EOF
+cat >"$WORK/insert.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+if os.getenv("TOKEN") ~= "" then wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN") end
+wrk.body = '{"requests":[{"type":"execute","stmt":{"sql":"INSERT INTO ins (v) VALUES (\'a value of some length\')"}},{"type":"close"}]}'
+EOF
+
+# Runs wrk; prints "req/s mean-latency non-2xx".
+measure() { # url script connections
+  local out
+  out=$(wrk -t1 -c"$3" -d"${DURATION}s" --latency ${2:+-s "$2"} "$1" 2>&1)
+  python3 - "$out" <<'EOF'
+import re, sys
+out = sys.argv[1]
+rate = re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)
+lat = re.search(r"Latency\s+([\d.]+)(us|ms|s)", out)
+scale = {"us": 1, "ms": 1000, "s": 1000000}[lat.group(2)]
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+print(f"{float(rate):.0f} {float(lat.group(1)) * scale:.0f} {bad.group(1) if bad else 0}")
+EOF
+}
+
+# Runs every figure against one server: $1 name, $2 pipeline URL, $3 health URL, $4 token.
+run_figures() {
+  local name=$1 url=$2 health=$3
+  export TOKEN=$4
+  for c in 1 16 64; do
+    read -r rate lat bad < <(measure "$url" "$WORK/select.lua" "$c")
+    echo "$name|point select, $c connection(s)|$rate req/s|$lat µs|$bad" >>"$WORK/results"
+  done
+  read -r rate lat bad < <(measure "$url" "$WORK/insert.lua" 64)
+  echo "$name|single-row insert, 64 connections|$rate req/s|$lat µs|$bad" >>"$WORK/results"
+  read -r rate lat bad < <(measure "$health" "" 64)
+  echo "$name|floor: GET /health, 64 connections|$rate req/s|$lat µs|$bad" >>"$WORK/results"
+}
+
+# Atoll.
+API_PORT=$(free_port)
+DB_PORT=$(free_port)
+"$ATOLL_BIN" dev --data-dir "$WORK/atoll" --listen "127.0.0.1:$API_PORT" \
+  --db-listen "127.0.0.1:$DB_PORT" >"$WORK/atoll.log" 2>&1 &
+PIDS+=($!)
+wait_up "http://127.0.0.1:$API_PORT/health"
+ADMIN=$(cat "$WORK/atoll/admin.token")
+api() { curl -fsS -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' "$@"; }
+api -X POST "http://127.0.0.1:$API_PORT/v1/organizations/admin/databases" \
+  -d '{"name":"wrk","group":"default"}' >/dev/null
+DB_TOKEN=$(api -X POST "http://127.0.0.1:$API_PORT/v1/organizations/admin/databases/wrk/auth/tokens" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["jwt"])')
+ATOLL_URL="http://127.0.0.1:$DB_PORT/db/wrk-admin/v2/pipeline"
+seed "$ATOLL_URL" -H "Authorization: Bearer $DB_TOKEN"
+run_figures Atoll "$ATOLL_URL" "http://127.0.0.1:$DB_PORT/health" "$DB_TOKEN"
+
+# sqld, when given.
+if [ -n "${SQLD_BIN:-}" ]; then
+  SQLD_PORT=$(free_port)
+  "$SQLD_BIN" --db-path "$WORK/sqld" --http-listen-addr "127.0.0.1:$SQLD_PORT" \
+    >"$WORK/sqld.log" 2>&1 &
+  PIDS+=($!)
+  wait_up "http://127.0.0.1:$SQLD_PORT/health"
+  SQLD_URL="http://127.0.0.1:$SQLD_PORT/v2/pipeline"
+  seed "$SQLD_URL"
+  run_figures sqld "$SQLD_URL" "http://127.0.0.1:$SQLD_PORT/health" ""
+else
+  echo "SQLD_BIN not set: Atoll alone" >&2
+fi
+
+echo "| server | figure | throughput | mean latency | non-2xx |"
+echo "|---|---|---|---|---|"
+while IFS='|' read -r server figure rate latency bad; do
+  echo "| $server | $figure | $rate | $latency | $bad |"
+done <"$WORK/results"
