@@ -553,7 +553,7 @@ pub async fn adopt(
     }
     // Claimed before it is registered, so the shipper's pass never starts a rebuild of
     // its own (one that would come up serving).
-    if !lock(&storage.in_flight).insert(id.clone()) {
+    if !claim_in_flight(&storage, &id).await {
         return Err(DataError::Conflict(format!(
             "database {id} is already being rebuilt here"
         )));
@@ -579,6 +579,23 @@ pub async fn adopt(
     let node = Arc::clone(node);
     let _ = tokio::task::spawn_blocking(move || crate::moves::release(&node, &id)).await;
     Err(reached)
+}
+
+/// Claims database `id` for a rebuild. A shipping round or garbage collection of the
+/// shipper's pass holds the same claim for a moment (on a copy released just before, as
+/// after a failed adopt: the test of moves saw it), so it is waited for; a rebuild holds it
+/// for far longer than the wait, and then the claim is refused.
+async fn claim_in_flight(storage: &NodeStorage, id: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if lock(&storage.in_flight).insert(id.to_string()) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Rebuilds `source_id` as of `timestamp_ms` (or its latest state) into `file`, for a new
