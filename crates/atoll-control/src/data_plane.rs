@@ -691,6 +691,7 @@ impl DataPlane {
                 }
             }
         }
+        let mut reachable = Vec::new();
         for node_name in self.node_names() {
             let held = match self.held_databases(&node_name).await {
                 Ok(held) => {
@@ -709,6 +710,10 @@ impl DataPlane {
             };
             self.reconcile_node(store, &node_name, &held, &mut report)
                 .await?;
+            reachable.push(node_name);
+        }
+        if let DataPlane::Remote { .. } = self {
+            self.converge_replicas(store, &reachable).await?;
         }
         Ok(report)
     }

@@ -22,6 +22,7 @@ mod node_registry;
 mod openapi;
 pub mod quotas;
 pub mod reconciler;
+pub mod replicas;
 pub mod routes;
 mod server;
 pub mod usage;

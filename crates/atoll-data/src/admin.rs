@@ -86,6 +86,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}/restore", axum::routing::post(restore))
         .route("/v1/databases/{id}/backups", get(backups))
         .route("/v1/databases/{id}/queries", get(top_queries))
+        .route("/v1/replicas", get(list_replicas).put(set_replicas))
         .route("/v1/usage/collect", axum::routing::post(collect_usage))
         .route("/v1/usage/{id}/ack", axum::routing::post(acknowledge_usage))
         .route(
@@ -147,6 +148,27 @@ async fn info(State(state): State<Arc<AdminState>>) -> Json<NodeInfo> {
     let mut info = state.info.clone();
     info.databases = state.node.database_count();
     Json(info)
+}
+
+/// `PUT /v1/replicas`: the whole list of replicas this node holds (the reconciler's
+/// desired state for it); answers their status.
+async fn set_replicas(
+    State(state): State<Arc<AdminState>>,
+    Json(wanted): Json<atoll_types::node::ReplicaSet>,
+) -> Result<Json<atoll_types::node::ReplicaStatuses>, DataError> {
+    crate::replication::follow::Replicas::converge(&state.node, wanted.replicas)?;
+    Ok(Json(atoll_types::node::ReplicaStatuses {
+        replicas: state.node.replicas.statuses(),
+    }))
+}
+
+/// `GET /v1/replicas`: each replica's applied frame, the primary's head and the lag.
+async fn list_replicas(
+    State(state): State<Arc<AdminState>>,
+) -> Json<atoll_types::node::ReplicaStatuses> {
+    Json(atoll_types::node::ReplicaStatuses {
+        replicas: state.node.replicas.statuses(),
+    })
 }
 
 async fn list(State(state): State<Arc<AdminState>>) -> Json<DatabaseIds> {

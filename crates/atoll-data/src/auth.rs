@@ -40,6 +40,13 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
         let db = state
             .node
             .by_label(&label)
+            .or_else(|| {
+                // A replica serving a read (`replication::follow::serve_on_replica`).
+                parts
+                    .extensions
+                    .get::<crate::replication::follow::OnReplica>()
+                    .map(|replica| Arc::clone(&replica.0.db))
+            })
             .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;
         check_client_address(&db, parts)?;
         refuse_encryption_key(&parts.headers)?;

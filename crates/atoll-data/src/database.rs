@@ -67,6 +67,9 @@ pub struct Database {
     /// SQLite's write lock on its file, held from the hand-over on, so nothing commits
     /// after the frame it was handed over at.
     hand_over_lock: Mutex<Option<rusqlite::Connection>>,
+    /// A replica of a primary on another node (`replication::follow`): it serves reads
+    /// that close their stream, nothing else.
+    replica: AtomicBool,
 }
 
 impl Database {
@@ -96,7 +99,19 @@ impl Database {
             rebuilding: AtomicBool::new(false),
             handed_over_at: AtomicI64::new(handed_over_at),
             hand_over_lock: Mutex::new(None),
+            replica: AtomicBool::new(false),
         }
+    }
+
+    /// A replica's database (see the field).
+    pub(crate) fn new_replica(dir: PathBuf, config: DatabaseConfig) -> Database {
+        let db = Database::new(dir, config, None);
+        db.replica.store(true, Ordering::Release);
+        db
+    }
+
+    pub fn is_replica(&self) -> bool {
+        self.replica.load(Ordering::Acquire)
     }
 
     /// Since when it is handed over (ms), if it is.

@@ -156,8 +156,23 @@ impl Forwarder {
         self.routes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A GET to another node's internal route, with the node secret.
+    pub(crate) async fn internal_get(
+        &self,
+        url: &str,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        self.client
+            .get(url)
+            .header(FORWARD_SECRET, &self.secret)
+            .header(FORWARDED_BY, &self.node_name)
+            .timeout(timeout)
+            .send()
+            .await
+    }
+
     /// Sends `request` (for database `label`) to `base`, the holder's database listener.
-    async fn forward(
+    pub(crate) async fn forward(
         &self,
         base: &str,
         label: &str,
@@ -293,8 +308,36 @@ pub(crate) async fn forward_elsewhere(
     let Some(label) = label else {
         return next.run(request).await;
     };
-    if state.node.by_label(&label).is_some() || request.headers().contains_key(FORWARDED_BY) {
+    if request.headers().contains_key(FORWARDED_BY) {
+        if !forwarder.trusts(request.headers()) {
+            return next.run(request).await;
+        }
+        // Forwarded by a replica: say which frame the answer reflects, so the replica
+        // answers its client only once it holds that frame (reads its own writes).
+        let held = request
+            .headers()
+            .contains_key(crate::replication::follow::WANT_FRAME_NO)
+            .then(|| state.node.by_label(&label))
+            .flatten();
+        let mut response = next.run(request).await;
+        if let Some(db) = held {
+            if let Some(head) = crate::replication::follow::head_after_request(&db).await {
+                response.headers_mut().insert(
+                    crate::replication::follow::FRAME_NO_HEADER,
+                    HeaderValue::from(head),
+                );
+            }
+        }
+        return response;
+    }
+    if state.node.by_label(&label).is_some() {
         return next.run(request).await;
+    }
+    if let Some(replica) = state.node.replicas.serving(&label) {
+        return crate::replication::follow::serve_on_replica(
+            forwarder, replica, &label, request, next,
+        )
+        .await;
     }
     match forwarder.holder(&label).await {
         Ok(Some(url)) => match forwarder.forward(&url, &label, request).await {

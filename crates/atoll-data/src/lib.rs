@@ -131,6 +131,9 @@ impl DataPlaneState {
         limits: DataLimits,
         forwarder: Option<Arc<forward::Forwarder>>,
     ) -> Arc<DataPlaneState> {
+        if let Some(forwarder) = &forwarder {
+            node.replicas.set_link(Arc::clone(forwarder));
+        }
         Arc::new(DataPlaneState {
             forwarder,
             node,
@@ -222,6 +225,12 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
             "data",
             metrics::track_requests,
         ))
+        // Between nodes (the node secret), outside the clients' rate limits: replicas
+        // long-poll their primaries here.
+        .route(
+            "/v1/internal/frames/{id}",
+            get(replication::follow::serve_frames),
+        )
         .with_state(state)
 }
 

@@ -41,6 +41,8 @@ pub struct Node {
     /// Object storage, the durable home of its databases (`storage`); `None` only for
     /// nodes built without it (some tests).
     storage: Option<Arc<NodeStorage>>,
+    /// Replicas of databases whose primaries are on other nodes (`replication::follow`).
+    pub replicas: crate::replication::follow::Replicas,
 }
 
 /// How a node runs tenant SQL.
@@ -93,6 +95,7 @@ impl Node {
             sandbox: settings.sandbox,
             shutdown,
             storage,
+            replicas: Default::default(),
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();

@@ -486,6 +486,12 @@ async fn groups(store: Store) {
     assert!(changed.delete_protection && !changed.archived);
     assert_eq!(changed.locations, vec!["local", "edge"]);
     assert_eq!(changed.primary_location, "local");
+    // Only the group in two locations has replicas to place.
+    let several = store.groups_in_several_locations().await.unwrap();
+    assert_eq!(
+        several.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(),
+        vec![changed.id.as_str()]
+    );
     let err = store
         .update_group(
             &changed.id,

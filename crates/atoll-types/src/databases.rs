@@ -173,7 +173,7 @@ pub struct UpdateDatabaseConfiguration {
 pub struct Instance {
     pub uuid: String,
     pub name: String,
-    /// `primary`.
+    /// `primary` or `replica`.
     #[serde(rename = "type")]
     pub kind: String,
     pub region: String,
@@ -182,6 +182,13 @@ pub struct Instance {
     /// form, `https://` when its node has TLS.
     #[serde(default)]
     pub http_url: String,
+    /// A replica's last applied frame of the primary's log (an Atoll extension; absent
+    /// for the primary and for a replica whose node did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_index: Option<u64>,
+    /// How long a replica has been behind its primary, in ms (an Atoll extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -379,3 +379,41 @@ pub struct QuarantinedDatabase {
 pub struct Quarantine {
     pub databases: Vec<QuarantinedDatabase>,
 }
+
+/// One replica a node is to hold: the database's configuration (the primary's) and
+/// where its primary is (the database listener of the primary's node).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaSpec {
+    pub config: DatabaseConfig,
+    pub primary_url: String,
+}
+
+/// `PUT /v1/replicas` on a node's admin API: every replica it is to hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaSet {
+    pub replicas: Vec<ReplicaSpec>,
+}
+
+/// How far one replica has applied its primary's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    pub id: String,
+    pub primary_url: String,
+    /// The last frame applied (its replication index).
+    pub frame_no: u64,
+    /// The primary's last committed frame, as last reported.
+    pub primary_frame_no: u64,
+    /// How long it has been behind that head (0: caught up).
+    pub lag_ms: u64,
+    /// When the primary last answered (ms since the epoch; 0: never).
+    pub last_contact_ms: i64,
+    /// It has a state to serve.
+    pub ready: bool,
+    pub state: String,
+}
+
+/// A node's replicas.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatuses {
+    pub replicas: Vec<ReplicaStatus>,
+}

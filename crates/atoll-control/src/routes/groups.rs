@@ -643,6 +643,8 @@ async fn set_locations(
         .store
         .update_group(&access.group().id, changes)
         .await?;
+    // Replicas are placed (or dropped) by the next pass: ask for one now.
+    crate::reconciler::request_pass();
     audit::record(
         state,
         access,
@@ -657,18 +659,57 @@ async fn set_locations(
     }))
 }
 
-/// Locations are ready as soon as they are added (placement comes with the data plane), so
-/// this answers at once, or 400 when the group is not in that location.
+/// Answers once every database of the group has a replica in `location` that caught up
+/// with its primary (at most [`LOCATION_WAIT`]; then 503, to be asked again), or at once
+/// when the location is the primary's. 400 when the group is not in that location.
 async fn wait_location(
+    State(state): State<AppState>,
     access: Access,
     Path(params): Path<HashMap<String, String>>,
 ) -> ApiResult<Json<Empty>> {
     let code = &params["location"];
-    if !access.group().locations.contains(code) {
+    let group = access.group();
+    if !group.locations.contains(code) {
         return Err(ApiError::Invalid(
             ErrorCode::InvalidLocation,
-            format!("group {} is not in location {code}", access.group().name),
+            format!("group {} is not in location {code}", group.name),
         ));
     }
-    Ok(Json(Empty {}))
+    let deadline = tokio::time::Instant::now() + LOCATION_WAIT;
+    loop {
+        let records = state.store.nodes().await?;
+        let mut waiting = 0usize;
+        for db in state.store.databases_in_group(&group.id).await? {
+            if db.state != atoll_meta::DatabaseState::Active {
+                continue;
+            }
+            for place in crate::replicas::instances_of(&db, &group.locations, &records) {
+                if place.primary || place.location != *code {
+                    continue;
+                }
+                let caught_up = state
+                    .data_plane
+                    .replica_status(&place.node, &db.id)
+                    .await
+                    .is_some_and(|s| s.ready && s.frame_no >= s.primary_frame_no);
+                if !caught_up {
+                    waiting += 1;
+                }
+            }
+        }
+        if waiting == 0 {
+            return Ok(Json(Empty {}));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::NodeUnavailable(format!(
+                "{waiting} replica(s) of group {} in {code} are not caught up yet; ask again",
+                group.name
+            )));
+        }
+        crate::reconciler::request_pass();
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
+
+/// The longest `…/locations/{location}/wait` waits for replicas before answering 503.
+const LOCATION_WAIT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -361,6 +361,27 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Whether every statement of `sql` only reads (SQLite's own verdict, with
+    /// `BEGIN IMMEDIATE`/`EXCLUSIVE`, which take the write lock, counted as writes). A
+    /// statement that does not prepare counts as a write: the primary reports its error.
+    pub(crate) fn is_read_only(&self, sql: &str) -> bool {
+        let mut statements = rusqlite::Batch::new(self.conn, sql);
+        loop {
+            match statements.next() {
+                Ok(Some(stmt)) => {
+                    let text = stmt.expanded_sql().unwrap_or_default().to_ascii_uppercase();
+                    let locks = text.trim_start().starts_with("BEGIN")
+                        && (text.contains("IMMEDIATE") || text.contains("EXCLUSIVE"));
+                    if locks || !stmt.readonly() {
+                        return false;
+                    }
+                }
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
     /// [`Run::authorize`] for every step of a batch.
     pub(crate) fn authorize_batch(
         &self,

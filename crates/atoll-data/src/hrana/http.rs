@@ -97,6 +97,14 @@ async fn pipeline(
 ) -> Result<Response, HranaError> {
     request.db.ensure_queryable()?;
     let body: proto::PipelineReqBody = decode(&body, encoding)?;
+    if request.db.is_replica()
+        && (body.baton.is_some()
+            || !matches!(body.requests.last(), Some(proto::StreamRequest::Close(_))))
+    {
+        // A stream that outlives the request holds a connection to one copy: the
+        // primary's, which takes writes.
+        return Ok(crate::replication::follow::to_primary());
+    }
     let cancel = CancelToken::new();
     // The client going away interrupts the statement it is waiting for.
     let _cancel_on_drop = cancel.cancel_on_drop();
@@ -112,11 +120,18 @@ async fn pipeline(
     // One trip to an SQL thread per request: taking a pooled connection (which may
     // open one) happens there too. The SQL thread owns the stream to the end, even if
     // this request is abandoned.
-    let (baton, results) = blocking(&state.node, move || {
-        let lease = open_stream(&stream_state, &caller, body.baton.as_deref())?;
-        run_leased_pipeline(&caller, lease, body.requests)
+    let served = blocking(&state.node, move || {
+        let mut lease = open_stream(&stream_state, &caller, body.baton.as_deref())?;
+        if caller.db.is_replica() && !reads_only(&caller, lease.stream(), &body.requests)? {
+            lease.discard(&caller.node);
+            return Ok(None);
+        }
+        run_leased_pipeline(&caller, lease, body.requests).map(Some)
     })
     .await??;
+    let Some((baton, results)) = served else {
+        return Ok(crate::replication::follow::to_primary());
+    };
     Ok(encode(
         &proto::PipelineRespBody {
             baton,
@@ -271,6 +286,35 @@ fn authorize_pipeline(
         return Ok(());
     };
     let run = Run::start(caller, conn)?;
+    for_each_statement(caller, stream, requests, |sql| run.authorize(sql))
+}
+
+/// Whether every statement of the pipeline only reads (a replica serves it itself).
+fn reads_only(
+    caller: &Caller,
+    stream: &HttpStream,
+    requests: &[proto::StreamRequest],
+) -> Result<bool, HranaError> {
+    let Some(conn) = &stream.conn else {
+        return Ok(false);
+    };
+    let run = Run::start(caller, conn)?;
+    let mut only_reads = true;
+    for_each_statement(caller, stream, requests, |sql| {
+        only_reads = only_reads && run.is_read_only(sql);
+        Ok(())
+    })?;
+    Ok(only_reads)
+}
+
+/// Calls `check` with the SQL text of every statement the pipeline runs, following the
+/// texts it stores and closes, up to its `close`.
+fn for_each_statement(
+    caller: &Caller,
+    stream: &HttpStream,
+    requests: &[proto::StreamRequest],
+    mut check: impl FnMut(&str) -> Result<(), HranaError>,
+) -> Result<(), HranaError> {
     // Texts stored (`Some`) or closed (`None`) earlier in this pipeline.
     let mut changed: HashMap<i32, Option<&str>> = HashMap::new();
     let text = |sql: &Option<String>, sql_id: Option<i32>, changed: &HashMap<i32, Option<&str>>| {
@@ -298,19 +342,19 @@ fn authorize_pipeline(
             }
             proto::StreamRequest::Execute(execute) => {
                 if let Some(sql) = text(&execute.stmt.sql, execute.stmt.sql_id, &changed) {
-                    run.authorize(&sql)?;
+                    check(&sql)?;
                 }
             }
             proto::StreamRequest::Batch(batch) => {
                 for step in &batch.batch.steps {
                     if let Some(sql) = text(&step.stmt.sql, step.stmt.sql_id, &changed) {
-                        run.authorize(&sql)?;
+                        check(&sql)?;
                     }
                 }
             }
             proto::StreamRequest::Sequence(sequence) => {
                 if let Some(sql) = text(&sequence.sql, sequence.sql_id, &changed) {
-                    run.authorize(&sql)?;
+                    check(&sql)?;
                 }
             }
             // Nothing runs after the stream is closed.

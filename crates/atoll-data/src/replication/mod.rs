@@ -14,7 +14,10 @@
 //!   `Builder::new_synced_database` and (by default) for `Builder::new_remote_replica`.
 //! - [`grpc`]: the older gRPC-web `wal_log.ReplicationLog` protocol (`new_remote_replica`
 //!   without the crate's `sync` feature, or with `SyncProtocol::V1`).
+//! - [`follow`]: replicas on nodes of the group's other locations, which follow the
+//!   primary's WAL (not only the stored log: their lag is a round trip).
 
+pub mod follow;
 pub mod grpc;
 pub mod log;
 pub mod sync_http;

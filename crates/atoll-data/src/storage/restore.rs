@@ -168,6 +168,7 @@ impl Restored {
             generation_created_ms: self.generation.created_ms,
             bytes_since_snapshot: 0,
             needs_snapshot: false,
+            file_epoch: 0,
         }
     }
 }

@@ -42,6 +42,11 @@ pub struct LogState {
     /// The file was replaced (created, uploaded, rebuilt) since the last snapshot: the next
     /// round takes one before it ships any frame.
     pub needs_snapshot: bool,
+    /// Raised each time the file is replaced outside SQLite (an upload): the log's frame
+    /// numbers go on, but what they apply to changed, so a replica that sees a new epoch
+    /// starts again from the snapshot taken after it (`replication::follow`).
+    #[serde(default)]
+    pub file_epoch: u64,
 }
 
 /// The waits of `sync` commits: a waiter takes a ticket after its commit; a round that
@@ -93,6 +98,38 @@ pub struct DatabaseLog {
     /// the commit hook, so no write lands after the frame it was handed over at — not
     /// even one that waited for the write lock since before the hand-over.
     fenced: std::sync::atomic::AtomicBool,
+    /// Where replicas' reads of the unstored tail of the WAL got to (`read_tail`).
+    tail: Mutex<Option<TailCursor>>,
+    /// Raised by every commit (just before it lands: readers of the tail look again a
+    /// moment later if they find nothing yet).
+    commit_signal: tokio::sync::Notify,
+}
+
+/// The frames of the WAL after the stored head, read once for every replica: the cursor
+/// moves forward as new transactions commit, and the last few MiB stay buffered.
+struct TailCursor {
+    /// The last frame read, its rolling checksum, and where in the WAL the next begins.
+    frame_no: u64,
+    checksum: u64,
+    position: Option<WalPosition>,
+    buffer: VecDeque<Frame>,
+    buffer_bytes: usize,
+}
+
+/// Bytes of tail frames kept for replicas that are a little behind.
+const TAIL_BUFFER_BYTES: usize = 32 * 1024 * 1024;
+
+/// What a replica asking for frames after some frame gets from the primary's WAL.
+#[derive(Debug)]
+pub enum TailRead {
+    /// Whole transactions after the frame asked for (none when it is the head), and the
+    /// head: the last committed frame.
+    Frames { frames: Vec<Frame>, head: u64 },
+    /// Those frames left the WAL (checkpointed) or the buffer: they are in object storage
+    /// up to `durable`.
+    Stored { durable: u64, head: u64 },
+    /// The file was replaced and its snapshot is not stored yet: ask again shortly.
+    SnapshotPending,
 }
 
 impl DatabaseLog {
@@ -130,6 +167,8 @@ impl DatabaseLog {
             generation_asked: std::sync::atomic::AtomicBool::new(false),
             stored_since_count: AtomicU64::new(0),
             fenced: std::sync::atomic::AtomicBool::new(false),
+            tail: Mutex::new(None),
+            commit_signal: tokio::sync::Notify::new(),
         }
     }
 
@@ -160,6 +199,116 @@ impl DatabaseLog {
         if dirty.is_none() {
             *dirty = Some(Instant::now());
         }
+        self.commit_signal.notify_waiters();
+    }
+
+    /// Notified at every commit (replicas waiting for frames).
+    pub fn commit_signal(&self) -> &tokio::sync::Notify {
+        &self.commit_signal
+    }
+
+    /// Whole transactions committed after frame `after`, read from the WAL (the frames
+    /// object storage may not have yet), at most about `max_bytes` of pages (always at
+    /// least one transaction). Frames are numbered as the shipper will number them.
+    pub fn read_tail(&self, after: u64, max_bytes: usize) -> Result<TailRead, DataError> {
+        if lock(&self.state).needs_snapshot {
+            return Ok(TailRead::SnapshotPending);
+        }
+        let mut tail = lock(&self.tail);
+        self.advance_tail(&mut tail)?;
+        let cursor = tail.as_ref().expect("advanced");
+        let head = cursor.frame_no;
+        if after >= head {
+            return Ok(TailRead::Frames {
+                frames: Vec::new(),
+                head,
+            });
+        }
+        let first_buffered = cursor.buffer.front().map_or(head + 1, |f| f.frame_no);
+        if after + 1 < first_buffered {
+            return Ok(TailRead::Stored {
+                durable: lock(&self.state).durable_frame_no,
+                head,
+            });
+        }
+        let skip = (after + 1 - first_buffered) as usize;
+        let mut frames = Vec::new();
+        let mut bytes = 0usize;
+        let mut end_of_last_commit = 0usize;
+        for frame in cursor.buffer.iter().skip(skip) {
+            bytes += frame.page.len();
+            frames.push(frame.clone());
+            if frame.size_after != 0 {
+                end_of_last_commit = frames.len();
+                if bytes >= max_bytes {
+                    break;
+                }
+            }
+        }
+        frames.truncate(end_of_last_commit);
+        Ok(TailRead::Frames { frames, head })
+    }
+
+    /// Reads what was committed since the cursor last read. When the WAL was restarted
+    /// (everything in it had been stored and checkpointed), the cursor starts again from
+    /// the shipper's own position, with the shipper held still meanwhile.
+    fn advance_tail(&self, tail: &mut Option<TailCursor>) -> Result<(), DataError> {
+        let path = wal_path(&self.file);
+        for attempt in 0..2 {
+            if tail.is_none() || attempt > 0 {
+                let _round = lock(&self.round);
+                let state = lock(&self.state).clone();
+                *tail = Some(TailCursor {
+                    frame_no: state.durable_frame_no,
+                    checksum: state.durable_checksum,
+                    position: state.wal,
+                    buffer: VecDeque::new(),
+                    buffer_bytes: 0,
+                });
+            }
+            let cursor = tail.as_mut().expect("set above");
+            loop {
+                let read =
+                    wal::read_committed(&path, cursor.position, PAGE_SIZE as usize, 4 << 20)?;
+                if read.reset && attempt == 0 && cursor.position.is_some() {
+                    break;
+                }
+                if read.frames.is_empty() {
+                    cursor.position = Some(read.position);
+                    return Ok(());
+                }
+                for frame in read.frames {
+                    cursor.frame_no += 1;
+                    cursor.checksum = frame_checksum(
+                        cursor.checksum,
+                        frame.page_no,
+                        frame.size_after,
+                        &frame.page,
+                    );
+                    cursor.buffer_bytes += frame.page.len();
+                    cursor.buffer.push_back(Frame {
+                        frame_no: cursor.frame_no,
+                        checksum: cursor.checksum,
+                        page_no: frame.page_no,
+                        size_after: frame.size_after,
+                        page: frame.page,
+                    });
+                }
+                cursor.position = Some(read.position);
+                while cursor.buffer_bytes > TAIL_BUFFER_BYTES {
+                    let Some(dropped) = cursor.buffer.pop_front() else {
+                        break;
+                    };
+                    cursor.buffer_bytes -= dropped.page.len();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The epoch of the file (see [`LogState::file_epoch`]).
+    pub fn file_epoch(&self) -> u64 {
+        lock(&self.state).file_epoch
     }
 
     /// Bytes stored since the last count (`take_stored_since_count` resets it).
@@ -193,6 +342,7 @@ impl DatabaseLog {
         let _round = lock(&self.round);
         let mut state = lock(&self.state).clone();
         state.needs_snapshot = true;
+        state.file_epoch += 1;
         self.persist(&state)?;
         *lock(&self.state) = state;
         *lock(&self.dirty_since) = Some(Instant::now());

@@ -106,6 +106,19 @@ impl Store {
         .await
     }
 
+    /// Every group of every organization that is in more than one location (its
+    /// databases have replicas: the reconciler places them).
+    pub async fn groups_in_several_locations(&self) -> Result<Vec<Group>> {
+        let secrets = self.secrets();
+        self.read("groups_in_several_locations", move |c| {
+            let sql = format!(
+                "SELECT {GROUP_COLUMNS} FROM org_groups g WHERE g.locations LIKE '%,%' ORDER BY g.id"
+            );
+            groups_from_rows(&c.query(&sql, &[])?, &secrets)
+        })
+        .await
+    }
+
     pub async fn group_by_name(&self, org_id: &str, name: &str) -> Result<Option<Group>> {
         let (org_id, name) = (org_id.to_string(), name.to_string());
         let secrets = self.secrets();
