@@ -378,6 +378,17 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     assert_eq!(status, 200, "{one}");
     assert_eq!(one["instance"]["type"], "replica");
 
+    // The primary's log is for nodes only: a client (even with the database's own
+    // token) gets nothing from the frames route.
+    for token in [None, Some(db.token.as_str())] {
+        let mut request = client.get(format!("{}/v1/internal/frames/{}?after=0", east.url, db.id));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let refused = request.send().await.unwrap();
+        assert_eq!(refused.status(), 401);
+    }
+
     // Reads through the west node see the primary's rows.
     assert_eq!(
         ids(&client, &west.url, &db.label, &db.token).await,
