@@ -50,6 +50,8 @@ pub const FRAME_NO_HEADER: &str = "x-atoll-frame-no";
 const LONGEST_POLL: Duration = Duration::from_secs(10);
 /// Page bytes per batch.
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Frames per batch read from the stored log.
+const BATCH_FRAMES: u64 = (BATCH_BYTES / PAGE_SIZE as usize) as u64;
 /// The longest a replica holds its client's answer waiting to apply a forwarded write.
 const READ_YOUR_WRITES_WAIT: Duration = Duration::from_secs(2);
 /// Frames in a replica's own WAL past which it checkpoints.
@@ -59,6 +61,9 @@ const CHECKPOINT_FRAMES: u32 = 1000;
 #[derive(Default)]
 pub struct Replicas {
     by_id: RwLock<HashMap<String, Arc<Replica>>>,
+    /// The same replicas by hostname label (every request not for a primary of the node
+    /// looks here), rebuilt with each list.
+    by_label: RwLock<HashMap<String, Arc<Replica>>>,
     /// The node's client and secret for asking primaries (set with forwarding).
     link: OnceLock<Arc<Forwarder>>,
 }
@@ -70,9 +75,11 @@ impl Replicas {
 
     /// The replica serving `label`, once it has its first state.
     pub fn serving(&self, label: &str) -> Option<Arc<Replica>> {
-        self.read()
-            .values()
-            .find(|r| r.db.config().label == label && r.ready.load(Ordering::Acquire))
+        self.by_label
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(label)
+            .filter(|r| r.ready.load(Ordering::Acquire))
             .cloned()
     }
 
@@ -129,7 +136,12 @@ impl Replicas {
                 }
             }
         }
+        let labels = current
+            .values()
+            .map(|r| (r.db.config().label.clone(), Arc::clone(r)))
+            .collect();
         drop(current);
+        *replicas.by_label.write().unwrap_or_else(|p| p.into_inner()) = labels;
         remove_unwanted_dirs(node);
         Ok(())
     }
@@ -528,13 +540,8 @@ async fn pull_from_storage(
     let storage = node
         .storage()
         .ok_or_else(|| DataError::Internal("no object storage".into()))?;
-    let last = after + (BATCH_BYTES / PAGE_SIZE as usize) as u64;
-    match super::log::read_frames(&storage.storage, replica.db.id(), after + 1, last).await {
-        Ok(super::log::Frames::Found(mut frames)) => {
-            // Whole transactions only.
-            while frames.last().is_some_and(|f| f.size_after == 0) {
-                frames.pop();
-            }
+    match stored_transactions(&storage.storage, replica.db.id(), after, u64::MAX).await {
+        Ok(super::log::Frames::Found(frames)) => {
             if frames.is_empty() {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -782,8 +789,7 @@ async fn frames_after(
                     .into_response())
             }
             TailRead::Frames { frames, head } if !frames.is_empty() || after >= head => {
-                if frames.is_empty() && tokio::time::Instant::now() < deadline && after != u64::MAX
-                {
+                if frames.is_empty() && tokio::time::Instant::now() < deadline {
                     // Nothing new: wait for a commit (its frames land just after the
                     // signal, so look again shortly in any case).
                     let _ = tokio::time::timeout_at(
@@ -801,17 +807,8 @@ async fn frames_after(
                     .node
                     .storage()
                     .ok_or_else(|| DataError::Internal("no object storage".into()))?;
-                let last = durable.min(after + (BATCH_BYTES / PAGE_SIZE as usize) as u64);
-                if last <= after {
-                    return Ok(frames_response(&[], head, epoch));
-                }
-                return match super::log::read_frames(&storage.storage, id, after + 1, last).await? {
-                    super::log::Frames::Found(mut frames) => {
-                        while frames.last().is_some_and(|f| f.size_after == 0) {
-                            frames.pop();
-                        }
-                        Ok(frames_response(&frames, head, epoch))
-                    }
+                return match stored_transactions(&storage.storage, id, after, durable).await? {
+                    super::log::Frames::Found(frames) => Ok(frames_response(&frames, head, epoch)),
                     super::log::Frames::Gone => Ok((
                         StatusCode::GONE,
                         "those frames are no longer in the log: start from the latest snapshot",
@@ -940,13 +937,41 @@ async fn forward_to_primary(
 /// The primary's last committed frame, for the answer to a request a replica forwarded.
 pub(crate) async fn head_after_request(db: &Arc<Database>) -> Option<u64> {
     let log = Arc::clone(db.log()?);
-    tokio::task::spawn_blocking(move || match log.read_tail(u64::MAX - 1, 0) {
-        Ok(TailRead::Frames { head, .. } | TailRead::Stored { head, .. }) => Some(head),
-        _ => None,
-    })
-    .await
-    .ok()
-    .flatten()
+    tokio::task::spawn_blocking(move || log.head().ok())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Whole transactions after frame `after` from the stored log, up to `last_stored`: about
+/// a batch, and always a whole transaction when one is stored, however large.
+async fn stored_transactions(
+    storage: &crate::storage::Storage,
+    id: &str,
+    after: u64,
+    last_stored: u64,
+) -> Result<super::log::Frames, DataError> {
+    let mut span = BATCH_FRAMES;
+    loop {
+        let last = last_stored.min(after.saturating_add(span));
+        if last <= after {
+            return Ok(super::log::Frames::Found(Vec::new()));
+        }
+        match super::log::read_frames(storage, id, after + 1, last).await? {
+            super::log::Frames::Found(mut frames) => {
+                let log_ends = last == last_stored || (frames.len() as u64) < last - after;
+                while frames.last().is_some_and(|f| f.size_after == 0) {
+                    frames.pop();
+                }
+                if !frames.is_empty() || log_ends {
+                    return Ok(super::log::Frames::Found(frames));
+                }
+                // One transaction longer than the span: read further.
+                span = span.saturating_mul(2);
+            }
+            gone => return Ok(gone),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -249,6 +249,13 @@ impl DatabaseLog {
         Ok(TailRead::Frames { frames, head })
     }
 
+    /// The last committed frame (what the WAL holds after the stored head).
+    pub fn head(&self) -> Result<u64, DataError> {
+        let mut tail = lock(&self.tail);
+        self.advance_tail(&mut tail)?;
+        Ok(tail.as_ref().map_or(0, |cursor| cursor.frame_no))
+    }
+
     /// Reads what was committed since the cursor last read. When the WAL was restarted
     /// (everything in it had been stored and checkpointed), the cursor starts again from
     /// the shipper's own position, with the shipper held still meanwhile.
