@@ -36,14 +36,7 @@ impl DataPlane {
             return Ok(());
         }
         let id = db.id.as_str();
-        let group = store
-            .group_by_id(&db.group_id)
-            .await?
-            .ok_or_else(|| ApiError::Internal(format!("database {id} has no group")))?;
-        let org = store
-            .org_by_id(&db.org_id)
-            .await?
-            .ok_or_else(|| ApiError::Internal(format!("database {id} has no organization")))?;
+        let (group, org) = group_and_org(store, db).await?;
 
         let handed: wire::HandedOver = send(self.order(
             reqwest::Method::POST,
@@ -213,14 +206,7 @@ impl DataPlane {
             .place_except(store, &db.location, Some(&db.node))
             .await?;
         let id = db.id.as_str();
-        let group = store
-            .group_by_id(&db.group_id)
-            .await?
-            .ok_or_else(|| ApiError::Internal(format!("database {id} has no group")))?;
-        let org = store
-            .org_by_id(&db.org_id)
-            .await?
-            .ok_or_else(|| ApiError::Internal(format!("database {id} has no organization")))?;
+        let (group, org) = group_and_org(store, &db).await?;
         let adopt = wire::AdoptDatabase {
             config: database_config(store, &db, &group, &org).await?,
             frame_no: 0,
@@ -258,4 +244,21 @@ impl DataPlane {
             .await?
             .ok_or_else(|| ApiError::Internal(format!("database {id} vanished")))
     }
+}
+
+/// The group and organization of `db`, which its configuration on a node needs.
+async fn group_and_org(
+    store: &Store,
+    db: &Database,
+) -> Result<(atoll_meta::Group, atoll_meta::Organization), ApiError> {
+    let id = db.id.as_str();
+    let group = store
+        .group_by_id(&db.group_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("database {id} has no group")))?;
+    let org = store
+        .org_by_id(&db.org_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("database {id} has no organization")))?;
+    Ok((group, org))
 }
