@@ -11,265 +11,11 @@ mod support;
 
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, temp_dir, BIN};
-
-const SECRET: &str = "a-node-secret-for-the-replicas";
-const EAST: &str = "aws-us-east-1";
-const WEST: &str = "aws-eu-west-1";
-
-struct Process(Child);
-
-impl Process {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-async fn wait_healthy(url: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !reqwest::get(format!("{url}/health"))
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(Instant::now() < deadline, "{url} did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The `atoll serve` process (killed when dropped) and its URL.
-struct Replica {
-    _process: Process,
-    url: String,
-}
-
-fn start_replica(database_url: &str, secrets_key: &str, dir: &Path) -> Replica {
-    let port = free_port();
-    let child = Command::new(BIN)
-        .args([
-            "serve",
-            "--database-url",
-            database_url,
-            "--registered-nodes",
-        ])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--reconcile-interval-secs", "2"])
-        .args(["--data-dir", dir.to_str().unwrap()])
-        .env("ATOLL_NODE_SECRET", SECRET)
-        .env("ATOLL_SECRETS_KEY", secrets_key)
-        .env("ATOLL_USERNAME", "root")
-        .env("ATOLL_PASSWORD", "a-long-password")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Replica {
-        _process: Process(child),
-        url: format!("http://127.0.0.1:{port}"),
-    }
-}
-
-struct Node {
-    process: Process,
-    url: String,
-    args: Vec<String>,
-}
-
-impl Node {
-    fn start(name: &str, location: &str, dir: &Path, storage: &str, replicas: &[&str]) -> Node {
-        let (port, admin_port) = (free_port(), free_port());
-        let args: Vec<String> = [
-            "node",
-            "--name",
-            name,
-            "--location",
-            location,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-            "--data-dir",
-            dir.to_str().unwrap(),
-            "--storage-url",
-            storage,
-            "--control-plane",
-            &replicas.join(","),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        Node {
-            process: Process(spawn_node(&args)),
-            url: format!("http://127.0.0.1:{port}"),
-            args,
-        }
-    }
-
-    /// Starts it again on the same directory and ports, after a SIGKILL.
-    fn restart(&mut self) {
-        self.process.kill();
-        self.process = Process(spawn_node(&self.args));
-    }
-}
-
-/// Its log goes beside its data directory (kept when the test fails).
-fn spawn_node(args: &[String]) -> Child {
-    let dir = args
-        .iter()
-        .position(|a| a == "--data-dir")
-        .map(|i| PathBuf::from(&args[i + 1]))
-        .unwrap();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.with_extension("log"))
-        .unwrap();
-    Command::new(BIN)
-        .args(args)
-        .env("ATOLL_NODE_SECRET", SECRET)
-        .env("ATOLL_LOG", "info,atoll_data=debug")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
-struct Api {
-    client: reqwest::Client,
-    token: String,
-}
-
-impl Api {
-    async fn login(url: &str) -> Api {
-        let client = reqwest::Client::new();
-        let login: Value = client
-            .post(format!("{url}/v1/auth/login"))
-            .json(&json!({"username": "root", "password": "a-long-password"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        Api {
-            client,
-            token: login["token"].as_str().expect("login token").to_string(),
-        }
-    }
-
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        url: String,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut request = self.client.request(method, url).bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, url: String) -> (u16, Value) {
-        self.call(reqwest::Method::GET, url, None).await
-    }
-
-    async fn post(&self, url: String, body: Value) -> (u16, Value) {
-        self.call(reqwest::Method::POST, url, Some(body)).await
-    }
-}
-
-/// Runs `sql` on the database with hostname label `label` through the node at `node_url`
-/// (path-prefix form), answering the result of the first statement, or the error body.
-async fn execute(
-    client: &reqwest::Client,
-    node_url: &str,
-    label: &str,
-    token: &str,
-    sql: &str,
-) -> Result<Value, String> {
-    let response = client
-        .post(format!("{node_url}/db/{label}/v2/pipeline"))
-        .bearer_auth(token)
-        .json(&json!({"requests": [
-            {"type": "execute", "stmt": {"sql": sql}},
-            {"type": "close"}
-        ]}))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body: Value = response.json().await.map_err(|e| e.to_string())?;
-    if !status.is_success() || body["results"][0]["type"] != "ok" {
-        return Err(format!("{status}: {body}"));
-    }
-    Ok(body["results"][0]["response"]["result"].clone())
-}
-
-async fn ids(client: &reqwest::Client, node_url: &str, label: &str, token: &str) -> BTreeSet<i64> {
-    let result = execute(client, node_url, label, token, "SELECT id FROM t")
-        .await
-        .unwrap();
-    result["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| row[0]["value"].as_str().unwrap().parse().unwrap())
-        .collect()
-}
-
-async fn nodes(api: &Api, replica: &str) -> Vec<Value> {
-    let (status, listed) = api.get(format!("{replica}/v1/admin/nodes")).await;
-    assert_eq!(status, 200, "{listed}");
-    listed["nodes"].as_array().unwrap().clone()
-}
-
-struct Db {
-    label: String,
-    id: String,
-    token: String,
-}
-
-async fn create_db(api: &Api, replica: &str, name: &str, group: &str) -> Db {
-    let (status, created) = api
-        .post(
-            format!("{replica}/v1/databases"),
-            json!({"name": name, "group": group}),
-        )
-        .await;
-    assert_eq!(status, 200, "{created}");
-    let (_, got) = api.get(format!("{replica}/v1/databases/{name}")).await;
-    let (status, minted) = api
-        .post(
-            format!("{replica}/v1/databases/{name}/auth/tokens"),
-            json!({}),
-        )
-        .await;
-    assert_eq!(status, 200, "{minted}");
-    Db {
-        label: got["database"]["Hostname"]
-            .as_str()
-            .unwrap()
-            .split('.')
-            .next()
-            .unwrap()
-            .to_string(),
-        id: got["database"]["DbId"].as_str().unwrap().to_string(),
-        token: minted["jwt"].as_str().unwrap().to_string(),
-    }
-}
+use support::cluster::{
+    create_db, execute, ids, nodes, start_replica, wait_healthy, Api, Node, EAST, WEST,
+};
+use support::temp_dir;
 
 async fn pipeline(
     client: &reqwest::Client,
@@ -304,7 +50,7 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     let replicas = [control.url.as_str()];
     let (east_dir, west_dir) = (root.join("east"), root.join("west"));
     let mut east = Node::start("east", EAST, &east_dir, &storage, &replicas);
-    let west = Node::start("west", WEST, &west_dir, &storage, &replicas);
+    let mut west = Node::start("west", WEST, &west_dir, &storage, &replicas);
     wait_healthy(&east.url).await;
     wait_healthy(&west.url).await;
     let api = Api::login(&control.url).await;
@@ -463,13 +209,79 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     .await
     .is_err());
 
+    // The official Rust client, unmodified, through the replica's node: plain remote
+    // queries (its connection keeps a stream open, so they are the primary's), and an
+    // embedded replica that syncs and writes through it.
+    let west_db_url = format!("{}/db/{}", west.url, db.label);
+    let remote = libsql::Builder::new_remote(west_db_url.clone(), db.token.clone())
+        .connector(hyper::client::HttpConnector::new())
+        .build()
+        .await
+        .unwrap();
+    let conn = remote.connect().unwrap();
+    conn.execute("INSERT INTO t VALUES (200, 'libsql remote')", ())
+        .await
+        .unwrap();
+    let mut rows = conn.query("SELECT count(*) FROM t", ()).await.unwrap();
+    let count: i64 = rows.next().await.unwrap().unwrap().get(0).unwrap();
+    assert_eq!(count, 25);
+    let local_dir = root.join("embedded");
+    std::fs::create_dir_all(&local_dir).unwrap();
+    let embedded = libsql::Builder::new_remote_replica(
+        local_dir.join("shop.db"),
+        west_db_url.clone(),
+        db.token.clone(),
+    )
+    .connector(hyper::client::HttpConnector::new())
+    .build()
+    .await
+    .unwrap();
+    embedded.sync().await.unwrap();
+    let local = embedded.connect().unwrap();
+    local
+        .execute("INSERT INTO t VALUES (201, 'embedded')", ())
+        .await
+        .unwrap();
+    embedded.sync().await.unwrap();
+    let mut rows = local.query("SELECT count(*) FROM t", ()).await.unwrap();
+    let count: i64 = rows.next().await.unwrap().unwrap().get(0).unwrap();
+    assert_eq!(count, 26);
+    assert_eq!(
+        ids(&client, &west.url, &db.label, &db.token).await.len(),
+        26
+    );
+
+    // The replica's node is killed (SIGKILL, mid-follow, under writes to the primary) and
+    // comes back: its replica resumes from what it applied, and catches up.
+    west.restart();
+    wait_healthy(&west.url).await;
+    for id in 300..310 {
+        execute(
+            &client,
+            &east.url,
+            &db.label,
+            &db.token,
+            &format!("INSERT INTO t VALUES ({id}, 'while west was down')"),
+        )
+        .await
+        .unwrap();
+    }
+    let (status, body) = api
+        .get(format!("{base}/groups/multi/locations/{WEST}/wait"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        ids(&client, &west.url, &db.label, &db.token).await.len(),
+        36
+    );
+
     // The primary's node goes down: the replica still serves reads from its own copy;
     // writes through it fail (nothing is acknowledged that the primary did not take).
     east.process.kill();
     for _ in 0..5 {
         // Never an older state than the one already read, however long the primary is gone.
         let all = ids(&client, &west.url, &db.label, &db.token).await;
-        assert_eq!(all.len(), 24, "{all:?}");
+        assert_eq!(all.len(), 36, "{all:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(execute(
@@ -503,6 +315,6 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     // Through the west node the database is still reachable (forwarded to the primary).
     assert_eq!(
         ids(&client, &west.url, &db.label, &db.token).await.len(),
-        24
+        36
     );
 }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod cluster;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_atoll");
 
 pub fn free_port() -> u16 {
