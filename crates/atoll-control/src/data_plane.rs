@@ -33,6 +33,10 @@ pub enum DataPlane {
         secret: String,
         /// Sent with every order ([`wire::STORE_ID_HEADER`]): a node serves one store.
         store_id: String,
+        /// Lost nodes' databases are taken over elsewhere after this long without a
+        /// heartbeat, and heartbeats are answered with write leases (`crate::failover`);
+        /// `None`: failover is the operator's.
+        failover_after: Option<std::time::Duration>,
     },
 }
 
@@ -133,6 +137,7 @@ impl DataPlane {
                             draining: false,
                             capacity: 0,
                             direct_url: info.direct_url.clone(),
+                            leased_until: 0,
                         })
                         .await?;
                     info
@@ -168,7 +173,25 @@ impl DataPlane {
             client,
             secret: secret.to_string(),
             store_id: store_id.to_string(),
+            failover_after: None,
         })
+    }
+
+    /// Fails lost nodes' databases over after `after` without a heartbeat (`atoll serve
+    /// --failover-after-secs`), granting registered nodes write leases meanwhile.
+    pub fn with_failover_after(mut self, after: Option<std::time::Duration>) -> DataPlane {
+        if let DataPlane::Remote { failover_after, .. } = &mut self {
+            *failover_after = after;
+        }
+        self
+    }
+
+    /// How long a node may go without a heartbeat before its databases are failed over.
+    pub fn failover_after(&self) -> Option<std::time::Duration> {
+        match self {
+            DataPlane::Remote { failover_after, .. } => *failover_after,
+            DataPlane::InProcess { .. } => None,
+        }
     }
 
     /// An order to a remote node's admin API, with its credential and the store's id.
@@ -674,7 +697,11 @@ impl DataPlane {
         }
         // Nodes other replicas recorded, or that registered since the last pass.
         self.refresh_nodes(store).await?;
-        let mut report = ReconcileReport::default();
+        let mut report = ReconcileReport {
+            // Lost nodes first: their databases are placed anew before anything else.
+            failed_over: self.fail_over_lost_nodes(store).await?,
+            ..ReconcileReport::default()
+        };
         let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
         for db in store.databases_in_state(DatabaseState::Creating).await? {
             if db.created_at > now.saturating_sub(grace_ms) {
@@ -948,6 +975,8 @@ pub struct ReconcileReport {
     pub rebuilt: Vec<(String, String)>,
     /// (node, database) pairs of moves a dead control plane left half-done, finished.
     pub moves_finished: Vec<(String, String)>,
+    /// Databases given a new primary because their node was lost (`crate::failover`).
+    pub failed_over: usize,
 }
 
 pub(crate) fn read(

@@ -14,6 +14,7 @@ mod console;
 pub mod data_plane;
 mod database_tokens;
 pub mod error;
+pub mod failover;
 pub mod jobs;
 pub mod jwks;
 pub mod login_throttle;

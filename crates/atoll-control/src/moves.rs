@@ -90,7 +90,7 @@ impl DataPlane {
         Ok(())
     }
 
-    async fn resume_or_leave(&self, node: &str, id: &str) {
+    pub(crate) async fn resume_or_leave(&self, node: &str, id: &str) {
         let path = format!("/v1/databases/{id}/resume");
         let result = async {
             send::<serde_json::Value>(self.order(reqwest::Method::POST, node, &path)?).await
@@ -102,7 +102,7 @@ impl DataPlane {
         }
     }
 
-    async fn release_or_leave(&self, node: &str, id: &str) {
+    pub(crate) async fn release_or_leave(&self, node: &str, id: &str) {
         let path = format!("/v1/databases/{id}/release");
         let result = async {
             send::<serde_json::Value>(self.order(reqwest::Method::POST, node, &path)?).await
@@ -247,7 +247,7 @@ impl DataPlane {
 }
 
 /// The group and organization of `db`, which its configuration on a node needs.
-async fn group_and_org(
+pub(crate) async fn group_and_org(
     store: &Store,
     db: &Database,
 ) -> Result<(atoll_meta::Group, atoll_meta::Organization), ApiError> {

@@ -78,6 +78,7 @@ impl DataPlane {
                     direct_url: beat.info.direct_url.clone(),
                     hostname_suffix: beat.info.hostname_suffix.clone(),
                     capacity: i64::try_from(beat.capacity).unwrap_or(i64::MAX),
+                    lease_ms: self.lease_ms().map_or(0, |ms| ms as i64),
                 },
                 atoll_meta::now_millis(),
             )
@@ -106,6 +107,30 @@ impl DataPlane {
         }
         Ok(wire::HeartbeatAccepted {
             store_id: store.store_id().await?,
+            lease_ms: self.lease_ms(),
+        })
+    }
+
+    /// The write lease a heartbeat's answer grants: one when this replica fails lost
+    /// nodes over (`crate::failover`), none otherwise.
+    fn lease_ms(&self) -> Option<u64> {
+        self.failover_after().map(|_| wire::WRITE_LEASE_MS)
+    }
+
+    /// The databases the store places on node `name` (a node that regains its write
+    /// lease quarantines its copies of any other).
+    pub async fn placed_on(
+        &self,
+        store: &Store,
+        name: &str,
+    ) -> Result<wire::PlacedDatabases, ApiError> {
+        Ok(wire::PlacedDatabases {
+            ids: store
+                .databases_on_node(name)
+                .await?
+                .into_iter()
+                .map(|db| db.id)
+                .collect(),
         })
     }
 

@@ -190,6 +190,7 @@ mod tests {
             draining: false,
             capacity: 0,
             direct_url: String::new(),
+            leased_until: 0,
         }
     }
 

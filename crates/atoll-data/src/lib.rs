@@ -25,6 +25,7 @@ pub mod forward;
 pub mod hrana;
 pub mod identity;
 pub mod jwt;
+pub mod lease;
 pub mod listener;
 pub mod meter;
 pub mod metrics;

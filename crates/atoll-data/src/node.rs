@@ -43,6 +43,8 @@ pub struct Node {
     storage: Option<Arc<NodeStorage>>,
     /// Replicas of databases whose primaries are on other nodes (`replication::follow`).
     pub replicas: crate::replication::follow::Replicas,
+    /// Its lease on writing, when a control plane fails nodes over (`crate::lease`).
+    lease: Arc<crate::lease::Lease>,
 }
 
 /// How a node runs tenant SQL.
@@ -77,8 +79,9 @@ impl Node {
         let dbs = data_dir.join("dbs");
         std::fs::create_dir_all(&dbs)?;
         let shutdown = Arc::new(AtomicBool::new(false));
+        let lease = Arc::new(crate::lease::Lease::load(data_dir));
         let storage = match &settings.storage {
-            Some(config) => Some(Arc::new(NodeStorage::open(config)?)),
+            Some(config) => Some(Arc::new(NodeStorage::open(config, Arc::clone(&lease))?)),
             None => None,
         };
         let node = Node {
@@ -96,6 +99,7 @@ impl Node {
             shutdown,
             storage,
             replicas: Default::default(),
+            lease,
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
@@ -139,6 +143,11 @@ impl Node {
             }
         }
         Ok(node)
+    }
+
+    /// The node's lease on writing (`crate::lease`).
+    pub fn lease(&self) -> &Arc<crate::lease::Lease> {
+        &self.lease
     }
 
     /// Object storage, where the node has it.

@@ -6,7 +6,9 @@
 
 use crate::admin::AdminState;
 use crate::identity::StoreStamp;
-use atoll_types::node::{Heartbeat, HeartbeatAccepted, NodeInfo, HEARTBEAT_INTERVAL_SECS};
+use atoll_types::node::{
+    Heartbeat, HeartbeatAccepted, NodeInfo, PlacedDatabases, HEARTBEAT_INTERVAL_SECS,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,11 +50,17 @@ pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task:
                 capacity: registration.capacity,
             };
             beat.info.databases = admin.node.database_count();
+            let sent_at = std::time::Instant::now();
             match send(&client, &registration, stamp, &beat).await {
-                Ok(url) => {
+                Ok((url, accepted)) => {
                     if !registered {
                         tracing::info!(control_plane = %url, "registered with the control plane");
                         registered = true;
+                    }
+                    if let Err(e) =
+                        take_lease(&client, &registration, &admin, &url, &accepted, sent_at).await
+                    {
+                        tracing::warn!(error = %e, "the write lease was not renewed; retrying with the next heartbeat");
                     }
                 }
                 Err(why) => {
@@ -70,13 +78,77 @@ pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task:
     })
 }
 
-/// Sends one heartbeat to the first replica that takes it; answers its URL.
+/// Takes the write lease a heartbeat's answer grants (or the word that none is needed).
+/// A node that does not hold its lease now may have had its databases failed over while it
+/// was cut off: before it commits again, every copy it serves that the store places
+/// elsewhere is quarantined (kept for an operator's look, never served again).
+async fn take_lease(
+    client: &reqwest::Client,
+    registration: &Registration,
+    admin: &AdminState,
+    control_plane: &str,
+    accepted: &HeartbeatAccepted,
+    sent_at: std::time::Instant,
+) -> Result<(), String> {
+    let node = &admin.node;
+    let lease = node.lease();
+    let Some(lease_ms) = accepted.lease_ms else {
+        return lease.waive().map_err(|e| e.to_string());
+    };
+    if !lease.holds() || !lease.is_required() {
+        // The copies held before asking: one created after the answer is placed here.
+        let held: Vec<_> = node
+            .databases()
+            .into_iter()
+            .filter(|db| db.handed_over_at().is_none())
+            .map(|db| db.id().to_string())
+            .collect();
+        let placed: PlacedDatabases = client
+            .get(format!(
+                "{control_plane}/v1/internal/nodes/{}/databases",
+                registration.info.name
+            ))
+            .bearer_auth(&registration.secret)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        let placed: std::collections::HashSet<String> = placed.ids.into_iter().collect();
+        for id in held.iter().filter(|id| !placed.contains(*id)) {
+            let quarantined = crate::quarantine::quarantine(
+                node,
+                id,
+                admin.quarantine_retention,
+                crate::storage::now_ms(),
+            );
+            match quarantined {
+                Ok(_) => {
+                    tracing::warn!(database = %id, "this copy was failed over to another node while this node was cut off: quarantined, not served")
+                }
+                Err(e) => return Err(format!("cannot quarantine database {id}: {e}")),
+            }
+        }
+    }
+    let was_held = lease.holds() && lease.is_required();
+    lease
+        .grant(sent_at, std::time::Duration::from_millis(lease_ms))
+        .map_err(|e| e.to_string())?;
+    if !was_held && lease.holds() {
+        tracing::info!("write lease taken: this node commits again");
+    }
+    Ok(())
+}
+
+/// Sends one heartbeat to the first replica that takes it; answers its URL and answer.
 async fn send(
     client: &reqwest::Client,
     registration: &Registration,
     stamp: &StoreStamp,
     beat: &Heartbeat,
-) -> Result<String, String> {
+) -> Result<(String, HeartbeatAccepted), String> {
     let mut errors = Vec::new();
     for base in &registration.control_planes {
         let base = base.trim_end_matches('/');
@@ -109,7 +181,7 @@ async fn send(
             errors.push(format!("{base}: another store"));
             continue;
         }
-        return Ok(base.to_string());
+        return Ok((base.to_string(), accepted));
     }
     Err(errors.join("; "))
 }

@@ -1400,6 +1400,7 @@ async fn nodes_are_recorded(store: Store) {
         draining: false,
         capacity: 0,
         direct_url: String::new(),
+        leased_until: 0,
     };
     store.record_node(record("b", 100)).await.unwrap();
     store.record_node(record("a", 100)).await.unwrap();
@@ -1439,6 +1440,18 @@ async fn nodes_are_recorded(store: Store) {
     let moved = store.database_by_id(&x.id).await.unwrap().unwrap();
     assert_eq!(moved.node, "b");
     assert_eq!(moved.config_version, x.config_version + 1);
+    assert_eq!(moved.location, "aws-us-east-1", "node b's location");
+    // A node the store does not know keeps the database's location.
+    assert!(store
+        .place_database(&x.id, "b", "unrecorded")
+        .await
+        .unwrap());
+    let unknown = store.database_by_id(&x.id).await.unwrap().unwrap();
+    assert_eq!(unknown.location, "aws-us-east-1");
+    assert!(store
+        .place_database(&x.id, "unrecorded", "b")
+        .await
+        .unwrap());
     assert_eq!(
         store.node_of_label("x-nora").await.unwrap().as_deref(),
         Some("b")
@@ -1456,6 +1469,7 @@ async fn nodes_register_with_heartbeats(store: Store) {
         direct_url: "http://n1:8081".into(),
         hostname_suffix: "db.example".into(),
         capacity,
+        lease_ms: 0,
     };
     let first = store
         .node_heartbeat(beat(10), 1_000)
@@ -1481,6 +1495,19 @@ async fn nodes_register_with_heartbeats(store: Store) {
     );
     store.set_node_draining("n1", false).await.unwrap();
     assert!(!store.nodes().await.unwrap()[0].draining);
+    assert_eq!(again.leased_until, 0, "no lease asked, none recorded");
+
+    // A lease runs from the heartbeat's record; an answer without one ends it.
+    let mut leased = beat(20);
+    leased.lease_ms = 15_000;
+    let record = store.node_heartbeat(leased, 9_000).await.unwrap().unwrap();
+    assert_eq!(record.leased_until, 24_000);
+    let record = store
+        .node_heartbeat(beat(20), 10_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.leased_until, 0);
 }
 
 async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {

@@ -47,6 +47,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         17,
         include_str!("migrations/postgres/0017_storage_samples.sql"),
     ),
+    (
+        18,
+        include_str!("migrations/postgres/0018_write_leases.sql"),
+    ),
 ];
 /// Connections a process opens to PostgreSQL by default (`--database-pool-size`).
 pub const DEFAULT_POSTGRES_POOL_SIZE: usize = 16;

@@ -35,6 +35,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         17,
         include_str!("migrations/sqlite/0017_storage_samples.sql"),
     ),
+    (18, include_str!("migrations/sqlite/0018_write_leases.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

@@ -75,6 +75,7 @@ pub enum AuditCode {
     GroupTransfer,
     GroupLocationAdd,
     GroupLocationRm,
+    GroupFailover,
     GroupRotateCreds,
     OrgMemberRoleUpdate,
     OrgInviteCreate,
@@ -86,7 +87,7 @@ pub enum AuditCode {
 
 impl AuditCode {
     /// Every code, the contract's first.
-    pub const ALL: [AuditCode; 40] = [
+    pub const ALL: [AuditCode; 41] = [
         Self::UserSignup,
         Self::DbCreate,
         Self::DbDelete,
@@ -120,6 +121,7 @@ impl AuditCode {
         Self::GroupTransfer,
         Self::GroupLocationAdd,
         Self::GroupLocationRm,
+        Self::GroupFailover,
         Self::GroupRotateCreds,
         Self::OrgMemberRoleUpdate,
         Self::OrgInviteCreate,
@@ -165,6 +167,7 @@ impl AuditCode {
             Self::GroupTransfer => "group-transfer",
             Self::GroupLocationAdd => "group-location-add",
             Self::GroupLocationRm => "group-location-rm",
+            Self::GroupFailover => "group-failover",
             Self::GroupRotateCreds => "group-rotate-creds",
             Self::OrgMemberRoleUpdate => "org-member-role-update",
             Self::OrgInviteCreate => "org-invite-create",
@@ -192,6 +195,7 @@ impl AuditCode {
                 | Self::GroupTransfer
                 | Self::GroupLocationAdd
                 | Self::GroupLocationRm
+                | Self::GroupFailover
                 | Self::GroupRotateCreds
                 | Self::OrgMemberRoleUpdate
                 | Self::OrgInviteCreate

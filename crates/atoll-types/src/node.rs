@@ -262,10 +262,26 @@ pub struct Heartbeat {
 pub struct HeartbeatAccepted {
     /// The metadata store the control plane serves: a node stamped with another refuses it.
     pub store_id: String,
+    /// A write lease of this many milliseconds from when the heartbeat was sent, granted
+    /// by control planes that fail lost nodes over (`--failover-after-secs`); absent: the
+    /// node writes without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// How often a node sends its heartbeat.
 pub const HEARTBEAT_INTERVAL_SECS: u64 = 5;
+
+/// The write lease a heartbeat's answer grants: three heartbeats.
+pub const WRITE_LEASE_MS: u64 = 15_000;
+
+/// `GET /v1/internal/nodes/{name}/databases` of the control plane: the databases the
+/// store places on the node. A node that regains its lease quarantines the copies it
+/// serves of any other (they were failed over while it was cut off).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PlacedDatabases {
+    pub ids: Vec<String>,
+}
 
 /// `GET /v1/internal/routes/{label}` of the control plane: where a node forwards a request
 /// for a database it does not hold.

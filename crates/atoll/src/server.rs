@@ -92,6 +92,13 @@ pub struct ServeArgs {
     /// Seconds between two reconcile passes (the nodes converged to the store).
     #[arg(long, env = "ATOLL_RECONCILE_INTERVAL_SECS", default_value_t = 30)]
     reconcile_interval_secs: u64,
+    /// Fail a lost node's databases over after this many seconds without its heartbeat
+    /// (another node of its location takes them, else the group's next location), and
+    /// grant registered nodes write leases meanwhile: a node that cannot reach any control
+    /// plane for 15 s stops committing. 0 (the default): failover is the operator's
+    /// (`atoll group failover`). At least 30 when set; give every replica the same value.
+    #[arg(long, env = "ATOLL_FAILOVER_AFTER_SECS", default_value_t = 0)]
+    failover_after_secs: u64,
     /// Seconds a database may stay `creating` before a reconcile pass takes its creator
     /// (a replica that died mid-create) for dead and removes it. Keep it longer than the
     /// slowest create (a dump load).
@@ -792,9 +799,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .filter(|s| !s.is_empty())
             .context("--node and --registered-nodes need --node-secret (ATOLL_NODE_SECRET)")?;
+        let failover_after = match args.failover_after_secs {
+            0 => None,
+            secs if secs < atoll_control::failover::MIN_FAILOVER_AFTER_SECS => anyhow::bail!(
+                "--failover-after-secs must be 0 (off) or at least {}: a node needs that long to lose its write lease",
+                atoll_control::failover::MIN_FAILOVER_AFTER_SECS
+            ),
+            secs => Some(std::time::Duration::from_secs(secs)),
+        };
         DataPlane::remote(&nodes, &secret, &store, &store_id)
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the data nodes: {e}"))?
+            .with_failover_after(failover_after)
     };
     // No reconcile before serving: other replicas may be creating databases right now.
     // The reconciler's first pass runs as the server starts, with its grace period.

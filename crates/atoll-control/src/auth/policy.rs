@@ -76,6 +76,9 @@ pub enum Action {
     /// Starting or aborting a group's migration to AWS (never on a self-hosted server, but
     /// only those who could transfer the group are told so).
     MigrateGroupToAws,
+    /// Moving a group's primary location (failover): the databases' primaries move, and
+    /// with `force` a lost node's unstored writes may be given up, so admins only.
+    FailOverGroup,
     // Databases.
     ListDatabases,
     /// The group comes from the body: the handler checks a group-scoped token against it.
@@ -101,9 +104,11 @@ pub enum Action {
     PurgeQuarantine,
     /// Draining a node (moving its databases away) and undoing it.
     DrainNode,
-    /// The data nodes' own calls: heartbeats and where a database lives (node secret).
+    /// The data nodes' own calls: heartbeats, where a database lives, and which databases
+    /// the store places on the calling node (node secret).
     NodeHeartbeat,
     ResolveDatabaseRoute,
+    ReadNodePlacement,
     ReadOrganizationUsage,
     ReadInvoices,
     /// The payment provider's side of an organization: billing portal, billing contact,
@@ -235,6 +240,7 @@ impl Action {
                 rule(Group, GroupScope(Scope::GroupRotateCreds), Member)
             }
             Action::MigrateGroupToAws => rule(Group, OrganizationLevel, Admin),
+            Action::FailOverGroup => rule(Group, GroupScope(Scope::GroupConfigure), Admin),
 
             Action::ListDatabases => rule(Organization, GroupScope(Scope::Read), Viewer),
             Action::CreateDatabase | Action::UploadDump => {
@@ -266,7 +272,9 @@ impl Action {
                 min_role: Viewer,
                 instance_admin: true,
             },
-            Action::NodeHeartbeat | Action::ResolveDatabaseRoute => rule(Node, Any, Viewer),
+            Action::NodeHeartbeat | Action::ResolveDatabaseRoute | Action::ReadNodePlacement => {
+                rule(Node, Any, Viewer)
+            }
             // Paid plans only: the handler refuses organizations on the free plan.
             Action::ReadAuditLogs => rule(Organization, OrganizationLevel, Admin),
             Action::ReadJwks => rule(Organization, OrganizationLevel, Viewer),

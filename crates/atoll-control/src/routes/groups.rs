@@ -17,8 +17,8 @@ use atoll_types::databases::{CreateDatabaseTokenRequest, DatabaseToken};
 
 use atoll_types::audit::AuditCode;
 use atoll_types::groups::{
-    CreateGroupRequest, Group, GroupConfiguration, GroupList, GroupResponse, RenameGroupRequest,
-    TransferGroupRequest, UpdateGroupConfiguration,
+    CreateGroupRequest, FailoverReport, FailoverRequest, Group, GroupConfiguration, GroupList,
+    GroupResponse, RenameGroupRequest, TransferGroupRequest, UpdateGroupConfiguration,
 };
 use atoll_types::{Empty, ErrorCode, Role};
 use axum::extract::{Path, State};
@@ -141,6 +141,15 @@ pub fn routes() -> Vec<Route> {
                 wait_location,
             )
             .response::<Empty>(),
+            Route::new(
+                Method::POST,
+                format!("{group}/failover"),
+                Action::FailOverGroup,
+                "Make a location the group's primary: databases move there, or are taken over from a lost node (Atoll extension)",
+                failover,
+            )
+            .request::<FailoverRequest>()
+            .response::<FailoverReport>(),
             Route::new(
                 Method::POST,
                 format!("{group}/auth/tokens"),
@@ -511,6 +520,45 @@ async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json
     )
     .await;
     Ok(Json(Empty {}))
+}
+
+/// `POST …/groups/{g}/failover`: see `crate::failover`. Answers 200 with what moved and
+/// what did not (a database left behind is retried by asking again).
+async fn failover(
+    State(state): State<AppState>,
+    access: Access,
+    LenientJson(body): LenientJson<FailoverRequest>,
+) -> ApiResult<Json<FailoverReport>> {
+    if state.config.location(&body.location).is_none() {
+        return Err(invalid_location(&body.location));
+    }
+    let (group, report) = state
+        .data_plane
+        .fail_over_group(&state.store, access.group(), &body.location, body.force)
+        .await?;
+    audit::record(
+        &state,
+        &access,
+        &access.org().id,
+        AuditCode::GroupFailover,
+        format!(
+            "made {} the primary location of group {}",
+            body.location, group.name
+        ),
+        json!({
+            "group": group.name,
+            "location": body.location,
+            "force": body.force,
+            "moved": report.moved.iter().map(|m| &m.name).collect::<Vec<_>>(),
+            "failed": report.failed.iter().map(|f| &f.name).collect::<Vec<_>>(),
+        }),
+    )
+    .await;
+    Ok(Json(FailoverReport {
+        group: wire::group(&group),
+        moved: report.moved,
+        failed: report.failed,
+    }))
 }
 
 async fn rename(

@@ -7,7 +7,7 @@ use crate::auth::Action;
 use crate::body::LenientJson;
 use crate::error::ApiResult;
 use crate::server::AppState;
-use atoll_types::node::{DatabaseRoute, Heartbeat, HeartbeatAccepted};
+use atoll_types::node::{DatabaseRoute, Heartbeat, HeartbeatAccepted, PlacedDatabases};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
@@ -31,7 +31,23 @@ pub fn routes() -> Vec<Route> {
             route,
         )
         .response::<DatabaseRoute>(),
+        Route::new(
+            Method::GET,
+            "/v1/internal/nodes/{node}/databases",
+            Action::ReadNodePlacement,
+            "The databases the store places on a node, for a node regaining its write lease (node secret)",
+            placed,
+        )
+        .response::<PlacedDatabases>(),
     ]
+}
+
+async fn placed(
+    State(state): State<AppState>,
+    _node: NodeCaller,
+    Path(node): Path<String>,
+) -> ApiResult<Json<PlacedDatabases>> {
+    Ok(Json(state.data_plane.placed_on(&state.store, &node).await?))
 }
 
 async fn heartbeat(

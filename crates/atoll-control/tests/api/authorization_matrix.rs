@@ -184,6 +184,9 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         | ("POST" | "DELETE", "/v1/organizations/{org}/groups/{group}/locations/{location}") => {
             team_group(Scope(S::GroupConfigure), Role::Member)
         }
+        ("POST", "/v1/organizations/{org}/groups/{group}/failover") => {
+            team_group(Scope(S::GroupConfigure), Role::Admin)
+        }
         ("POST", "/v1/organizations/{org}/groups/{group}/auth/tokens") => {
             team_group(Scope(S::GroupMintToken), Role::Member)
         }
@@ -295,7 +298,8 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         ("GET", "/v1/admin/nodes" | "/v1/admin/quarantine")
         | ("POST", "/v1/admin/quarantine/purge")
         | ("POST" | "DELETE", "/v1/admin/nodes/{node}/drain") => InstanceAdminOnly,
-        ("POST", "/v1/internal/nodes/heartbeat") | ("GET", "/v1/internal/routes/{label}") => {
+        ("POST", "/v1/internal/nodes/heartbeat")
+        | ("GET", "/v1/internal/routes/{label}" | "/v1/internal/nodes/{node}/databases") => {
             NodeOnly
         }
         (_, p)
@@ -323,8 +327,11 @@ fn allowed_status(method: &Method, template: &str) -> u16 {
         | ("POST", "/databases/{db}/instances")
         | ("DELETE", "/databases/{db}/instances/{instance}")
         | ("POST", "/groups/{group}/aws/migration/start") => 400,
-        // `atoll dev` runs its one node in process: nothing to drain.
-        ("POST" | "DELETE", "/admin/nodes/{node}/drain") => 400,
+        // `atoll dev` runs its one node in process: nothing to drain, nowhere to fail
+        // over to.
+        ("POST" | "DELETE", "/admin/nodes/{node}/drain") | ("POST", "/groups/{group}/failover") => {
+            400
+        }
         _ => 200,
     }
 }
@@ -742,6 +749,11 @@ async fn prepare(
                 .expect(200);
                 Cell::new(spec, format!("{group_path}/locations/aws-eu-west-1"), None)
             }
+            ("POST", "/{group}/failover") => Cell::new(
+                spec,
+                format!("{group_path}/failover"),
+                Some(json!({"location": "local"})),
+            ),
             ("GET", "/{group}/locations/{location}/wait") => {
                 Cell::new(spec, format!("{group_path}/locations/local/wait"), None)
             }
@@ -796,6 +808,9 @@ async fn prepare(
         ),
         ("GET", "/v1/internal/routes/{label}") => {
             Cell::new(spec, path.replace("{label}", "anything-root"), None)
+        }
+        ("GET", "/v1/internal/nodes/{node}/databases") => {
+            Cell::new(spec, path.replace("{node}", "local"), None)
         }
         ("POST", "/v1/admin/users") => Cell::new(
             spec,

@@ -16,6 +16,7 @@ pub mod shipper;
 pub mod wal;
 
 use crate::error::DataError;
+use crate::lease::Lease;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
@@ -77,6 +78,8 @@ pub struct Storage {
     prefix: ObjectPath,
     /// The URL it was opened from, without credentials (for logs and errors).
     url: String,
+    /// The node's write lease (`crate::lease`): nothing is written without it.
+    lease: Arc<Lease>,
 }
 
 /// One listed object: its key relative to the store's prefix, and its size.
@@ -106,6 +109,7 @@ impl Storage {
                 store: Arc::new(store),
                 prefix: ObjectPath::default(),
                 url: url.to_string(),
+                lease: Arc::new(Lease::unrequired()),
             });
         }
         if let Some(rest) = url.strip_prefix("s3://") {
@@ -138,6 +142,7 @@ impl Storage {
                 store: Arc::new(store),
                 prefix: ObjectPath::from(prefix.trim_matches('/')),
                 url: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
+                lease: Arc::new(Lease::unrequired()),
             });
         }
         Err(bad("use file:///absolute/dir or s3://bucket/prefix".into()))
@@ -145,6 +150,16 @@ impl Storage {
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Writes only under the node's lease `lease` (failover: `crate::lease`).
+    pub fn with_lease(mut self, lease: Arc<Lease>) -> Storage {
+        self.lease = lease;
+        self
+    }
+
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     fn path(&self, key: &str) -> ObjectPath {
@@ -173,15 +188,25 @@ impl Storage {
     }
 
     pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), DataError> {
-        self.store
-            .put(&self.path(key), PutPayload::from(bytes))
-            .await
-            .map_err(|e| self.error("cannot store", key, e))?;
+        self.lease
+            .store(key, async {
+                self.store
+                    .put(&self.path(key), PutPayload::from(bytes))
+                    .await
+                    .map_err(|e| self.error("cannot store", key, e))
+            })
+            .await?;
         Ok(())
     }
 
     /// Stores a local file in parts (snapshots can be large), answering its length.
     pub async fn put_file(&self, key: &str, file: &Path) -> Result<u64, DataError> {
+        self.lease
+            .store(key, self.put_file_unleased(key, file))
+            .await
+    }
+
+    async fn put_file_unleased(&self, key: &str, file: &Path) -> Result<u64, DataError> {
         use tokio::io::AsyncReadExt;
         let upload = self
             .store
@@ -308,10 +333,14 @@ impl Storage {
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), DataError> {
-        match self.store.delete(&self.path(key)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.error("cannot delete", key, e)),
-        }
+        self.lease
+            .store(key, async {
+                match self.store.delete(&self.path(key)).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(self.error("cannot delete", key, e)),
+                }
+            })
+            .await
     }
 
     /// Deletes every object under `prefix`.

@@ -51,9 +51,13 @@ pub struct NodeStorage {
 }
 
 impl NodeStorage {
-    pub fn open(config: &StorageConfig) -> Result<NodeStorage, DataError> {
+    /// Opens the node's object storage, written only under `lease` (failover).
+    pub fn open(
+        config: &StorageConfig,
+        lease: Arc<crate::lease::Lease>,
+    ) -> Result<NodeStorage, DataError> {
         Ok(NodeStorage {
-            storage: Storage::open(&config.url)?,
+            storage: Storage::open(&config.url)?.with_lease(lease),
             settings: config.settings.clone(),
             node_name: config.node_name.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
@@ -86,7 +90,12 @@ impl NodeStorage {
     }
 
     pub(crate) fn new_log(&self, db_id: &str, file: &Path) -> Arc<DatabaseLog> {
-        Arc::new(DatabaseLog::open(db_id, file, Arc::clone(&self.wake)))
+        Arc::new(DatabaseLog::open(
+            db_id,
+            file,
+            Arc::clone(&self.wake),
+            Arc::clone(self.storage.lease()),
+        ))
     }
 
     /// The database's configuration changed (or it is new): its index entry is written

@@ -98,6 +98,9 @@ pub struct DatabaseLog {
     /// the commit hook, so no write lands after the frame it was handed over at — not
     /// even one that waited for the write lock since before the hand-over.
     fenced: std::sync::atomic::AtomicBool,
+    /// The node's lease on writing: without it, commits are refused as when fenced
+    /// (another node may hold the database since a failover).
+    lease: Arc<crate::lease::Lease>,
     /// Where replicas' reads of the unstored tail of the WAL got to (`read_tail`).
     tail: Mutex<Option<TailCursor>>,
     /// Raised by every commit (just before it lands: readers of the tail look again a
@@ -135,7 +138,12 @@ pub enum TailRead {
 impl DatabaseLog {
     /// The log of the database whose file is `file`, from its `log.json` (a database
     /// without one, or with one that cannot be read, starts with a snapshot).
-    pub fn open(id: &str, file: &Path, wake: Arc<tokio::sync::Notify>) -> DatabaseLog {
+    pub fn open(
+        id: &str,
+        file: &Path,
+        wake: Arc<tokio::sync::Notify>,
+        lease: Arc<crate::lease::Lease>,
+    ) -> DatabaseLog {
         let state_path = file.with_file_name("log.json");
         let state = match std::fs::read(&state_path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
@@ -167,6 +175,7 @@ impl DatabaseLog {
             generation_asked: std::sync::atomic::AtomicBool::new(false),
             stored_since_count: AtomicU64::new(0),
             fenced: std::sync::atomic::AtomicBool::new(false),
+            lease,
             tail: Mutex::new(None),
             commit_signal: tokio::sync::Notify::new(),
         }
@@ -185,9 +194,10 @@ impl DatabaseLog {
         self.fenced.store(fenced, Ordering::SeqCst);
     }
 
-    /// Whether commits must be refused: the commit hook rolls them back.
+    /// Whether commits must be refused: the commit hook rolls them back. A handed-over
+    /// copy is fenced, and so is every database of a node whose write lease ran out.
     pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::SeqCst)
+        self.fenced.load(Ordering::SeqCst) || !self.lease.holds()
     }
 
     /// Called by the commit hook of every connection that writes the database, just before

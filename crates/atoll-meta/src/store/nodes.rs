@@ -25,6 +25,9 @@ pub struct NodeRecord {
     pub capacity: i64,
     /// Its database listener as other nodes reach it (forwarding); empty: `http_url`.
     pub direct_url: String,
+    /// Until when (ms) the write lease granted with its last heartbeat runs; 0: it writes
+    /// without one, so its databases are failed over only on an operator's word.
+    pub leased_until: i64,
 }
 
 /// What a node says of itself in each heartbeat.
@@ -37,6 +40,8 @@ pub struct NodeHeartbeat {
     pub direct_url: String,
     pub hostname_suffix: String,
     pub capacity: i64,
+    /// The write lease the answer grants (ms from now); 0: none.
+    pub lease_ms: i64,
 }
 
 /// A node that registered stops being healthy after this long without a heartbeat (3 missed
@@ -104,19 +109,24 @@ impl Store {
         .await
     }
 
-    /// Records a node's heartbeat at `at`: it registers (new) or refreshes its addresses
-    /// and capacity. Its draining flag is the operator's and stays as it was.
+    /// Records a node's heartbeat at `at`: it registers (new) or refreshes its addresses,
+    /// capacity and write lease. Its draining flag is the operator's and stays as it was.
     pub async fn node_heartbeat(&self, beat: NodeHeartbeat, at: i64) -> Result<Option<NodeRecord>> {
         let name = beat.name.clone();
+        let leased_until = if beat.lease_ms > 0 {
+            at + beat.lease_ms
+        } else {
+            0
+        };
         self.write("node_heartbeat", move |c| {
             c.execute(
-                "INSERT INTO nodes (name, location, admin_url, http_url, hostname_suffix, registered_at, last_seen_at, heartbeat_at, capacity, direct_url)
-                 VALUES ($1, $2, $3, $4, $5, $6, $6, $6, $7, $8)
+                "INSERT INTO nodes (name, location, admin_url, http_url, hostname_suffix, registered_at, last_seen_at, heartbeat_at, capacity, direct_url, leased_until)
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, $6, $7, $8, $9)
                  ON CONFLICT (name) DO UPDATE SET location = excluded.location,
                      admin_url = excluded.admin_url, http_url = excluded.http_url,
                      hostname_suffix = excluded.hostname_suffix, last_seen_at = excluded.last_seen_at,
                      heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity,
-                     direct_url = excluded.direct_url",
+                     direct_url = excluded.direct_url, leased_until = excluded.leased_until",
                 &[
                     beat.name.into(),
                     beat.location.into(),
@@ -126,6 +136,7 @@ impl Store {
                     at.into(),
                     beat.capacity.into(),
                     beat.direct_url.into(),
+                    leased_until.into(),
                 ],
             )?;
             Ok(())
@@ -151,7 +162,7 @@ impl Store {
         self.read("nodes", move |c| {
             Ok(c.query(
                 "SELECT name, location, admin_url, http_url, hostname_suffix, registered_at, last_seen_at,
-                        heartbeat_at, draining, capacity, direct_url
+                        heartbeat_at, draining, capacity, direct_url, leased_until
                  FROM nodes ORDER BY name",
                 &[],
             )?
@@ -168,6 +179,7 @@ impl Store {
                 draining: row.int(8) != 0,
                 capacity: row.int(9),
                 direct_url: row.text(10),
+                leased_until: row.int(11),
             })
             .collect())
         })
@@ -189,12 +201,14 @@ impl Store {
     }
 
     /// Places database `id` on node `to` if the store still places it on `from` (a move's
-    /// last step), bumping its configuration version. Answers whether it moved.
+    /// or a failover's last step), bumping its configuration version; its location becomes
+    /// `to`'s when the store knows that node. Answers whether it moved.
     pub async fn place_database(&self, id: &str, from: &str, to: &str) -> Result<bool> {
         let (id, from, to) = (id.to_string(), from.to_string(), to.to_string());
         self.write("place_database", move |c| {
             Ok(c.execute(
-                "UPDATE databases SET node = $3, config_version = config_version + 1
+                "UPDATE databases SET node = $3, config_version = config_version + 1,
+                        location = COALESCE((SELECT n.location FROM nodes n WHERE n.name = $3), location)
                  WHERE id = $1 AND node = $2",
                 &[id.into(), from.into(), to.into()],
             )? == 1)

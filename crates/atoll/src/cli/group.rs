@@ -1,4 +1,5 @@
-//! `atoll group list | create | show | destroy | rename | transfer | unarchive | config`,
+//! `atoll group list | create | show | destroy | rename | transfer | unarchive | config |
+//! failover`,
 //! `atoll group locations add | rm`, `atoll group tokens create | invalidate`.
 
 use super::client::{CliError, Client};
@@ -6,8 +7,8 @@ use super::config::Settings;
 use super::output;
 use atoll_types::databases::{DatabaseList, DatabaseToken};
 use atoll_types::groups::{
-    CreateGroupRequest, Group, GroupConfiguration, GroupList, GroupResponse, RenameGroupRequest,
-    TransferGroupRequest, UpdateGroupConfiguration,
+    CreateGroupRequest, FailoverReport, FailoverRequest, Group, GroupConfiguration, GroupList,
+    GroupResponse, RenameGroupRequest, TransferGroupRequest, UpdateGroupConfiguration,
 };
 use atoll_types::locations::ClosestRegion;
 use atoll_types::Empty;
@@ -88,6 +89,32 @@ pub enum GroupCommand {
         #[arg(long, value_name = "on|off", value_parser = super::parse_on_off)]
         delete_protection: Option<bool>,
         /// Print the configuration as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a location the group's primary: every database's primary goes there.
+    ///
+    /// A database whose node is up moves without losing a write; one whose node was lost
+    /// is rebuilt there from object storage once that node's write lease ran out (in
+    /// `sync` durability nothing acknowledged is lost). Run it again to retry what failed.
+    #[command(
+        after_help = "Examples:\n  atoll group failover eu --to aws-eu-west-1\n  atoll group failover eu --to aws-eu-west-1 --force --yes   # the old node writes without a lease and is stopped"
+    )]
+    Failover {
+        /// Name of the group.
+        name: String,
+        /// The location to make primary (one of the group's).
+        #[arg(long)]
+        to: String,
+        /// Take databases over from a lost node that writes without a lease (the control
+        /// plane runs without --failover-after-secs): you make sure it is stopped. Its
+        /// unstored writes are lost (none in sync durability).
+        #[arg(long)]
+        force: bool,
+        /// Do not ask for confirmation (required with --force when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -300,6 +327,66 @@ pub async fn run(command: GroupCommand) -> Result<(), CliError> {
                 state(&answer.group)
             );
             Ok(())
+        }
+        GroupCommand::Failover {
+            name,
+            to,
+            force,
+            yes,
+            json,
+        } => {
+            if force {
+                super::confirm(
+                    &format!("take group {name}'s databases over from a node you say is stopped (writes it did not store are lost)"),
+                    yes,
+                )?;
+            }
+            let report: FailoverReport = client
+                .post(
+                    client.org_url(&["groups", &name, "failover"]),
+                    &FailoverRequest {
+                        location: to.clone(),
+                        force,
+                    },
+                )
+                .await?;
+            if json {
+                output::json(&report);
+            } else {
+                for moved in &report.moved {
+                    println!(
+                        "{} {} to node {}.",
+                        if moved.how == "moved" {
+                            "Moved"
+                        } else {
+                            "Took over"
+                        },
+                        moved.name,
+                        moved.node
+                    );
+                }
+                for failed in &report.failed {
+                    eprintln!("Could not fail over {}: {}", failed.name, failed.error);
+                }
+                println!(
+                    "Group {} has its primary in {}: {} databases failed over, {} left.",
+                    report.group.name,
+                    report.group.primary,
+                    report.moved.len(),
+                    report.failed.len()
+                );
+            }
+            if report.failed.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError::local(
+                    format!(
+                        "{} database(s) are still primary elsewhere",
+                        report.failed.len()
+                    ),
+                    format!("run `atoll group failover {name} --to {to}` again to retry them"),
+                ))
+            }
         }
         GroupCommand::Config {
             name,

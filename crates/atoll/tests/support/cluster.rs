@@ -46,7 +46,22 @@ pub struct Replica {
 }
 
 pub fn start_replica(database_url: &str, secrets_key: &str, dir: &Path) -> Replica {
-    let port = free_port();
+    start_replica_with(database_url, secrets_key, dir, free_port(), &[])
+}
+
+/// A replica on `port` with `extra` arguments; its log goes beside `dir`.
+pub fn start_replica_with(
+    database_url: &str,
+    secrets_key: &str,
+    dir: &Path,
+    port: u16,
+    extra: &[&str],
+) -> Replica {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.with_extension("log"))
+        .unwrap();
     let child = Command::new(BIN)
         .args([
             "serve",
@@ -57,12 +72,13 @@ pub fn start_replica(database_url: &str, secrets_key: &str, dir: &Path) -> Repli
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--reconcile-interval-secs", "2"])
         .args(["--data-dir", dir.to_str().unwrap()])
+        .args(extra)
         .env("ATOLL_NODE_SECRET", SECRET)
         .env("ATOLL_SECRETS_KEY", secrets_key)
         .env("ATOLL_USERNAME", "root")
         .env("ATOLL_PASSWORD", "a-long-password")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     Replica {
@@ -79,6 +95,18 @@ pub struct Node {
 
 impl Node {
     pub fn start(name: &str, location: &str, dir: &Path, storage: &str, replicas: &[&str]) -> Node {
+        Node::start_with(name, location, dir, storage, replicas, &[])
+    }
+
+    /// A node with `extra` arguments.
+    pub fn start_with(
+        name: &str,
+        location: &str,
+        dir: &Path,
+        storage: &str,
+        replicas: &[&str],
+        extra: &[&str],
+    ) -> Node {
         let (port, admin_port) = (free_port(), free_port());
         let args: Vec<String> = [
             "node",
@@ -98,6 +126,7 @@ impl Node {
             &replicas.join(","),
         ]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .collect();
         Node {

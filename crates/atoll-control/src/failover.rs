@@ -1,0 +1,361 @@
+//! Failover (docs/STORAGE.md, "Failover"): a database whose primary node is lost gets a
+//! new primary elsewhere, rebuilt from object storage, without two nodes ever writing its
+//! log at once.
+//!
+//! What makes a lost node safe to replace is its **write lease** (`atoll_data::lease`):
+//! a control plane started with `--failover-after-secs` answers every heartbeat with a
+//! lease of [`wire::WRITE_LEASE_MS`] and records until when it runs. A node past its
+//! lease commits nothing and stores nothing. A database is taken over from a node only
+//! [`LEASE_MARGIN_MS`] after the recorded end of its lease; what object storage holds
+//! then is everything the node ever stored, so in `sync` durability every acknowledged
+//! write. A node that writes without a lease (no control plane grants one) is taken
+//! from only when the operator says it is stopped (`force`).
+//!
+//! Two ways in:
+//! - `POST …/groups/{g}/failover {location}` (`atoll group failover`): the group's primary
+//!   location becomes `location`; each database whose node is up *moves* there (hand-over:
+//!   no write lost in either durability), each whose node is lost is *taken over*.
+//! - automatically, each reconcile pass: a node silent for `--failover-after-secs` has its
+//!   databases taken over by another node of its location, or, when its location has no
+//!   other healthy node, by the group's next location with one (the group fails over).
+
+use crate::data_plane::{database_config, send, DataPlane};
+use crate::error::ApiError;
+use atoll_meta::{Database, DatabaseState, Group, GroupChanges, NodeRecord, Store};
+use atoll_types::groups::FailedOver;
+use atoll_types::node as wire;
+use atoll_types::nodes::FailedMove;
+use atoll_types::ErrorCode;
+use std::collections::HashSet;
+
+/// How long after the recorded end of a node's lease its databases may be taken over:
+/// room for a store write the node started just before its lease ended, and for clocks
+/// that tick at slightly different rates.
+pub const LEASE_MARGIN_MS: i64 = 10_000;
+
+/// The shortest `--failover-after-secs`: a node must be given the time to lose its lease.
+pub const MIN_FAILOVER_AFTER_SECS: u64 = (wire::WRITE_LEASE_MS / 1000) + 15;
+
+/// What a group failover did.
+#[derive(Debug, Default)]
+pub struct GroupFailover {
+    pub moved: Vec<FailedOver>,
+    pub failed: Vec<FailedMove>,
+}
+
+/// Whether database copies on `node` may be taken over now, without its hand-over.
+fn may_take_from(node: &NodeRecord, now: i64, force: bool) -> Result<(), ApiError> {
+    if node.is_healthy(now) {
+        return Err(ApiError::Conflict(
+            ErrorCode::InvalidRequest,
+            format!(
+                "node {} is up: its databases move, they are not taken over",
+                node.name
+            ),
+        ));
+    }
+    if node.leased_until > 0 {
+        let free_at = node.leased_until + LEASE_MARGIN_MS;
+        if now < free_at {
+            let seconds = ((free_at - now) / 1000 + 1) as u64;
+            return Err(ApiError::NodeUnavailable(format!(
+                "node {} may still be writing until its lease ends: it can be failed over in {seconds} s",
+                node.name
+            )));
+        }
+        return Ok(());
+    }
+    if force {
+        return Ok(());
+    }
+    Err(ApiError::Conflict(
+        ErrorCode::InvalidRequest,
+        format!(
+            "node {} is not answering, but it writes without a lease (no control plane runs with --failover-after-secs), so it may still be writing: make sure it is stopped, then fail over with force",
+            node.name
+        ),
+    ))
+}
+
+impl DataPlane {
+    /// Takes database `db` over on node `to` from its lost node: `to` rebuilds it from
+    /// object storage (everything the old node stored), the store places it there in one
+    /// conditional update, and it serves. The old node's copy, should it come back, is
+    /// quarantined (by the node itself as it regains its lease, and by the reconciler).
+    pub async fn take_over(&self, store: &Store, db: &Database, to: &str) -> Result<(), ApiError> {
+        let id = db.id.as_str();
+        let (group, org) = crate::moves::group_and_org(store, db).await?;
+        let adopt = wire::AdoptDatabase {
+            config: database_config(store, db, &group, &org).await?,
+            frame_no: 0,
+            // A copy an earlier, failed attempt left on `to` (the store places the
+            // database on the lost node, so nothing else put it there).
+            replace: true,
+        };
+        send::<wire::HandedOver>(
+            self.order(
+                reqwest::Method::POST,
+                to,
+                &format!("/v1/databases/{id}/adopt"),
+            )?
+            .json(&adopt),
+        )
+        .await
+        .map_err(|e| {
+            ApiError::NodeUnavailable(format!(
+                "rebuilding database {} from object storage on node {to} failed: {e}",
+                db.name
+            ))
+        })?;
+        if !store.place_database(id, &db.node, to).await? {
+            self.release_or_leave(to, id).await;
+            return Err(ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!("database {id} changed place meanwhile; nothing was taken over"),
+            ));
+        }
+        if let Some(placed) = store.database_by_id(id).await? {
+            let config = database_config(store, &placed, &group, &org).await?;
+            if let Err(e) = self.configure(to, config).await {
+                tracing::warn!(database = %id, node = %to, error = %e, "taken-over database not configured yet: the reconciler will");
+            }
+        }
+        self.resume_or_leave(to, id).await;
+        tracing::warn!(database = %id, from = %db.node, to = %to, "database taken over from a lost node (rebuilt from object storage)");
+        Ok(())
+    }
+
+    /// Makes `location` the primary location of `group`: every database's primary goes
+    /// there, moved from a node that is up, taken over from one that is lost (`force`:
+    /// also from a lost node without a lease). A database that cannot go now is reported
+    /// and stays; asking again retries it.
+    pub async fn fail_over_group(
+        &self,
+        store: &Store,
+        group: &Group,
+        location: &str,
+        force: bool,
+    ) -> Result<(Group, GroupFailover), ApiError> {
+        if self.is_in_process() {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidRequest,
+                "this server runs one data node in process (atoll dev): there is no other node to fail over to".into(),
+            ));
+        }
+        if !group.locations.iter().any(|l| l == location) {
+            return Err(ApiError::Invalid(
+                ErrorCode::InvalidLocation,
+                format!(
+                    "group {} is not in location {location}: add the location first",
+                    group.name
+                ),
+            ));
+        }
+        let group = if group.primary_location == location {
+            group.clone()
+        } else {
+            let mut locations = vec![location.to_string()];
+            locations.extend(group.locations.iter().filter(|l| *l != location).cloned());
+            store
+                .update_group(
+                    &group.id,
+                    GroupChanges {
+                        locations: Some(locations),
+                        ..Default::default()
+                    },
+                )
+                .await?
+        };
+        let mut report = GroupFailover::default();
+        for db in store.databases_in_group(&group.id).await? {
+            if db.state != DatabaseState::Active || db.deleted_at.is_some() {
+                continue;
+            }
+            match self.fail_over_database(store, &db, location, force).await {
+                Ok(Some(done)) => report.moved.push(done),
+                Ok(None) => {}
+                Err(e) => report.failed.push(FailedMove {
+                    id: db.id.clone(),
+                    name: db.name.clone(),
+                    error: e.to_string(),
+                }),
+            }
+        }
+        // Replicas follow the new primaries: the next pass places them.
+        crate::reconciler::request_pass();
+        Ok((group, report))
+    }
+
+    /// Puts `db`'s primary on a node of `location` (nothing to do when it is there).
+    async fn fail_over_database(
+        &self,
+        store: &Store,
+        db: &Database,
+        location: &str,
+        force: bool,
+    ) -> Result<Option<FailedOver>, ApiError> {
+        let records = store.nodes().await?;
+        let now = atoll_meta::now_millis();
+        let holder = records.iter().find(|r| r.name == db.node);
+        if holder.is_some_and(|h| h.location == location) {
+            return Ok(None);
+        }
+        let to = self.place_healthy(store, &records, location, None).await?;
+        let how = match holder {
+            Some(holder) if !holder.is_healthy(now) => {
+                may_take_from(holder, now, force)?;
+                self.take_over(store, db, &to).await?;
+                "taken-over"
+            }
+            _ => {
+                self.move_database(store, db, &to).await?;
+                "moved"
+            }
+        };
+        Ok(Some(FailedOver {
+            id: db.id.clone(),
+            name: db.name.clone(),
+            node: to,
+            how: how.into(),
+        }))
+    }
+
+    /// The node of `location` (other than `except`) that takes a database now: placement's
+    /// choice, which must be healthy (placement falls back to any node when none is).
+    async fn place_healthy(
+        &self,
+        store: &Store,
+        records: &[NodeRecord],
+        location: &str,
+        except: Option<&str>,
+    ) -> Result<String, ApiError> {
+        let now = atoll_meta::now_millis();
+        let to = self.place_except(store, location, except).await?;
+        if records
+            .iter()
+            .any(|r| r.name == to && r.is_healthy(now) && !r.draining)
+        {
+            Ok(to)
+        } else {
+            Err(ApiError::NodeUnavailable(format!(
+                "no healthy node in location {location} to take the primary"
+            )))
+        }
+    }
+
+    /// The automatic part, run by every reconcile pass: each node silent for longer than
+    /// `--failover-after-secs` whose lease ran out has its databases taken over. Answers
+    /// how many databases got a new primary.
+    pub async fn fail_over_lost_nodes(&self, store: &Store) -> Result<usize, ApiError> {
+        let Some(after) = self.failover_after() else {
+            return Ok(0);
+        };
+        let after_ms = after.as_millis() as i64;
+        let now = atoll_meta::now_millis();
+        let records = store.nodes().await?;
+        let mut done = 0usize;
+        let mut groups_failed_over = HashSet::new();
+        for lost in records.iter().filter(|r| {
+            r.heartbeat_at > 0
+                && r.leased_until > 0
+                && now - r.heartbeat_at > after_ms
+                && may_take_from(r, now, false).is_ok()
+        }) {
+            for db in store.databases_on_node(&lost.name).await? {
+                if db.state != DatabaseState::Active || db.deleted_at.is_some() {
+                    continue;
+                }
+                if groups_failed_over.contains(&db.group_id) {
+                    continue;
+                }
+                // Another node of the same location first: the group keeps its primary.
+                if let Ok(to) = self
+                    .place_healthy(store, &records, &lost.location, Some(&lost.name))
+                    .await
+                {
+                    match self.take_over(store, &db, &to).await {
+                        Ok(()) => done += 1,
+                        Err(e) => {
+                            tracing::warn!(database = %db.id, node = %lost.name, error = %e, "automatic failover failed; the next pass retries")
+                        }
+                    }
+                    continue;
+                }
+                let Some(group) = store.group_by_id(&db.group_id).await? else {
+                    continue;
+                };
+                let Some(location) = group.locations.iter().find(|l| {
+                    **l != lost.location
+                        && records
+                            .iter()
+                            .any(|r| r.location == **l && r.is_healthy(now) && !r.draining)
+                }) else {
+                    tracing::error!(database = %db.id, node = %lost.name, "node lost and no other location of the group has a healthy node: the database waits for its node");
+                    continue;
+                };
+                groups_failed_over.insert(group.id.clone());
+                match self.fail_over_group(store, &group, location, false).await {
+                    Ok((_, report)) => {
+                        done += report.moved.len();
+                        for failed in report.failed {
+                            tracing::warn!(database = %failed.id, error = %failed.error, "automatic failover of a database failed; the next pass retries");
+                        }
+                        tracing::warn!(group = %group.name, node = %lost.name, location = %location, "node lost: the group failed over");
+                    }
+                    Err(e) => {
+                        tracing::warn!(group = %group.name, error = %e, "automatic failover of the group failed; the next pass retries")
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(heartbeat_at: i64, leased_until: i64) -> NodeRecord {
+        NodeRecord {
+            name: "east-1".into(),
+            location: "east".into(),
+            admin_url: String::new(),
+            http_url: String::new(),
+            hostname_suffix: String::new(),
+            registered_at: 0,
+            last_seen_at: heartbeat_at,
+            heartbeat_at,
+            draining: false,
+            capacity: 0,
+            direct_url: String::new(),
+            leased_until,
+        }
+    }
+
+    #[test]
+    fn a_node_is_taken_from_only_past_its_lease_and_the_margin() {
+        let lease = wire::WRITE_LEASE_MS as i64;
+        let leased = node(1_000, 1_000 + lease);
+        let end = 1_000 + lease + LEASE_MARGIN_MS;
+        assert!(
+            may_take_from(&leased, 1_000, false).is_err(),
+            "up: it moves"
+        );
+        assert!(
+            matches!(
+                may_take_from(&leased, end - 1, true),
+                Err(ApiError::NodeUnavailable(_))
+            ),
+            "not even with force while the lease may run"
+        );
+        assert!(may_take_from(&leased, end, false).is_ok());
+
+        let unleased = node(1_000, 0);
+        assert!(may_take_from(&unleased, end, false).is_err());
+        assert!(
+            may_take_from(&unleased, end, true).is_ok(),
+            "the operator's word"
+        );
+    }
+}
