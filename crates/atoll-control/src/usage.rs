@@ -39,10 +39,16 @@ pub async fn collect_and_sweep(state: &AppState) -> ApiResult<()> {
 /// The batches part of [`collect`]: answers the databases written to, `(id, org, node)`.
 async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, String)>> {
     let mut active: Vec<(String, String, String)> = Vec::new();
+    let records = state.store.nodes().await?;
     for (node, batch) in state.data_plane.collect_usage().await? {
         if batch.databases.is_empty() {
             continue;
         }
+        // Usage per instance: an instance is its location, the metering node's.
+        let node_location = records
+            .iter()
+            .find(|r| r.name == node)
+            .map(|r| r.location.clone());
         let mut entries: Vec<UsageEntry> = Vec::with_capacity(batch.databases.len());
         for (database_id, usage) in batch.databases {
             // Usage belongs to the organization the database is in when it is collected;
@@ -57,10 +63,15 @@ async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, Str
                     active.push((db.id.clone(), db.org_id.clone(), db.node.clone()));
                 }
             }
+            let instance = node_location
+                .clone()
+                .or_else(|| record.as_ref().map(|d| d.location.clone()))
+                .unwrap_or_default();
             let org_id = record.map(|d| d.org_id).unwrap_or_default();
             entries.push(UsageEntry {
                 database_id,
                 org_id,
+                instance,
                 usage: Usage {
                     rows_read: saturating_i64(usage.rows_read),
                     rows_written: saturating_i64(usage.rows_written),

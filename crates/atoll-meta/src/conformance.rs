@@ -48,6 +48,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("deleted_databases_can_come_back", |s| {
             Box::pin(deleted_databases_can_come_back(s))
         }),
+        ("usage_is_kept_per_instance", |s| {
+            Box::pin(usage_is_kept_per_instance(s))
+        }),
         ("usage_counts_each_batch_once", |s| {
             Box::pin(usage_counts_each_batch_once(s))
         }),
@@ -1194,6 +1197,64 @@ async fn deleted_databases_can_come_back(store: Store) {
     );
 }
 
+/// Usage by instance (location), beside the database's totals; once per batch too.
+async fn usage_is_kept_per_instance(store: Store) {
+    use crate::{InstanceUsageOf, Usage, UsageEntry};
+    let hour = 3_600_000;
+    let t0 = 1_700_000_000_000 - 1_700_000_000_000 % hour;
+    let entry = |db: &str, instance: &str, r: i64| UsageEntry {
+        database_id: db.to_string(),
+        org_id: "o".to_string(),
+        instance: instance.to_string(),
+        usage: Usage {
+            rows_read: r,
+            rows_written: 1,
+            bytes_synced: 0,
+        },
+    };
+    let batch = vec![
+        entry("a", "east", 5),
+        entry("a", "west", 3),
+        entry("b", "east", 2),
+        entry("a", "", 100),
+    ];
+    assert!(store
+        .store_usage_batch("i1", t0 + 1, batch.clone())
+        .await
+        .unwrap());
+    assert!(!store.store_usage_batch("i1", t0 + 2, batch).await.unwrap());
+    assert!(store
+        .store_usage_batch("i2", t0 + hour, vec![entry("a", "west", 4)])
+        .await
+        .unwrap());
+    let used = |r: i64, w: i64| Usage {
+        rows_read: r,
+        rows_written: w,
+        bytes_synced: 0,
+    };
+    assert_eq!(
+        store
+            .instance_usage(InstanceUsageOf::Database("a".into()), t0, t0 + 2 * hour)
+            .await
+            .unwrap(),
+        vec![
+            ("a".to_string(), "east".to_string(), used(5, 1)),
+            ("a".to_string(), "west".to_string(), used(7, 2)),
+        ],
+        "an entry without an instance counts in the totals only"
+    );
+    assert_eq!(
+        store.database_usage("a", t0, t0 + 2 * hour).await.unwrap(),
+        used(112, 4)
+    );
+    let by_org = store
+        .instance_usage(InstanceUsageOf::Organization("o".into()), t0, t0 + hour)
+        .await
+        .unwrap();
+    assert_eq!(by_org.len(), 3, "{by_org:?}");
+    assert_eq!(by_org[2], ("b".to_string(), "east".to_string(), used(2, 1)));
+}
+
 async fn usage_counts_each_batch_once(store: Store) {
     use crate::{hour_bucket, Usage, UsageEntry};
     let hour = 3_600_000;
@@ -1201,6 +1262,7 @@ async fn usage_counts_each_batch_once(store: Store) {
     let entry = |db: &str, org: &str, r: i64, w: i64, s: i64| UsageEntry {
         database_id: db.to_string(),
         org_id: org.to_string(),
+        instance: String::new(),
         usage: Usage {
             rows_read: r,
             rows_written: w,
@@ -2154,6 +2216,7 @@ async fn storage_history(store: Store) {
             vec![UsageEntry {
                 database_id: a.id.clone(),
                 org_id: org.id.clone(),
+                instance: String::new(),
                 usage: Usage {
                     rows_read: 3,
                     rows_written: 2,

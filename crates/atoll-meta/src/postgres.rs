@@ -51,6 +51,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         18,
         include_str!("migrations/postgres/0018_write_leases.sql"),
     ),
+    (
+        19,
+        include_str!("migrations/postgres/0019_instance_usage.sql"),
+    ),
 ];
 /// Connections a process opens to PostgreSQL by default (`--database-pool-size`).
 pub const DEFAULT_POSTGRES_POOL_SIZE: usize = 16;

@@ -36,6 +36,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/sqlite/0017_storage_samples.sql"),
     ),
     (18, include_str!("migrations/sqlite/0018_write_leases.sql")),
+    (
+        19,
+        include_str!("migrations/sqlite/0019_instance_usage.sql"),
+    ),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

@@ -24,7 +24,7 @@ pub use databases::{DatabaseChanges, DatabaseFilter};
 pub use groups::GroupChanges;
 pub use nodes::{NodeHeartbeat, NodeRecord, CONTACT_TIMEOUT_MS, HEARTBEAT_TIMEOUT_MS};
 pub use tombstones::Tombstone;
-pub use usage::{hour_bucket, StorageSample, Usage, UsageEntry, UsageHour};
+pub use usage::{hour_bucket, InstanceUsageOf, StorageSample, Usage, UsageEntry, UsageHour};
 pub use users::{NewGroup, NewUser};
 
 use crate::backend::{Access, Conn, Value};

@@ -110,6 +110,14 @@ pub struct BenchArgs {
     /// New WAL (page bytes written) the `replica_sync` figure's replica syncs, MiB.
     #[arg(long, default_value_t = 100)]
     replica_mb: u64,
+    /// The replica figures instead (`replication_bench.rs`): replica vs primary reads and
+    /// the replication lag, against `atoll serve` on this (empty) PostgreSQL database and
+    /// two `atoll node`s started as processes.
+    #[arg(long, value_name = "POSTGRES_URL", conflicts_with = "load")]
+    replication: Option<String>,
+    /// Inserts per second of the `--replication` lag figure.
+    #[arg(long, default_value_t = 1000)]
+    replication_rate: u64,
     /// `--load`: the load test instead of the figures (`load.rs`).
     #[command(flatten)]
     load: crate::load::LoadArgs,
@@ -148,6 +156,15 @@ struct Org {
 pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if args.load.load {
         return crate::load::load(&args.load).await;
+    }
+    if let Some(database_url) = &args.replication {
+        return crate::replication_bench::run(crate::replication_bench::ReplicationArgs {
+            database_url,
+            duration: Duration::from_secs(args.duration_secs),
+            connections: args.connections,
+            rate: args.replication_rate,
+        })
+        .await;
     }
     let dir = std::env::temp_dir().join(format!(
         "atoll-bench-{}-{}",
@@ -578,7 +595,7 @@ fn verdict(met: bool) -> &'static str {
 }
 
 /// Sorts latency samples; (p50, p99) in milliseconds.
-fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
+pub(crate) fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort_unstable();
     (ms(quantile(&samples, 0.50)), ms(quantile(&samples, 0.99)))
 }

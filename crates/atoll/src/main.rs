@@ -7,6 +7,7 @@ mod file_modes;
 mod load;
 mod logging;
 mod node;
+mod replication_bench;
 mod secrets_key;
 mod server;
 mod topology_load;

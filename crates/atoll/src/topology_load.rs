@@ -41,7 +41,7 @@ const WEST: &str = "aws-eu-west-1";
 const EAST_DATABASES: usize = 4;
 const WEST_DATABASES: usize = 2;
 
-struct Process {
+pub(crate) struct Process {
     child: Option<Child>,
     args: Vec<String>,
     /// Secrets go by environment, never on the command line (`ps` shows it).
@@ -50,7 +50,7 @@ struct Process {
 }
 
 impl Process {
-    fn start(
+    pub(crate) fn start(
         args: Vec<String>,
         envs: Vec<(&'static str, String)>,
         log: PathBuf,
@@ -98,13 +98,13 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-async fn wait_healthy(url: &str) -> anyhow::Result<()> {
+pub(crate) async fn wait_healthy(url: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !reqwest::get(format!("{url}/health"))
         .await

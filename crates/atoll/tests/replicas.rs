@@ -209,6 +209,30 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     .await
     .is_err());
 
+    // Usage per instance: the replica's reads are its own, the writes (forwarded) the
+    // primary's, and the instances add up to the database's total.
+    let (status, usage) = api.get(format!("{base}/databases/shop/usage")).await;
+    assert_eq!(status, 200, "{usage}");
+    let database = &usage["database"];
+    let instances = database["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 2, "{usage}");
+    assert_eq!(instances[0]["uuid"], db.id);
+    assert_eq!(
+        instances[1]["uuid"], listed["instances"][1]["uuid"],
+        "{usage}"
+    );
+    let (primary, replica) = (&instances[0]["usage"], &instances[1]["usage"]);
+    assert!(replica["rows_read"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(replica["rows_written"], 0, "{usage}");
+    assert!(primary["rows_written"].as_u64().unwrap() >= 23, "{usage}");
+    for field in ["rows_read", "rows_written"] {
+        assert_eq!(
+            primary[field].as_u64().unwrap() + replica[field].as_u64().unwrap(),
+            database["total"][field].as_u64().unwrap(),
+            "{field}: {usage}"
+        );
+    }
+
     // The official Rust client, unmodified, through the replica's node: plain remote
     // queries (its connection keeps a stream open, so they are the primary's), and an
     // embedded replica that syncs and writes through it.

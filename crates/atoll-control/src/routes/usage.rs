@@ -15,7 +15,7 @@ use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::wire;
-use atoll_meta::{Database, Usage, UsageHour};
+use atoll_meta::{Database, InstanceUsageOf, Usage, UsageHour};
 use atoll_types::usage::{
     DatabaseStats, DatabaseUsageObject, DatabaseUsageOutput, DatabaseUsageResponse, InstanceUsage,
     OrganizationUsage, OrganizationUsageObject, OrganizationUsageResponse, TopQuery, UsageInterval,
@@ -252,18 +252,60 @@ async fn storage_of(state: &AppState, db: &Database) -> u64 {
     }
 }
 
-fn output(db: &Database, usage: DatabaseUsageObject) -> DatabaseUsageOutput {
+fn output(
+    db: &Database,
+    usage: DatabaseUsageObject,
+    instances: Vec<InstanceUsage>,
+) -> DatabaseUsageOutput {
     DatabaseUsageOutput {
         uuid: db.id.clone(),
-        // One instance per database, with the database's id (see the instances routes).
-        instances: vec![InstanceUsage {
-            uuid: db.id.clone(),
-            usage,
-        }],
+        instances,
         total: usage,
         usage,
         history: None,
     }
+}
+
+/// What each of `db`'s instances served (`by_location`: the period's usage by the
+/// location that metered it), with the uuids of the instances routes. Usage is metered
+/// where it is served; what was served in a location that has no instance now (a
+/// removed location, usage from before instances were metered) counts for the primary,
+/// so the instances add up to the total. Storage: each instance holds a whole copy.
+fn instance_usages(
+    db: &Database,
+    total: DatabaseUsageObject,
+    by_location: &[(&str, Usage)],
+    group_locations: &[String],
+    records: &[atoll_meta::NodeRecord],
+) -> Vec<InstanceUsage> {
+    let mut primary = total;
+    let mut replicas = Vec::new();
+    for place in crate::replicas::instances_of(db, group_locations, records)
+        .into_iter()
+        .filter(|p| !p.primary)
+    {
+        let served = by_location
+            .iter()
+            .filter(|(location, _)| *location == place.location)
+            .fold(Usage::default(), |mut sum, (_, u)| {
+                sum.add(*u);
+                sum
+            });
+        let usage = usage_object(served, total.storage_bytes);
+        primary.rows_read = primary.rows_read.saturating_sub(usage.rows_read);
+        primary.rows_written = primary.rows_written.saturating_sub(usage.rows_written);
+        primary.bytes_synced = primary.bytes_synced.saturating_sub(usage.bytes_synced);
+        replicas.push(InstanceUsage {
+            uuid: crate::replicas::replica_uuid(&db.id, &place.location),
+            usage,
+        });
+    }
+    let mut out = vec![InstanceUsage {
+        uuid: db.id.clone(),
+        usage: primary,
+    }];
+    out.extend(replicas);
+    out
 }
 
 async fn database_usage(
@@ -276,7 +318,24 @@ async fn database_usage(
     let db = access.database();
     let usage = state.store.database_usage(&db.id, from, to).await?;
     let storage = storage_of(&state, db).await;
-    let mut database = output(db, usage_object(usage, storage));
+    let total = usage_object(usage, storage);
+    let by_instance = state
+        .store
+        .instance_usage(InstanceUsageOf::Database(db.id.clone()), from, to)
+        .await?;
+    let by_location: Vec<(&str, Usage)> = by_instance
+        .iter()
+        .map(|(_, location, usage)| (location.as_str(), *usage))
+        .collect();
+    let group_locations = state
+        .store
+        .group_by_id(&db.group_id)
+        .await?
+        .map(|g| g.locations)
+        .unwrap_or_default();
+    let records = state.store.nodes().await?;
+    let instances = instance_usages(db, total, &by_location, &group_locations, &records);
+    let mut database = output(db, total, instances);
     if let Some(step) = step {
         let intervals = Intervals::new(from, to, step);
         let hours = state.store.database_usage_hours(&db.id, from, to).await?;
@@ -316,6 +375,11 @@ async fn organization_usage(
         },
         ..Default::default()
     };
+    let by_instance = state
+        .store
+        .instance_usage(InstanceUsageOf::Organization(org.id.clone()), from, to)
+        .await?;
+    let records = state.store.nodes().await?;
     let mut outputs = Vec::new();
     for db in &databases {
         let usage = consumed
@@ -325,7 +389,18 @@ async fn organization_usage(
             .unwrap_or_default();
         let object = usage_object(usage, storage_of(&state, db).await);
         total.storage_bytes += object.storage_bytes;
-        outputs.push(output(db, object));
+        let by_location: Vec<(&str, Usage)> = by_instance
+            .iter()
+            .filter(|(id, _, _)| *id == db.id)
+            .map(|(_, location, usage)| (location.as_str(), *usage))
+            .collect();
+        let group_locations = groups
+            .iter()
+            .find(|g| g.id == db.group_id)
+            .map(|g| g.locations.clone())
+            .unwrap_or_default();
+        let instances = instance_usages(db, object, &by_location, &group_locations, &records);
+        outputs.push(output(db, object, instances));
     }
     // Rows of databases deleted since count too: the organization consumed them.
     for (_, usage) in &consumed {

@@ -22,7 +22,17 @@ impl Usage {
 pub struct UsageEntry {
     pub database_id: String,
     pub org_id: String,
+    /// The location of the instance that served it (the node's); empty: not known, kept
+    /// in the database's totals only.
+    pub instance: String,
     pub usage: Usage,
+}
+
+/// Whose usage by instance [`Store::instance_usage`] answers.
+#[derive(Debug, Clone)]
+pub enum InstanceUsageOf {
+    Database(String),
+    Organization(String),
 }
 
 /// The hour `millis` falls in.
@@ -50,6 +60,25 @@ impl Store {
             }
             let bucket = hour_bucket(at);
             for entry in entries {
+                if !entry.instance.is_empty() {
+                    c.execute(
+                        "INSERT INTO usage_instance_buckets (database_id, org_id, instance, bucket, rows_read, rows_written, bytes_synced)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (database_id, org_id, instance, bucket) DO UPDATE SET
+                             rows_read = usage_instance_buckets.rows_read + excluded.rows_read,
+                             rows_written = usage_instance_buckets.rows_written + excluded.rows_written,
+                             bytes_synced = usage_instance_buckets.bytes_synced + excluded.bytes_synced",
+                        &[
+                            entry.database_id.clone().into(),
+                            entry.org_id.clone().into(),
+                            entry.instance.into(),
+                            bucket.into(),
+                            entry.usage.rows_read.into(),
+                            entry.usage.rows_written.into(),
+                            entry.usage.bytes_synced.into(),
+                        ],
+                    )?;
+                }
                 c.execute(
                     "INSERT INTO usage_buckets (database_id, org_id, bucket, rows_read, rows_written, bytes_synced)
                      VALUES ($1, $2, $3, $4, $5, $6)
@@ -92,6 +121,42 @@ impl Store {
                 .iter()
                 .map(|row| {
                     (row.text(0), Usage { rows_read: row.int(1), rows_written: row.int(2), bytes_synced: row.int(3) })
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// Usage by database and instance (location) for buckets in `[from, to)`: of one
+    /// database, or of every database of an organization.
+    pub async fn instance_usage(
+        &self,
+        of: InstanceUsageOf,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(String, String, Usage)>> {
+        self.read("instance_usage", move |c| {
+            let (column, key) = match of {
+                InstanceUsageOf::Database(id) => ("database_id", id),
+                InstanceUsageOf::Organization(id) => ("org_id", id),
+            };
+            let rows = c.query(
+                &format!(
+                    "SELECT database_id, instance, CAST(SUM(rows_read) AS BIGINT), CAST(SUM(rows_written) AS BIGINT),
+                            CAST(SUM(bytes_synced) AS BIGINT)
+                     FROM usage_instance_buckets WHERE {column} = $1 AND bucket >= $2 AND bucket < $3
+                     GROUP BY database_id, instance ORDER BY database_id, instance"
+                ),
+                &[key.into(), hour_bucket(from).into(), to.into()],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|row| {
+                    (
+                        row.text(0),
+                        row.text(1),
+                        Usage { rows_read: row.int(2), rows_written: row.int(3), bytes_synced: row.int(4) },
+                    )
                 })
                 .collect())
         })
