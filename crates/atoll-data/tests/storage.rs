@@ -784,3 +784,48 @@ async fn a_commit_after_the_hand_over_is_refused_not_acknowledged() {
         .collect();
     assert_eq!(rows, vec![1]);
 }
+
+/// A write's `replication_index` is the frame number the shipper gives its commit, across
+/// the shipper's checkpoints and WAL restarts (lag mode: some commits are read from the
+/// WAL before they are stored, some after); a read carries none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writes_replication_index_is_its_commit_frame_in_the_log() {
+    let url = storage_urls("replication-index").remove(0);
+    let node = serve_node(
+        new_dir(),
+        DataLimits::default(),
+        settings(&url, DurabilityMode::Lag),
+    )
+    .await;
+    let db = node.create_db("indexed");
+    db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+        .await;
+    let log = node
+        .node
+        .by_id(&db.config.id)
+        .unwrap()
+        .log()
+        .unwrap()
+        .clone();
+    let mut last = 0u64;
+    for x in 1..=60 {
+        let result = db
+            .run(&[sql(&format!("INSERT INTO t VALUES ({x}, randomblob(300))"))])
+            .await;
+        let index: u64 = result[0]["response"]["result"]["replication_index"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no replication_index: {}", result[0]))
+            .parse()
+            .unwrap();
+        assert!(index > last, "{index} after {last}");
+        last = index;
+        if x % 7 == 0 {
+            // The shipper numbers the same frames: its head after this commit is the index.
+            assert_eq!(log.head().unwrap(), index, "after insert {x}");
+        }
+    }
+    wait_shipped(&node, &db).await;
+    assert_eq!(log.state().durable_frame_no, last);
+    let read = db.query(sql("SELECT count(*) FROM t")).await;
+    assert!(read["replication_index"].is_null(), "{read}");
+}

@@ -159,6 +159,68 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
             "the replica did not show write {id}: {seen:?}"
         );
     }
+    // `replication_index`: a write's result carries the frame of its commit, a read on the
+    // primary none, a read on the replica the frame it had applied (at least the write's,
+    // which its client saw); a read that asks for a frame the replica does not reach is
+    // answered by the primary.
+    let written = execute(
+        &client,
+        &east.url,
+        &db.label,
+        &db.token,
+        "INSERT INTO t VALUES (50, 'indexed')",
+    )
+    .await
+    .unwrap();
+    let index: u64 = written["replication_index"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no replication_index: {written}"))
+        .parse()
+        .unwrap();
+    assert!(index > 0);
+    let read = execute(&client, &east.url, &db.label, &db.token, "SELECT 1")
+        .await
+        .unwrap();
+    assert!(read["replication_index"].is_null(), "{read}");
+    let read_at = |index: u64| {
+        json!({"requests": [
+            {"type": "execute", "stmt": {"sql": "SELECT count(*) FROM t WHERE id = 50", "replication_index": index.to_string()}},
+            {"type": "close"}
+        ]})
+    };
+    let (status, body) = pipeline(&client, &west.url, &db.label, &db.token, read_at(index)).await;
+    assert_eq!(status, 200, "{body}");
+    let result = &body["results"][0]["response"]["result"];
+    assert_eq!(result["rows"][0][0]["value"], "1", "{body}");
+    let seen: u64 = result["replication_index"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(seen >= index, "{body}");
+    let (status, body) = pipeline(
+        &client,
+        &west.url,
+        &db.label,
+        &db.token,
+        read_at(index + 1_000_000),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"], "1",
+        "{body}"
+    );
+    execute(
+        &client,
+        &east.url,
+        &db.label,
+        &db.token,
+        "DELETE FROM t WHERE id = 50",
+    )
+    .await
+    .unwrap();
+
     // An interactive transaction through the replica: its baton belongs to the primary.
     let (status, begun) = pipeline(
         &client,

@@ -169,8 +169,31 @@ impl<'a> Run<'a> {
         sql: &str,
     ) -> Result<Outcome<proto::StmtResult>, HranaError> {
         let mut collector = ResultCollector::new(&self.response_budget);
+        let commits_before = self.commit_count();
         let outcome = self.run_statement(sql, stmt, &mut collector)?;
-        Ok(outcome.map(|stats| collector.finish(stats)))
+        Ok(outcome.map(|stats| {
+            let mut result = collector.finish(stats);
+            result.replication_index = self.replication_index_since(commits_before);
+            result
+        }))
+    }
+
+    /// Commits of the database so far, any connection's (`None`: it has no log).
+    fn commit_count(&self) -> Option<u64> {
+        self.caller.db.log().map(|log| log.commit_count())
+    }
+
+    /// The `replication_index` of a result: the frame number of the database's last
+    /// commit when something committed since `before` (the statement's own commit, or a
+    /// later one: the index says "at least this state"). `None` for a statement that
+    /// committed nothing, which spares reads the look at the WAL index; a replica's reads
+    /// carry the frame the replica applied (`hrana::http`).
+    fn replication_index_since(&self, before: Option<u64>) -> Option<u64> {
+        let log = self.caller.db.log()?;
+        if Some(log.commit_count()) == before {
+            return None;
+        }
+        log.committed_head()
     }
 
     /// `batch`: steps with conditions, each result or error in its slot.
@@ -180,8 +203,11 @@ impl<'a> Run<'a> {
         sqls: &SqlStore,
     ) -> Result<proto::BatchResult, HranaError> {
         let mut collector = BatchCollector::new(&self.response_budget, batch.steps.len());
+        let commits_before = self.commit_count();
         self.run_batch(batch, sqls, &mut collector)?;
-        Ok(collector.finish())
+        let mut result = collector.finish();
+        result.replication_index = self.replication_index_since(commits_before);
+        Ok(result)
     }
 
     /// Runs a batch into any sink (a collected result or a cursor).

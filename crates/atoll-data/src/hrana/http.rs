@@ -105,6 +105,21 @@ async fn pipeline(
         // primary's, which takes writes.
         return Ok(crate::replication::follow::to_primary());
     }
+    // A replica answers a client that saw index N (a `replication_index` it sends back)
+    // only once it applied N, waiting a little; otherwise the primary answers.
+    let replica = if request.db.is_replica() {
+        state.node.replicas.get(request.db.id())
+    } else {
+        None
+    };
+    if let Some(replica) = &replica {
+        let wanted = wanted_replication_index(&body.requests);
+        if wanted > replica.applied() && !replica.wait_applied(wanted).await {
+            return Ok(crate::replication::follow::to_primary());
+        }
+    }
+    // What the replica had applied before it read: its results show at least that state.
+    let applied = replica.map(|r| r.applied());
     let cancel = CancelToken::new();
     // The client going away interrupts the statement it is waiting for.
     let _cancel_on_drop = cancel.cancel_on_drop();
@@ -129,9 +144,12 @@ async fn pipeline(
         run_leased_pipeline(&caller, lease, body.requests).map(Some)
     })
     .await??;
-    let Some((baton, results)) = served else {
+    let Some((baton, mut results)) = served else {
         return Ok(crate::replication::follow::to_primary());
     };
+    if let Some(applied) = applied {
+        stamp_replication_index(&mut results, applied);
+    }
     Ok(encode(
         &proto::PipelineRespBody {
             baton,
@@ -287,6 +305,40 @@ fn authorize_pipeline(
     };
     let run = Run::start(caller, conn)?;
     for_each_statement(caller, stream, requests, |sql| run.authorize(sql))
+}
+
+/// The largest `replication_index` the pipeline's statements and batches carry: the
+/// newest state its client already saw (0: none).
+fn wanted_replication_index(requests: &[proto::StreamRequest]) -> u64 {
+    requests
+        .iter()
+        .flat_map(|request| match request {
+            proto::StreamRequest::Execute(execute) => vec![execute.stmt.replication_index],
+            proto::StreamRequest::Batch(batch) => std::iter::once(batch.batch.replication_index)
+                .chain(batch.batch.steps.iter().map(|s| s.stmt.replication_index))
+                .collect(),
+            proto::StreamRequest::Sequence(sequence) => vec![sequence.replication_index],
+            proto::StreamRequest::Describe(describe) => vec![describe.replication_index],
+            _ => Vec::new(),
+        })
+        .flatten()
+        .max()
+        .unwrap_or(0)
+}
+
+/// Gives a replica's results the frame it had applied before it read.
+fn stamp_replication_index(results: &mut [proto::StreamResult], applied: u64) {
+    for result in results {
+        match result {
+            proto::StreamResult::Ok {
+                response: proto::StreamResponse::Execute(execute),
+            } => execute.result.replication_index = Some(applied),
+            proto::StreamResult::Ok {
+                response: proto::StreamResponse::Batch(batch),
+            } => batch.result.replication_index = Some(applied),
+            _ => {}
+        }
+    }
 }
 
 /// Whether every statement of the pipeline only reads (a replica serves it itself).

@@ -83,6 +83,11 @@ impl Replicas {
             .cloned()
     }
 
+    /// The replica of database `id`, if the node holds one.
+    pub fn get(&self, id: &str) -> Option<Arc<Replica>> {
+        self.read().get(id).cloned()
+    }
+
     pub fn statuses(&self) -> Vec<ReplicaStatus> {
         let mut out: Vec<ReplicaStatus> = self.read().values().map(|r| r.status()).collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));

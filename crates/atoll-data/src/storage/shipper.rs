@@ -342,6 +342,36 @@ impl DatabaseLog {
         self.commits.load(Ordering::Acquire)
     }
 
+    /// The frame number of the last commit in the WAL, as the shipper numbers frames: the
+    /// `replication_index` of a result that committed. Cheap (the WAL index header, no
+    /// frame read): the stored head plus the WAL's committed frames past the shipper's
+    /// position, or all of them when the WAL was restarted since (a restart happens only
+    /// once everything in it was stored). The shipper's state is read on both sides of the
+    /// index, so a round that moved meanwhile is never mixed with the index of another.
+    pub fn committed_head(&self) -> Option<u64> {
+        let shm = {
+            let mut name = self.file.file_name().unwrap_or_default().to_os_string();
+            name.push("-shm");
+            self.file.with_file_name(name)
+        };
+        let position = |state: &LogState| (state.durable_frame_no, state.wal);
+        for _ in 0..3 {
+            let before = position(&lock(&self.state));
+            let (salts, committed) = wal::committed_in_index(&shm)?;
+            if position(&lock(&self.state)) != before {
+                continue;
+            }
+            let (durable, wal) = before;
+            return Some(match wal {
+                Some(shipped) if shipped.salts == salts => {
+                    durable + committed.saturating_sub(shipped.frames)
+                }
+                _ => durable + committed,
+            });
+        }
+        None
+    }
+
     /// Replaces the whole state (a database installed from object storage).
     pub(crate) fn reset(&self, state: LogState) -> Result<(), DataError> {
         let _round = lock(&self.round);

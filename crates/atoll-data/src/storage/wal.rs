@@ -192,6 +192,32 @@ pub fn read_committed(
     })
 }
 
+/// What SQLite's WAL index (the `-shm` file) says of the WAL now: its salts and the number
+/// of frames committed in it (`mxFrame`). The index header is kept twice and a reader
+/// takes it only when both copies agree, as SQLite's own readers do (`walIndexTryHdr`):
+/// its layout (`walformat.html`: `iChange` at 8, `isInit` at 12, `mxFrame` at 16 in
+/// native order, the WAL's salts at 32 as the WAL header holds them) is part of SQLite's
+/// file format. `None` when there is no index or it is being rewritten.
+pub fn committed_in_index(shm: &Path) -> Option<((u32, u32), u64)> {
+    const COPY: usize = 48;
+    let mut header = [0u8; 2 * COPY];
+    for _ in 0..3 {
+        let mut file = std::fs::File::open(shm).ok()?;
+        if !read_full(&mut file, &mut header).ok()? {
+            return None;
+        }
+        let (first, second) = header.split_at(COPY);
+        if first == second && first[12] == 1 {
+            let frames = u32::from_ne_bytes([first[16], first[17], first[18], first[19]]);
+            return Some((
+                (be32(&first[32..36]), be32(&first[36..40])),
+                u64::from(frames),
+            ));
+        }
+    }
+    None
+}
+
 /// Fills `buf`, or answers `false` at the end of the file (a partial read is the end too).
 fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<bool, DataError> {
     match reader.read_exact(buf) {
