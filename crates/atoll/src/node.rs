@@ -92,6 +92,13 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     let tls = args.tls.server_tls()?;
     crate::file_modes::tighten_data_dir(&args.data_dir);
     let node = open_node(&args.data_dir, limits.node.clone()).await?;
+    if args.control_plane.is_empty() && node.lease().is_required() {
+        // Leases come with heartbeats: a node that sends none (started without
+        // --control-plane) would never commit again. Its control plane reaches it with
+        // --node and fails it over only on the operator's word (`force`).
+        tracing::warn!("this node wrote under a lease, but it has no --control-plane to renew one: it writes without");
+        node.lease().waive()?;
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
