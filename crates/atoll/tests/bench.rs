@@ -101,3 +101,33 @@ fn bench_replica_sync_applies_and_verifies_what_it_pulled() {
     );
     assert!(line.contains("applied and verified"), "{line}");
 }
+
+/// `--replication` starts serve and two nodes as processes and prints its three figures
+/// (skips, loudly, without PostgreSQL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_replication_prints_replica_reads_and_lag() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let lines = tokio::task::spawn_blocking(move || {
+        figure_lines(&[
+            "--replication",
+            &database_url,
+            "--duration-secs",
+            "1",
+            "--connections",
+            "2",
+            "--replication-rate",
+            "100",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].starts_with("replica_read_1conn: "), "{lines:?}");
+    assert!(lines[1].starts_with("replica_read_2conn: "), "{lines:?}");
+    assert!(
+        lines[2].starts_with("replication_lag: p50 ") && lines[2].contains("over 100 inserts"),
+        "{lines:?}"
+    );
+}

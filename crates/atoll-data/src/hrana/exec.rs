@@ -387,27 +387,6 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// Whether every statement of `sql` only reads (SQLite's own verdict, with
-    /// `BEGIN IMMEDIATE`/`EXCLUSIVE`, which take the write lock, counted as writes). A
-    /// statement that does not prepare counts as a write: the primary reports its error.
-    pub(crate) fn is_read_only(&self, sql: &str) -> bool {
-        let mut statements = rusqlite::Batch::new(self.conn, sql);
-        loop {
-            match statements.next() {
-                Ok(Some(stmt)) => {
-                    let text = stmt.expanded_sql().unwrap_or_default().to_ascii_uppercase();
-                    let locks = text.trim_start().starts_with("BEGIN")
-                        && (text.contains("IMMEDIATE") || text.contains("EXCLUSIVE"));
-                    if locks || !stmt.readonly() {
-                        return false;
-                    }
-                }
-                Ok(None) => return true,
-                Err(_) => return false,
-            }
-        }
-    }
-
     /// [`Run::authorize`] for every step of a batch.
     pub(crate) fn authorize_batch(
         &self,
@@ -909,6 +888,20 @@ fn bind_arguments(
 }
 
 /// Sets `max_page_count` from the configuration's size limit.
+/// `BEGIN IMMEDIATE` or `BEGIN EXCLUSIVE`: SQLite calls them read-only, but they take the
+/// write lock.
+fn takes_write_lock(sql: &str) -> bool {
+    let text = sql.trim_start();
+    if !text
+        .get(..5)
+        .is_some_and(|head| head.eq_ignore_ascii_case("BEGIN"))
+    {
+        return false;
+    }
+    let text = text.to_ascii_uppercase();
+    text.contains("IMMEDIATE") || text.contains("EXCLUSIVE")
+}
+
 fn apply_page_limit(conn: &Connection, config: &DatabaseConfig) -> Result<(), HranaError> {
     let pages = config
         .size_limit
@@ -1032,6 +1025,33 @@ pub(crate) struct ClientConnection {
 }
 
 impl ClientConnection {
+    /// Whether every statement of `sql` only reads (SQLite's own verdict, with
+    /// `BEGIN IMMEDIATE`/`EXCLUSIVE`, which take the write lock, counted as writes). A
+    /// statement that does not prepare counts as a write: the primary reports its error.
+    pub(crate) fn is_read_only(&self, sql: &str) -> bool {
+        let conn = &self.sandboxed.conn;
+        // One statement (the usual case) through the statement cache: the statement the
+        // run then executes is the one compiled here.
+        match conn.prepare_cached(sql) {
+            Ok(stmt) => return stmt.readonly() && !takes_write_lock(sql),
+            Err(rusqlite::Error::MultipleStatement) => {}
+            Err(_) => return false,
+        }
+        let mut statements = rusqlite::Batch::new(conn, sql);
+        loop {
+            match statements.next() {
+                Ok(Some(stmt)) => {
+                    let text = stmt.expanded_sql().unwrap_or_default();
+                    if !stmt.readonly() || takes_write_lock(&text) {
+                        return false;
+                    }
+                }
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
     pub(crate) fn new(sandboxed: SandboxedConnection) -> ClientConnection {
         ClientConnection {
             sandboxed,

@@ -350,10 +350,9 @@ fn reads_only(
     let Some(conn) = &stream.conn else {
         return Ok(false);
     };
-    let run = Run::start(caller, conn)?;
     let mut only_reads = true;
     for_each_statement(caller, stream, requests, |sql| {
-        only_reads = only_reads && run.is_read_only(sql);
+        only_reads = only_reads && conn.is_read_only(sql);
         Ok(())
     })?;
     Ok(only_reads)

@@ -881,30 +881,34 @@ pub(crate) async fn serve_on_replica(
     let Ok(bytes) = axum::body::to_bytes(body, MAX_PIPELINE_BYTES).await else {
         return DataError::TooLarge("the request body is too large".into()).into_response();
     };
-    let mut again = axum::http::Request::builder()
-        .method(parts.method.clone())
-        .uri(parts.uri.clone())
-        .version(parts.version);
-    for (name, value) in &parts.headers {
-        again = again.header(name, value);
-    }
-    let mut again = match again.body(axum::body::Body::from(bytes.clone())) {
-        Ok(request) => request,
-        Err(e) => return DataError::Internal(e.to_string()).into_response(),
-    };
-    if let Some(info) = parts
+    // What forwarding needs, kept aside (the body is shared, not copied); the request
+    // itself is rebuilt only when the replica leaves it to the primary.
+    let (method, uri, version, headers) = (
+        parts.method.clone(),
+        parts.uri.clone(),
+        parts.version,
+        parts.headers.clone(),
+    );
+    let client_address = parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-    {
-        again.extensions_mut().insert(*info);
-    }
-    let mut local = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+        .copied();
+    let mut local =
+        axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
     local
         .extensions_mut()
         .insert(OnReplica(Arc::clone(&replica)));
     let response = next.run(local).await;
     if response.extensions().get::<ToPrimary>().is_none() {
         return response;
+    }
+    let mut again = axum::extract::Request::new(axum::body::Body::from(bytes));
+    *again.method_mut() = method;
+    *again.uri_mut() = uri;
+    *again.version_mut() = version;
+    *again.headers_mut() = headers;
+    if let Some(info) = client_address {
+        again.extensions_mut().insert(info);
     }
     forward_to_primary(forwarder, &replica, label, again).await
 }
