@@ -31,6 +31,9 @@ source scripts/s3.sh
 set -euo pipefail
 trap 'kill "$ATOLL_S3_PID" 2>/dev/null || true' EXIT
 
+# The official Node clients, which the replicas test also runs (tests/compat/replica-client.mjs).
+(cd tests/compat && npm ci --no-audit --no-fund --loglevel=error)
+
 echo "==> Rust tests (SQLite backend)"
 # atoll-compat-rust runs Atoll in process beside the official `libsql` client in remote
 # mode; `atoll`'s embedded-replica test needs that client's `sync` feature, which links

@@ -17,6 +17,39 @@ use support::cluster::{
 };
 use support::temp_dir;
 
+/// Runs `tests/compat/replica-client.mjs` (`@libsql/client` from npm) against the node at
+/// `node_url`. Needs Node and `npm ci` in `tests/compat` (scripts/test.sh runs it first);
+/// without them it says so loudly and skips.
+fn run_node_client(node_url: &str, label: &str, token: &str) {
+    let compat = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat");
+    if !compat.join("node_modules/@libsql/client").exists() {
+        eprintln!(
+            "WARNING: tests/compat/node_modules has no @libsql/client (run `npm ci` there, as scripts/test.sh does): the Node client is not run against the replica"
+        );
+        return;
+    }
+    let output = std::process::Command::new("node")
+        .arg(compat.join("replica-client.mjs"))
+        .env("REPLICA_URL", format!("{node_url}/db/{label}/"))
+        .env("TOKEN", token)
+        .output();
+    let output = match output {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!(
+                "WARNING: cannot run node ({e}): the Node client is not run against the replica"
+            );
+            return;
+        }
+    };
+    assert!(
+        output.status.success(),
+        "@libsql/client through the replica failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 async fn pipeline(
     client: &reqwest::Client,
     node_url: &str,
@@ -220,6 +253,9 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     )
     .await
     .unwrap();
+
+    // The official Node client, unmodified, through the replica's node.
+    run_node_client(&west.url, &db.label, &db.token);
 
     // An interactive transaction through the replica: its baton belongs to the primary.
     let (status, begun) = pipeline(
