@@ -135,6 +135,21 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
         .await;
     assert_eq!(status, 400, "{body}");
 
+    // An embedded replica (the official `libsql` crate's synced database), synced through
+    // the other location's node before anything goes wrong.
+    let local_dir = root.join("embedded");
+    std::fs::create_dir_all(&local_dir).unwrap();
+    let embedded = libsql::Builder::new_synced_database(
+        local_dir.join("shop.db"),
+        format!("{}/db/{}", west.url, db.label),
+        db.token.clone(),
+    )
+    .connector(hyper::client::HttpConnector::new())
+    .build()
+    .await
+    .unwrap();
+    embedded.sync().await.unwrap();
+
     // A stream of writes through the primary's node, SIGKILLed in the middle of it.
     let stop = Arc::new(AtomicBool::new(false));
     let (acknowledged, writer) = spawn_writer(
@@ -187,6 +202,17 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
     )
     .await
     .unwrap();
+    // The embedded replica goes on syncing from the new primary: the same log, the same
+    // frame numbers, nothing to rebuild.
+    embedded.sync().await.unwrap();
+    let local = embedded.connect().unwrap();
+    let mut rows = local.query("SELECT count(*) FROM t", ()).await.unwrap();
+    let synced: i64 = rows.next().await.unwrap().unwrap().get(0).unwrap();
+    assert_eq!(
+        synced as usize,
+        seen.len() + 1,
+        "the embedded replica after the failover"
+    );
     eprintln!(
         "failover: {} acknowledged writes kept, primary in {WEST} {:.1} s after the SIGKILL",
         acknowledged.len(),
