@@ -11,6 +11,8 @@ mod support;
 
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::cluster::{
     create_db, execute, ids, nodes, start_replica, wait_healthy, Api, Node, EAST, WEST,
@@ -439,4 +441,76 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
         ids(&client, &west.url, &db.label, &db.token).await.len(),
         36
     );
+
+    // Under load: a writer inserts through the primary's node the whole time the location
+    // is added again (the replica starts from object storage while frames keep coming)
+    // and removed again. No write fails, every acknowledged one is on the primary, and the
+    // replica, once `wait` answered, holds every write acknowledged before it was asked
+    // (the ones after may still be on their way: a replica is a few milliseconds behind).
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let writer = {
+        let (client, url, label, token) = (
+            client.clone(),
+            east.url.clone(),
+            db.label.clone(),
+            db.token.clone(),
+        );
+        let (stop, acknowledged, failures) = (
+            Arc::clone(&stop),
+            Arc::clone(&acknowledged),
+            Arc::clone(&failures),
+        );
+        tokio::spawn(async move {
+            let mut id = 10_000;
+            while !stop.load(Ordering::SeqCst) {
+                let sql = format!("INSERT INTO t VALUES ({id}, 'under load')");
+                match execute(&client, &url, &label, &token, &sql).await {
+                    Ok(_) => acknowledged.lock().unwrap().push(id),
+                    Err(e) => failures.lock().unwrap().push(e),
+                }
+                id += 1;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = api
+        .post(format!("{base}/groups/multi/locations/{WEST}"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let before_wait: BTreeSet<i64> = acknowledged.lock().unwrap().iter().copied().collect();
+    let (status, body) = api
+        .get(format!("{base}/groups/multi/locations/{WEST}/wait"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let on_replica = ids(&client, &west.url, &db.label, &db.token).await;
+    assert!(
+        before_wait.is_subset(&on_replica),
+        "the caught-up replica misses {:?}",
+        before_wait.difference(&on_replica).collect::<Vec<_>>()
+    );
+    let (status, body) = api
+        .call(
+            reqwest::Method::DELETE,
+            format!("{base}/groups/multi/locations/{WEST}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    writer.await.unwrap();
+    assert!(
+        failures.lock().unwrap().is_empty(),
+        "writes failed under the location changes: {:?}",
+        failures.lock().unwrap()
+    );
+    let written: BTreeSet<i64> = acknowledged.lock().unwrap().iter().copied().collect();
+    assert!(
+        written.len() > before_wait.len(),
+        "the writer stopped early"
+    );
+    let on_primary = ids(&client, &east.url, &db.label, &db.token).await;
+    assert!(written.is_subset(&on_primary));
 }
