@@ -37,6 +37,9 @@ pub enum DataPlane {
         /// heartbeat, and heartbeats are answered with write leases (`crate::failover`);
         /// `None`: failover is the operator's.
         failover_after: Option<std::time::Duration>,
+        /// When this process started: a node's silence counts only once this replica has
+        /// been up long enough to have heard from it (see `crate::failover`).
+        started: std::time::Instant,
     },
 }
 
@@ -174,6 +177,7 @@ impl DataPlane {
             secret: secret.to_string(),
             store_id: store_id.to_string(),
             failover_after: None,
+            started: std::time::Instant::now(),
         })
     }
 
@@ -184,6 +188,14 @@ impl DataPlane {
             *failover_after = after;
         }
         self
+    }
+
+    /// How long this replica has been up (in process: always zero, it fails nothing over).
+    pub fn uptime(&self) -> std::time::Duration {
+        match self {
+            DataPlane::Remote { started, .. } => started.elapsed(),
+            DataPlane::InProcess { .. } => std::time::Duration::ZERO,
+        }
     }
 
     /// How long a node may go without a heartbeat before its databases are failed over.

@@ -18,6 +18,8 @@
 //! - automatically, each reconcile pass: a node silent for `--failover-after-secs` has its
 //!   databases taken over by another node of its location, or, when its location has no
 //!   other healthy node, by the group's next location with one (the group fails over).
+//!   A replica fails nothing over before it has been up that long itself: after an outage
+//!   of the whole control plane every node looks silent in the store.
 
 use crate::data_plane::{database_config, send, DataPlane};
 use crate::error::ApiError;
@@ -250,6 +252,14 @@ impl DataPlane {
         let Some(after) = self.failover_after() else {
             return Ok(0);
         };
+        // A replica that was down (every replica, after an outage of the control plane)
+        // finds every node silent in the store: the nodes could not send heartbeats to
+        // anyone. It waits until it has been up for `after` itself, so that a node's
+        // silence is one it could have heard the end of, instead of taking over every
+        // database of healthy nodes at its first pass.
+        if self.uptime() < after {
+            return Ok(0);
+        }
         let after_ms = after.as_millis() as i64;
         let now = atoll_meta::now_millis();
         let records = store.nodes().await?;
