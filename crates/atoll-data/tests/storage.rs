@@ -88,7 +88,13 @@ async fn wait_shipped(node: &TestNode, db: &TestDb) {
         .clone();
     for _ in 0..200 {
         let status = log.status();
-        if status.pending_commits == 0 && !log.generation_pending() && status.last_error.is_none() {
+        // `lag_ms` too: a round takes its commits' times before its put lands, and the
+        // database counts as behind (lag > 0) until the round is done.
+        if status.pending_commits == 0
+            && status.lag_ms == 0
+            && !log.generation_pending()
+            && status.last_error.is_none()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
