@@ -20,11 +20,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A path for a fresh temporary directory (not created).
+/// A path for a fresh temporary directory (not created). Unique within the process by a
+/// counter: a port alone can come back for two tests at once, and the second would remove
+/// the first's directory under it (a CI run lost `atoll dev`'s `admin.password` so).
 pub fn temp_dir(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "atoll-{name}-{}-{}",
+        "atoll-{name}-{}-{}-{}",
         std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         free_port()
     ));
     let _ = std::fs::remove_dir_all(&dir);
