@@ -116,13 +116,7 @@ impl DataPlane {
                 format!("database {id} changed place meanwhile; nothing was taken over"),
             ));
         }
-        if let Some(placed) = store.database_by_id(id).await? {
-            let config = database_config(store, &placed, &group, &org).await?;
-            if let Err(e) = self.configure(to, config).await {
-                tracing::warn!(database = %id, node = %to, error = %e, "taken-over database not configured yet: the reconciler will");
-            }
-        }
-        self.resume_or_leave(to, id).await;
+        self.serve_where_placed(store, id, to, &group, &org).await?;
         tracing::warn!(database = %id, from = %db.node, to = %to, "database taken over from a lost node (rebuilt from object storage)");
         Ok(())
     }

@@ -76,17 +76,30 @@ impl DataPlane {
                 format!("database {id} changed place during the move; nothing was moved"),
             ));
         }
-        // The move is done in the store. The new holder gets the configuration of the
-        // version the flip made, then serves; the old copy goes.
-        if let Some(moved) = store.database_by_id(id).await? {
-            let config = database_config(store, &moved, &group, &org).await?;
+        // The move is done in the store. The new holder serves; the old copy goes.
+        self.serve_where_placed(store, id, to, &group, &org).await?;
+        self.release_or_leave(&from, id).await;
+        tracing::info!(database = %id, from = %from, to = %to, frame_no = handed.frame_no, "database moved");
+        Ok(())
+    }
+
+    /// After the store placed database `id` on `to` (a move's or a takeover's flip): `to`
+    /// gets the configuration of the version the flip made, then serves.
+    pub(crate) async fn serve_where_placed(
+        &self,
+        store: &Store,
+        id: &str,
+        to: &str,
+        group: &atoll_meta::Group,
+        org: &atoll_meta::Organization,
+    ) -> Result<(), ApiError> {
+        if let Some(placed) = store.database_by_id(id).await? {
+            let config = database_config(store, &placed, group, org).await?;
             if let Err(e) = self.configure(to, config).await {
-                tracing::warn!(database = %id, node = %to, error = %e, "moved database not configured yet: the reconciler will");
+                tracing::warn!(database = %id, node = %to, error = %e, "newly placed database not configured yet: the reconciler will");
             }
         }
         self.resume_or_leave(to, id).await;
-        self.release_or_leave(&from, id).await;
-        tracing::info!(database = %id, from = %from, to = %to, frame_no = handed.frame_no, "database moved");
         Ok(())
     }
 

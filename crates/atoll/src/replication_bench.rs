@@ -15,7 +15,7 @@
 //!
 //! Client and servers share the machine: the figures are a floor.
 
-use crate::topology_load::{free_port, wait_healthy, Process};
+use crate::topology_load::{free_port, node_args, wait_healthy, Process};
 use anyhow::{bail, Context};
 use rand::Rng;
 use serde_json::{json, Value};
@@ -103,25 +103,9 @@ async fn run_in(dir: &Path, args: &ReplicationArgs<'_>) -> anyhow::Result<()> {
     let mut nodes = Vec::new();
     let mut urls = Vec::new();
     for (name, location) in [("east", EAST), ("west", WEST)] {
-        let (port, admin_port) = (free_port()?, free_port()?);
+        let port = free_port()?;
         nodes.push(Process::start(
-            vec![
-                "node".into(),
-                "--name".into(),
-                name.into(),
-                "--location".into(),
-                location.into(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--admin-listen".into(),
-                format!("127.0.0.1:{admin_port}"),
-                "--data-dir".into(),
-                dir.join(name).display().to_string(),
-                "--storage-url".into(),
-                storage.clone(),
-                "--control-plane".into(),
-                control.clone(),
-            ],
+            node_args(name, location, port, &dir.join(name), &storage, &control)?,
             Vec::new(),
             dir.join(format!("{name}.log")),
         )?);

@@ -98,6 +98,35 @@ impl Drop for Process {
     }
 }
 
+/// The arguments of an `atoll node` named `name` in `location`, its database listener on
+/// `port` (its admin listener on a free one), registering with `control_planes`.
+pub(crate) fn node_args(
+    name: &str,
+    location: &str,
+    port: u16,
+    data_dir: &Path,
+    storage: &str,
+    control_planes: &str,
+) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        "node".into(),
+        "--name".into(),
+        name.into(),
+        "--location".into(),
+        location.into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--admin-listen".into(),
+        format!("127.0.0.1:{}", free_port()?),
+        "--data-dir".into(),
+        data_dir.display().to_string(),
+        "--storage-url".into(),
+        storage.into(),
+        "--control-plane".into(),
+        control_planes.into(),
+    ])
+}
+
 pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -405,26 +434,16 @@ async fn run_in(
     let mut nodes = Vec::new();
     let mut node_urls = Vec::new();
     for (name, location) in [("a1", EAST), ("a2", EAST), ("b1", WEST)] {
-        let (port, admin_port) = (free_port()?, free_port()?);
-        let args = vec![
-            "node".into(),
-            "--name".into(),
-            name.into(),
-            "--location".into(),
-            location.into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--admin-listen".into(),
-            format!("127.0.0.1:{admin_port}"),
-            "--data-dir".into(),
-            dir.join(name).display().to_string(),
-            "--storage-url".into(),
-            storage.clone(),
-            "--control-plane".into(),
-            control_planes.clone(),
-        ];
+        let port = free_port()?;
         nodes.push(Process::start(
-            args,
+            node_args(
+                name,
+                location,
+                port,
+                &dir.join(name),
+                &storage,
+                &control_planes,
+            )?,
             Vec::new(),
             dir.join(format!("{name}.log")),
         )?);
