@@ -234,7 +234,7 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
     Ok(Snapshot { file, path })
 }
 
-fn backup_into(source: &rusqlite::Connection, path: &FsPath) -> Result<(), DataError> {
+pub(crate) fn backup_into(source: &rusqlite::Connection, path: &FsPath) -> Result<(), DataError> {
     let mut target = rusqlite::Connection::open(path)?;
     // A scratch copy: no rollback journal to write, nothing to fsync.
     target.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;

@@ -103,6 +103,8 @@ pub struct DataPlaneState {
     pub db_domain: String,
     pub streams: hrana::StreamRegistry,
     pub uploads: upload::Uploads,
+    /// Offline writes waiting for their commit frames (`replication::push`).
+    pub pushes: replication::push::PendingPushes,
     pub limits: DataLimits,
     pub rate_limits: Arc<RateLimits>,
     pub open_streams: Arc<hrana::OpenLimit>,
@@ -141,6 +143,7 @@ impl DataPlaneState {
             db_domain: db_domain.to_string(),
             streams: hrana::StreamRegistry::new(),
             uploads: upload::Uploads::new(),
+            pushes: replication::push::PendingPushes::new(),
             rate_limits: Arc::new(RateLimits::new(
                 limits.rate_per_credential,
                 limits.rate_per_address,

@@ -11,6 +11,7 @@ mod support;
 
 use libsql::Builder;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::Duration;
 use support::{start_dev, temp_dir, Server};
 
@@ -330,9 +331,9 @@ async fn hostile_sync_requests_get_clear_errors() {
         json!({"generation": generation})
     );
 
-    // Pushing offline writes: refused, and never with a read-only token.
+    // Pushing frames that name no page: refused, and never taken from a read-only token.
     let read_only = read_only_token(&server, "alpha").await;
-    for (token, expected) in [(token_a.clone(), 409), (read_only, 403)] {
+    for (token, expected) in [(token_a.clone(), 400), (read_only, 403)] {
         let response = client
             .post(format!("{url_a}/sync/{generation}/1/2"))
             .bearer_auth(token)
@@ -385,6 +386,343 @@ async fn hostile_sync_requests_get_clear_errors() {
             || std::fs::metadata(dir.join("alpha.db")).unwrap().len() == 0
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Offline writes with the official client: a synced database written locally pushes its
+/// frames with `sync()` (transactions larger than one push request included), pulls the
+/// server's writes on top of its own, and a conflicting push changes nothing on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_writes_are_pushed_and_a_conflicting_push_changes_nothing() {
+    let server = start_dev("replica-push").await;
+    let (url, token) = database(&server, "field").await;
+    server_execute(
+        &url,
+        &token,
+        &[
+            "CREATE TABLE visits (id INTEGER PRIMARY KEY, site TEXT, notes BLOB)",
+            "INSERT INTO visits (site) VALUES ('depot')",
+        ],
+    )
+    .await;
+    let dir = temp_dir("replica-push-local");
+    std::fs::create_dir_all(&dir).unwrap();
+    let open = |name: &str| {
+        Builder::new_synced_database(dir.join(name), url.clone(), token.clone())
+            .connector(connector())
+            .build()
+    };
+    let db = open("field.db").await.unwrap();
+    db.sync().await.unwrap();
+    let conn = db.connect().unwrap();
+    assert_eq!(local_count(&conn, "visits").await, 1);
+
+    // Offline: three transactions, one of them far larger than a push request (128 frames).
+    for sql in [
+        "INSERT INTO visits (site) VALUES ('north')",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) INSERT INTO visits (site, notes) SELECT 'bulk-' || x, randomblob(3000) FROM c",
+        "UPDATE visits SET site = 'north-2' WHERE site = 'north'",
+    ] {
+        conn.execute(sql, ()).await.unwrap();
+    }
+    db.sync().await.unwrap();
+    let on_server = |sql: &'static str| {
+        let (url, token) = (url.clone(), token.clone());
+        async move {
+            let body = server_execute(&url, &token, &[sql]).await;
+            body["results"][0]["response"]["result"]["rows"][0][0]["value"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    assert_eq!(on_server("SELECT count(*) FROM visits").await, "302");
+    assert_eq!(
+        on_server("SELECT count(*) FROM visits WHERE site = 'north-2'").await,
+        "1"
+    );
+
+    // The server's writes come after the pushed frames, and the client pulls them.
+    server_execute(
+        &url,
+        &token,
+        &["INSERT INTO visits (site) VALUES ('south')"],
+    )
+    .await;
+    db.sync().await.unwrap();
+    assert_eq!(local_count(&db.connect().unwrap(), "visits").await, 303);
+    // Offline again, on top of the pulled frames.
+    let conn = db.connect().unwrap();
+    conn.execute("INSERT INTO visits (site) VALUES ('east')", ())
+        .await
+        .unwrap();
+    db.sync().await.unwrap();
+    assert_eq!(on_server("SELECT count(*) FROM visits").await, "304");
+    let integrity = server_execute(&url, &token, &["PRAGMA integrity_check"]).await;
+    assert_eq!(
+        integrity["results"][0]["response"]["result"]["rows"][0][0]["value"],
+        "ok"
+    );
+
+    // A replica made now has all of it.
+    let second = open("field-2.db").await.unwrap();
+    second.sync().await.unwrap();
+    assert_eq!(local_count(&second.connect().unwrap(), "visits").await, 304);
+
+    // Written on both sides: the push is a conflict, and nothing of it reaches the server.
+    server_execute(
+        &url,
+        &token,
+        &["INSERT INTO visits (site) VALUES ('west-server')"],
+    )
+    .await;
+    conn.execute("INSERT INTO visits (site) VALUES ('west-offline')", ())
+        .await
+        .unwrap();
+    let refused = db.sync().await.unwrap_err().to_string();
+    assert!(refused.contains("conflict"), "{refused}");
+    assert_eq!(on_server("SELECT count(*) FROM visits").await, "305");
+    assert_eq!(
+        on_server("SELECT count(*) FROM visits WHERE site = 'west-offline'").await,
+        "0"
+    );
+    // The other replica, which wrote nothing, goes on syncing.
+    second.sync().await.unwrap();
+    assert_eq!(local_count(&second.connect().unwrap(), "visits").await, 305);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The frames of a local replica's WAL (24-byte header and page each), from frame 1.
+fn local_wal_frames(db_path: &Path) -> Vec<Vec<u8>> {
+    let mut wal = db_path.as_os_str().to_owned();
+    wal.push("-wal");
+    let bytes = std::fs::read(wal).unwrap_or_default();
+    bytes
+        .get(32..)
+        .unwrap_or_default()
+        .chunks(4120)
+        .filter(|frame| frame.len() == 4120)
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Pushes `frames` as frames `start..` of `generation`, as libSQL's client does.
+async fn push_frames(
+    url: &str,
+    token: &str,
+    generation: u64,
+    start: usize,
+    frames: &[Vec<u8>],
+    baton: Option<&str>,
+) -> (u16, Value) {
+    let end = start + frames.len();
+    let mut target = format!("{url}/sync/{generation}/{start}/{end}");
+    if let Some(baton) = baton {
+        target.push_str(&format!("/{baton}"));
+    }
+    let response = reqwest::Client::new()
+        .post(target)
+        .bearer_auth(token)
+        .body(frames.concat())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| json!({ "text": text })),
+    )
+}
+
+/// Pushed frames as a hostile client would send them: pages that would damage the
+/// database, a header changed underneath SQLite, a database past its size limit, a
+/// read-only token. Each is refused before anything is written; the server killed while a
+/// push waits for its commit frame forgets the push, and the client sends it again whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_pushes_change_nothing_and_a_push_cut_by_a_crash_is_sent_again() {
+    let mut server = start_dev("replica-push-hostile").await;
+    let (url, token) = database(&server, "ledger").await;
+    server_execute(
+        &url,
+        &token,
+        &["CREATE TABLE entries (id INTEGER PRIMARY KEY, memo TEXT, padding BLOB)"],
+    )
+    .await;
+    let count = |url: String, token: String| async move {
+        let body = server_execute(&url, &token, &["SELECT count(*) FROM entries"]).await;
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let dir = temp_dir("replica-push-hostile-local");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ledger.db");
+    let info: Value = reqwest::Client::new()
+        .get(format!("{url}/info"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let generation = info["current_generation"].as_u64().unwrap();
+    let db = Builder::new_synced_database(&path, url.clone(), token.clone())
+        .connector(connector())
+        .build()
+        .await
+        .unwrap();
+    db.sync().await.unwrap();
+    let pulled = local_wal_frames(&path).len();
+    let conn = db.connect().unwrap();
+    conn.execute(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) INSERT INTO entries (memo, padding) SELECT 'offline-' || x, randomblob(3000) FROM c",
+        (),
+    )
+    .await
+    .unwrap();
+    conn.execute("INSERT INTO entries (memo) VALUES ('last')", ())
+        .await
+        .unwrap();
+    drop(conn);
+    drop(db);
+    let frames = local_wal_frames(&path)[pulled..].to_vec();
+    assert!(frames.len() > 256, "{} frames", frames.len());
+    let start = pulled + 1;
+    let page_of = |frame: &[u8]| u32::from_be_bytes(frame[..4].try_into().unwrap());
+
+    // A read-only token pushes nothing.
+    let read_only = read_only_token(&server, "ledger").await;
+    let (status, _) = push_frames(&url, &read_only, generation, start, &frames, None).await;
+    assert_eq!(status, 403);
+    // A body that is not whole frames; a frame naming page 0.
+    let mut short = frames[..2].to_vec();
+    short[1].pop();
+    let (status, _) = push_frames(&url, &token, generation, start, &short, None).await;
+    assert_eq!(status, 400);
+    let mut page_zero = frames.clone();
+    page_zero[0][..4].copy_from_slice(&0u32.to_be_bytes());
+    let (status, body) = push_frames(&url, &token, generation, start, &page_zero, None).await;
+    assert_eq!(status, 400, "{body}");
+
+    // Garbage in a b-tree page (the table's root, page 2): the database it would make
+    // fails its check, so no frame is written.
+    let mut damaged = frames.clone();
+    let last = damaged.len() - 1;
+    if page_of(&damaged[last]) == 2 {
+        damaged[last][24..].fill(0x55);
+    } else {
+        let mut garbage = vec![0x55u8; 4120];
+        garbage[..8].copy_from_slice(&[0, 0, 0, 2, 0, 0, 0, 0]);
+        damaged.insert(last, garbage);
+    }
+    let (status, body) = push_frames(&url, &token, generation, start, &damaged, None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("unusable"),
+        "{body}"
+    );
+    // The page size in the header changed underneath SQLite.
+    let mut resized = frames.clone();
+    let header_frame = resized
+        .iter()
+        .rposition(|f| page_of(f) == 1)
+        .expect("growing the database rewrites page 1");
+    resized[header_frame][24 + 16..24 + 18].copy_from_slice(&[0x20, 0x00]);
+    let (status, body) = push_frames(&url, &token, generation, start, &resized, None).await;
+    assert_eq!(status, 400, "{body}");
+    // Past the database's size limit (the frames make about 1.3 MB).
+    let patch = |limit: &'static str| {
+        let (server_url, admin) = (server.url.clone(), server.admin_token());
+        async move {
+            let response = reqwest::Client::new()
+                .patch(format!("{server_url}/v1/databases/ledger/configuration"))
+                .bearer_auth(admin)
+                .json(&json!({ "size_limit": limit }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    };
+    patch("1mb").await;
+    let (status, body) = push_frames(&url, &token, generation, start, &frames, None).await;
+    assert_eq!(status, 413, "{body}");
+    patch("").await;
+    assert_eq!(count(url.clone(), token.clone()).await, "0");
+
+    // The first request of a push (no commit frame in it) waits under a baton; the server
+    // is killed; the rest arrives with the old baton and is told to start again.
+    let (status, body) = push_frames(&url, &token, generation, start, &frames[..128], None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["max_frame_no"], (start + 127) as u64);
+    let baton = body["baton"].as_str().unwrap().to_string();
+    server.restart().await;
+    let (url, _) = database_url(&server, "ledger").await;
+    let (status, body) = push_frames(
+        &url,
+        &token,
+        generation,
+        start + 128,
+        &frames[128..256],
+        Some(&baton),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["max_frame_no"], (start - 1) as u64);
+    assert_eq!(count(url.clone(), token.clone()).await, "0");
+
+    // Sent again whole, 128 frames a request under one baton: applied when the last
+    // commit frame arrives, all of it at once.
+    let mut baton: Option<String> = None;
+    for (i, chunk) in frames.chunks(128).enumerate() {
+        let first = start + i * 128;
+        let (status, body) =
+            push_frames(&url, &token, generation, first, chunk, baton.as_deref()).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "ok", "{body}");
+        assert_eq!(body["max_frame_no"], (first + chunk.len() - 1) as u64);
+        baton = body["baton"].as_str().map(str::to_string);
+    }
+    assert_eq!(count(url.clone(), token.clone()).await, "301");
+    // The same push once more: the database moved on, so it is a conflict.
+    let (status, body) = push_frames(&url, &token, generation, start, &frames[..128], None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "conflict");
+    assert_eq!(count(url.clone(), token.clone()).await, "301");
+
+    // A replica made now has it, frame for frame.
+    let fresh = Builder::new_synced_database(dir.join("fresh.db"), url.clone(), token.clone())
+        .connector(connector())
+        .build()
+        .await
+        .unwrap();
+    fresh.sync().await.unwrap();
+    assert_eq!(local_count(&fresh.connect().unwrap(), "entries").await, 301);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The database's URL as the API answers it now (the data plane's port changes when the
+/// server restarts), without a trailing slash.
+async fn database_url(server: &Server, name: &str) -> (String, Value) {
+    let details: Value = reqwest::Client::new()
+        .get(format!("{}/v1/databases/{name}", server.url))
+        .bearer_auth(server.admin_token())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = details["database"]["http_url"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    (url, details)
 }
 
 /// libSQL's older protocol: gRPC-web `wal_log.ReplicationLog` (what the crate uses without

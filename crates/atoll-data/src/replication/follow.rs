@@ -595,11 +595,9 @@ async fn apply_batch(replica: &Arc<Replica>, frames: Vec<Frame>) -> Result<(), D
     Ok(())
 }
 
-/// The workspace's only `unsafe`: libSQL's WAL frame-injection API through its C
-/// functions, which the safe binding (libsql-rusqlite) does not wrap.
-#[allow(unsafe_code)]
 mod inject {
-    use super::{BTreeMap, DataError, Duration, Frame, CHECKPOINT_FRAMES, PAGE_SIZE};
+    use super::{BTreeMap, DataError, Duration, Frame, CHECKPOINT_FRAMES};
+    use crate::storage::wal_insert::{self, WalInsert, WalInsertError};
 
     /// Writes whole transactions into the replica's WAL as one transaction of its own: the
     /// last image of each page, then the commit frame with the final size.
@@ -629,63 +627,25 @@ mod inject {
             })?;
         }
         conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
-        // SAFETY: `conn` is open for this whole block, and each buffer lives across its call.
-        unsafe {
-            let db = conn.handle();
-            // The WAL's length first: once the insertion began, asking takes a lock it
-            // holds. Nothing else writes a replica, so it stays the same until then.
-            let mut count: u32 = 0;
-            check(db, rusqlite::ffi::libsql_wal_frame_count(db, &mut count))?;
-            check(db, rusqlite::ffi::libsql_wal_insert_begin(db))?;
-            let mut written = 0u32;
-            let result = (|| {
-                let total = pages.len();
-                let mut buf = vec![0u8; 24 + PAGE_SIZE as usize];
-                for (i, (&page_no, page)) in pages.iter().enumerate() {
-                    let commit = if i + 1 == total { size_after } else { 0 };
-                    buf[..4].copy_from_slice(&page_no.to_be_bytes());
-                    buf[4..8].copy_from_slice(&commit.to_be_bytes());
-                    buf[8..24].fill(0);
-                    buf[24..].copy_from_slice(page);
-                    let mut conflict: i32 = 0;
-                    check(
-                        db,
-                        rusqlite::ffi::libsql_wal_insert_frame(
-                            db,
-                            count + written + 1,
-                            buf.as_mut_ptr().cast(),
-                            buf.len() as u32,
-                            &mut conflict,
-                        ),
-                    )?;
-                    written += 1;
-                }
-                Ok::<u32, DataError>(count + written)
-            })();
-            let ended = check(db, rusqlite::ffi::libsql_wal_insert_end(db));
-            let frames_in_wal = result?;
-            ended?;
-            if frames_in_wal > CHECKPOINT_FRAMES {
-                // Readers may hold older frames: copy what they allow, restart when all.
-                let _ = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
-            }
+        // Nothing else writes a replica: the WAL's length stays the same until the
+        // insertion begins.
+        let count = wal_insert::frame_count(&conn).map_err(failed)?;
+        let mut insert = WalInsert::begin(&conn).map_err(failed)?;
+        let total = pages.len();
+        for (i, (&page_no, page)) in pages.iter().enumerate() {
+            let commit = if i + 1 == total { size_after } else { 0 };
+            insert.append(page_no, commit, page).map_err(failed)?;
+        }
+        insert.end().map_err(failed)?;
+        if count as usize + total > CHECKPOINT_FRAMES as usize {
+            // Readers may hold older frames: copy what they allow, restart when all.
+            let _ = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
         }
         Ok(())
     }
 
-    fn check(db: *mut rusqlite::ffi::sqlite3, rc: i32) -> Result<(), DataError> {
-        if rc == rusqlite::ffi::SQLITE_OK {
-            return Ok(());
-        }
-        // SAFETY: `db` is an open connection.
-        let message = unsafe {
-            std::ffi::CStr::from_ptr(rusqlite::ffi::sqlite3_errmsg(db))
-                .to_string_lossy()
-                .to_string()
-        };
-        Err(DataError::Internal(format!(
-            "applying frames to the replica failed ({rc}): {message}"
-        )))
+    fn failed(e: WalInsertError) -> DataError {
+        DataError::Internal(format!("applying frames to the replica failed: {e}"))
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`sync_http`]: the HTTP routes of synced databases (`/info`, `/export/{generation}`,
 //!   `/sync/{generation}/{start}/{end}`), which the Rust `libsql` crate uses for
 //!   `Builder::new_synced_database` and (by default) for `Builder::new_remote_replica`.
+//! - [`push`]: offline writes the crate's synced databases push back (`POST /sync/…`),
+//!   checked in a scratch copy and written into the WAL frame for frame.
 //! - [`grpc`]: the older gRPC-web `wal_log.ReplicationLog` protocol (`new_remote_replica`
 //!   without the crate's `sync` feature, or with `SyncProtocol::V1`).
 //! - [`follow`]: replicas on nodes of the group's other locations, which follow the
@@ -20,4 +22,5 @@
 pub mod follow;
 pub mod grpc;
 pub mod log;
+pub mod push;
 pub mod sync_http;

@@ -18,11 +18,12 @@
 //! - "Nothing newer" is what libSQL's client expects: 400 with `{"generation": g}` (its
 //!   own generation, which tells it to stop). Other refusals use other statuses and
 //!   `{"error": …}`, which the client reports as they are.
-//! - Pushing frames (offline writes) is refused with 409: page images written elsewhere
-//!   cannot be merged into a database other clients write through SQL. Clients that write
-//!   do so through the server (`remote_writes(true)`, and `new_remote_replica`).
+//! - Pushing frames (offline writes, `POST /sync/…`) is taken on top of the head the
+//!   client wrote on, and refused as a conflict when anything else committed since
+//!   (`push`).
 
 use super::log::{self, Frames};
+use super::push;
 use crate::auth::DbRequest;
 use crate::error::DataError;
 use crate::storage::segment::Frame;
@@ -49,7 +50,42 @@ const CLIENT_MAX: u64 = u32::MAX as u64;
 pub fn routes() -> Router<Arc<DataPlaneState>> {
     Router::new()
         .route("/sync/{generation}/{start}/{end}", get(pull).post(push))
-        .route("/sync/{generation}/{start}/{end}/{baton}", post(push))
+        .route(
+            "/sync/{generation}/{start}/{end}/{baton}",
+            post(push_continued),
+        )
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_PUSH_BYTES))
+}
+
+/// The largest push request: 4,096 frames (the client sends 128 unless told otherwise).
+const MAX_PUSH_BYTES: usize = 4096 * push::FRAME_BYTES;
+
+/// A generation and a range of frames `start..end` from a `/sync/…` path, checked.
+fn sync_range(generation: &str, start: &str, end: &str) -> Result<(u64, u64, u64), DataError> {
+    let number = |what: &str, value: &str| {
+        value.parse::<u64>().map_err(|_| {
+            DataError::BadRequest(format!("{what} must be a whole number, not {value:?}"))
+        })
+    };
+    let generation = number("generation", generation)?;
+    let start = number("start frame", start)?;
+    let end = number("end frame", end)?;
+    if generation == LIVE_GENERATION {
+        return Err(DataError::Conflict(
+            "generation 1 is the live file, not a generation a replica can sync: start from the generation GET /info answers".into(),
+        ));
+    }
+    if generation == 0
+        || generation > CLIENT_MAX + 2
+        || start == 0
+        || end <= start
+        || end > CLIENT_MAX
+    {
+        return Err(DataError::BadRequest(format!(
+            "/sync/{generation}/{start}/{end} is not a range of frames: generations and frames count from 1, and the end (exclusive) comes after the start"
+        )));
+    }
+    Ok((generation, start, end))
 }
 
 /// The generation a new replica starts from: the state at the stored head, once the
@@ -94,24 +130,7 @@ async fn pull(
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
     req.db.ensure_readable()?;
-    let number = |what: &str, value: &str| {
-        value.parse::<u64>().map_err(|_| {
-            DataError::BadRequest(format!("{what} must be a whole number, not {value:?}"))
-        })
-    };
-    let generation = number("generation", &generation)?;
-    let start = number("start frame", &start)?;
-    let end = number("end frame", &end)?;
-    if generation == LIVE_GENERATION {
-        return Err(DataError::Conflict(
-            "generation 1 is the live file, not a generation a replica can sync: start from the generation GET /info answers".into(),
-        ));
-    }
-    if generation == 0 || generation > CLIENT_MAX + 2 || start == 0 || end <= start {
-        return Err(DataError::BadRequest(format!(
-            "/sync/{generation}/{start}/{end} is not a range of frames: generations and frames count from 1, and the end (exclusive) comes after the start"
-        )));
-    }
+    let (generation, start, end) = sync_range(&generation, &start, &end)?;
     let storage = state.node.storage().cloned().ok_or_else(log::no_storage)?;
     let base = generation - 2;
     let Some(first) = base.checked_add(start) else {
@@ -169,17 +188,66 @@ fn up_to_date(generation: u64) -> Response {
         .into_response()
 }
 
-/// `POST /sync/…`: pushing locally written frames.
-async fn push(req: DbRequest) -> Result<Response, DataError> {
+/// `POST /sync/{generation}/{start}/{end}`: frames written offline, the first request of
+/// a push.
+async fn push(
+    state: State<Arc<DataPlaneState>>,
+    req: DbRequest,
+    Path((generation, start, end)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, DataError> {
+    receive_push(state, req, (generation, start, end), None, body).await
+}
+
+/// `POST /sync/{generation}/{start}/{end}/{baton}`: the next request of a push, with the
+/// baton the previous one answered.
+async fn push_continued(
+    state: State<Arc<DataPlaneState>>,
+    req: DbRequest,
+    Path((generation, start, end, baton)): Path<(String, String, String, String)>,
+    body: Bytes,
+) -> Result<Response, DataError> {
+    receive_push(state, req, (generation, start, end), Some(baton), body).await
+}
+
+async fn receive_push(
+    State(state): State<Arc<DataPlaneState>>,
+    req: DbRequest,
+    (generation, start, end): (String, String, String),
+    baton: Option<String>,
+    frames: Bytes,
+) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
     if !req.access.write {
         return Err(DataError::Forbidden(
             "Authorization forbidden: a read-only token cannot push writes".into(),
         ));
     }
-    Err(DataError::Conflict(
-        "pushing offline writes is not supported by this server: write through it instead (libSQL: new_remote_replica, or new_synced_database with remote_writes(true))".into(),
-    ))
+    let config = req.db.config();
+    if config.block_writes {
+        return Err(DataError::Forbidden(match &config.block_reason {
+            Some(reason) => format!("writes to database {} are blocked: {reason}", config.name),
+            None => format!("writes to database {} are blocked", config.name),
+        }));
+    }
+    let (generation, start, end) = sync_range(&generation, &start, &end)?;
+    let expected = (end - start) as usize * push::FRAME_BYTES;
+    if frames.len() != expected {
+        return Err(DataError::BadRequest(format!(
+            "a push of frames {start}..{end} carries {} frames of {} bytes ({expected} bytes), not {} bytes",
+            end - start,
+            push::FRAME_BYTES,
+            frames.len()
+        )));
+    }
+    let request = push::PushRequest {
+        generation,
+        start,
+        baton,
+        frames,
+    };
+    let answer = push::receive(&state, &req.db, request).await?;
+    Ok(Json(answer).into_response())
 }
 
 /// SQLite WAL frames: page number and database size after the commit (0 inside a

@@ -14,6 +14,7 @@ pub mod segment;
 pub mod service;
 pub mod shipper;
 pub mod wal;
+pub mod wal_insert;
 
 use crate::error::DataError;
 use crate::lease::Lease;

@@ -40,6 +40,8 @@ pub struct Server {
     pub child: Child,
     pub url: String,
     pub data_dir: PathBuf,
+    port: u16,
+    args: Vec<String>,
 }
 
 impl Drop for Server {
@@ -124,10 +126,47 @@ pub async fn start_dev_with(
 ) -> Server {
     let data_dir = temp_dir(name);
     let port = free_port();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let url = format!("{scheme}://127.0.0.1:{port}");
+    let child = spawn_dev(&data_dir, port, &args, &url, &client).await;
+    Server {
+        child,
+        url,
+        data_dir,
+        port,
+        args,
+    }
+}
+
+impl Server {
+    /// Kills the server (SIGKILL: whatever it held only in memory is gone) and starts it
+    /// again on the same data directory, port and flags (plain HTTP only). Its data plane
+    /// listens on another port afterwards: ask for databases' URLs again.
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_dev(
+            &self.data_dir,
+            self.port,
+            &self.args,
+            &self.url,
+            &reqwest::Client::new(),
+        )
+        .await;
+    }
+}
+
+async fn spawn_dev(
+    data_dir: &Path,
+    port: u16,
+    args: &[String],
+    url: &str,
+    client: &reqwest::Client,
+) -> Child {
     let mut child = Command::new(BIN)
         .arg("dev")
         .arg("--data-dir")
-        .arg(&data_dir)
+        .arg(data_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--db-listen", "127.0.0.1:0"])
         .args(args)
@@ -140,7 +179,6 @@ pub async fn start_dev_with(
         .stderr(Stdio::null())
         .spawn()
         .expect("start atoll dev");
-    let url = format!("{scheme}://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(response) = client.get(format!("{url}/health")).send().await {
@@ -157,11 +195,7 @@ pub async fn start_dev_with(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Server {
-        child,
-        url,
-        data_dir,
-    }
+    child
 }
 
 /// Runs the client with its settings in `config` and nothing from the caller's environment.

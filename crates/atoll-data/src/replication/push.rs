@@ -1,0 +1,445 @@
+//! Offline writes pushed by libSQL's synced databases: `POST /sync/{generation}/{start}/{end}[/{baton}]`
+//! with the client's own WAL frames (24-byte header, then the page), as the Rust `libsql`
+//! crate sends them from `Database::sync()` when it has written locally
+//! (`Builder::new_synced_database` without `remote_writes`). `docs/DATA-PLANE.md`
+//! ("Offline writes") has the rules; in short:
+//!
+//! - **Numbering.** A client's frame `k` of generation `g` is frame `g − 2 + k` of the log
+//!   (`sync_http`). A push is accepted only on top of the head it was written on: its first
+//!   frame must be the frame right after the database's committed head. Anything written
+//!   on the server meanwhile makes it a conflict (`{"status": "conflict"}`), never a merge:
+//!   page images written elsewhere cannot be merged with other writers' transactions.
+//! - **Exact frames.** The frames go into the database's WAL one for one, so the log numbers
+//!   them exactly as the client does and its later pulls line up. The transactions of one
+//!   request become one transaction here (a push is atomic: readers never see half of it).
+//! - **Batons.** The client sends at most 128 frames a request and may split a transaction;
+//!   frames after the last commit frame wait here, under a baton the client sends back,
+//!   until the commit frame arrives. They are answered as received (`max_frame_no` = the
+//!   last frame sent) — which is what the client needs to go on — and kept in memory,
+//!   bounded per push and per node, dropped when idle.
+//! - **Validation before anyone sees it.** The database as it would be after the push is
+//!   built in a scratch copy and held to the upload's rules (`upload::check_database_file`:
+//!   page size, WAL mode, encoding, no auto-vacuum, length agreeing with the header,
+//!   `PRAGMA quick_check`), and to the database's size limit. Only then are the frames
+//!   written, under the write lock, after checking again that nothing committed meanwhile.
+
+use crate::database::{Database, PAGE_SIZE};
+use crate::error::DataError;
+use crate::storage::shipper::{internal_connection, DatabaseLog};
+use crate::storage::wal_insert::{WalInsert, WalInsertError};
+use crate::DataPlaneState;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A WAL frame as libSQL's client sends it: 24-byte header, then the page.
+pub const FRAME_BYTES: usize = 24 + PAGE_SIZE as usize;
+
+/// The most frames one push may leave waiting for their commit frame (a transaction this
+/// large is buffered whole before it is checked): 64 MiB of pages.
+const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
+/// All pushes waiting for commit frames on a node, together.
+const MAX_NODE_PENDING_BYTES: usize = 256 * 1024 * 1024;
+/// A push that sent nothing for this long is dropped with what it buffered.
+const PENDING_IDLE: Duration = Duration::from_secs(60);
+/// How long applying a push waits for the database's write lock.
+const WRITE_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Frames received but not yet applied (a transaction whose commit frame is still to come),
+/// one push per database at most.
+#[derive(Default)]
+pub struct PendingPushes {
+    inner: Mutex<HashMap<String, Pending>>,
+}
+
+struct Pending {
+    baton: String,
+    generation: u64,
+    /// The client's number of the first buffered frame.
+    first: u64,
+    frames: Vec<u8>,
+    touched: Instant,
+}
+
+impl Pending {
+    fn next(&self) -> u64 {
+        self.first + (self.frames.len() / FRAME_BYTES) as u64
+    }
+}
+
+impl PendingPushes {
+    pub fn new() -> PendingPushes {
+        PendingPushes::default()
+    }
+
+    /// Bytes buffered on this node (for tests and metrics).
+    pub fn buffered_bytes(&self) -> usize {
+        lock(&self.inner).values().map(|p| p.frames.len()).sum()
+    }
+}
+
+/// What a push request gets back (HTTP 200 with this JSON; the client reads `status`,
+/// `generation`, `max_frame_no` and `baton`).
+#[derive(Debug, serde::Serialize)]
+pub struct PushAnswer {
+    pub status: &'static str,
+    pub generation: u64,
+    pub max_frame_no: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baton: Option<String>,
+}
+
+/// One request's frames, already checked to be whole frames of the right size.
+pub struct PushRequest {
+    pub generation: u64,
+    pub start: u64,
+    pub baton: Option<String>,
+    pub frames: axum::body::Bytes,
+}
+
+/// Takes one push request: buffers its frames, and applies every complete transaction
+/// buffered so far.
+pub async fn receive(
+    state: &Arc<DataPlaneState>,
+    db: &Arc<Database>,
+    request: PushRequest,
+) -> Result<PushAnswer, DataError> {
+    let log = Arc::clone(db.log().ok_or_else(super::log::no_storage)?);
+    check_frames(db, &request.frames)?;
+    let base = request.generation - 2;
+    let count = (request.frames.len() / FRAME_BYTES) as u64;
+    let last_sent = request.start + count - 1;
+    let head = committed_head(&log).await?;
+    if base > head {
+        return Err(DataError::Conflict(format!(
+            "generation {} is newer than the database (its newest is {}): this replica was made from another server or a lost history; delete its files and sync again",
+            request.generation,
+            head + 2
+        )));
+    }
+    let answer = |status, max_frame_no, baton| PushAnswer {
+        status,
+        generation: request.generation,
+        max_frame_no,
+        baton,
+    };
+
+    // Buffer the frames after what is pending under the client's baton, or start a push.
+    let ready = {
+        let mut pushes = lock(&state.pushes.inner);
+        pushes.retain(|_, p| p.touched.elapsed() < PENDING_IDLE);
+        // (first, next) of the push this request continues, if it does.
+        let continued = pushes
+            .get(db.id())
+            .filter(|p| {
+                request.baton.as_deref() == Some(p.baton.as_str())
+                    && p.generation == request.generation
+            })
+            .map(|p| (p.first, p.next()));
+        let (resumes_from, expected) = continued.unwrap_or((head - base + 1, head - base + 1));
+        if request.start > expected {
+            // The client believes the server has frames it does not (a push whose pending
+            // frames were dropped, a server that restarted meanwhile): it sends again from
+            // the frame after the database's head.
+            pushes.remove(db.id());
+            return Ok(answer("ok", head - base, None));
+        }
+        if request.start < resumes_from {
+            return Ok(answer("conflict", head - base, None));
+        }
+        let mut pending = match pushes.remove(db.id()) {
+            Some(pending) if continued.is_some() => pending,
+            _ => Pending {
+                baton: uuid::Uuid::new_v4().simple().to_string(),
+                generation: request.generation,
+                first: request.start,
+                frames: Vec::new(),
+                touched: Instant::now(),
+            },
+        };
+        // A request sent again (its answer was lost) replaces what it sent the first time.
+        pending
+            .frames
+            .truncate(((request.start - pending.first) as usize) * FRAME_BYTES);
+        let others: usize = pushes.values().map(|p| p.frames.len()).sum();
+        if pending.frames.len() + request.frames.len() > MAX_PENDING_BYTES {
+            return Err(DataError::TooLarge(format!(
+                "a pushed transaction may hold at most {} MiB of pages: write it through the server instead (remote_writes), or in smaller transactions",
+                MAX_PENDING_BYTES >> 20
+            )));
+        }
+        if others + pending.frames.len() + request.frames.len() > MAX_NODE_PENDING_BYTES {
+            return Err(DataError::TooManyRequests(
+                "too many pushes are waiting for their commit frames on this node; try again shortly".into(),
+                1,
+            ));
+        }
+        pending.frames.extend_from_slice(&request.frames);
+        pending.touched = Instant::now();
+        match last_commit(&pending.frames) {
+            None => {
+                let baton = pending.baton.clone();
+                pushes.insert(db.id().to_string(), pending);
+                return Ok(answer("ok", last_sent, Some(baton)));
+            }
+            Some(end) => {
+                let rest = pending.frames.split_off(end);
+                let complete = std::mem::replace(&mut pending.frames, rest);
+                let expected_head = base + pending.first - 1;
+                pending.first += (complete.len() / FRAME_BYTES) as u64;
+                let baton = (!pending.frames.is_empty()).then(|| pending.baton.clone());
+                if baton.is_some() {
+                    pushes.insert(db.id().to_string(), pending);
+                }
+                (complete, expected_head, baton)
+            }
+        }
+    };
+    let (complete, expected_head, baton) = ready;
+    let node = Arc::clone(&state.node);
+    let target = Arc::clone(db);
+    let applied =
+        tokio::task::spawn_blocking(move || apply(&node, &target, &complete, expected_head))
+            .await
+            .map_err(|e| DataError::Internal(e.to_string()))?;
+    match applied {
+        Ok(()) => Ok(answer("ok", last_sent, baton)),
+        Err(Refused::Conflict(head)) => {
+            lock(&state.pushes.inner).remove(db.id());
+            Ok(answer("conflict", head.saturating_sub(base), None))
+        }
+        Err(Refused::Error(e)) => {
+            lock(&state.pushes.inner).remove(db.id());
+            Err(e)
+        }
+    }
+}
+
+async fn committed_head(log: &Arc<DatabaseLog>) -> Result<u64, DataError> {
+    let log = Arc::clone(log);
+    tokio::task::spawn_blocking(move || current_head(&log))
+        .await
+        .map_err(|e| DataError::Internal(e.to_string()))?
+}
+
+/// The last committed frame of the database, as the log numbers frames.
+fn current_head(log: &DatabaseLog) -> Result<u64, DataError> {
+    match log.committed_head() {
+        Some(head) => Ok(head),
+        None => log.head(),
+    }
+}
+
+/// Checks each frame on its own: a page number, and a database size within the limit.
+fn check_frames(db: &Database, frames: &[u8]) -> Result<(), DataError> {
+    let max_pages = db
+        .config()
+        .size_limit
+        .map_or(u64::from(u32::MAX), |limit| (limit / PAGE_SIZE).max(1));
+    for (i, frame) in frames.chunks(FRAME_BYTES).enumerate() {
+        let (page_no, size_after) = header(frame);
+        if page_no == 0 {
+            return Err(DataError::BadRequest(format!(
+                "pushed frame {i} of the request names page 0: pages count from 1"
+            )));
+        }
+        if u64::from(page_no.max(size_after)) > max_pages {
+            return Err(DataError::TooLarge(format!(
+                "the pushed frames grow the database past its size limit ({} pages of {PAGE_SIZE} bytes)",
+                max_pages
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn header(frame: &[u8]) -> (u32, u32) {
+    let word =
+        |at: usize| u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+    (word(0), word(4))
+}
+
+/// The byte length of the frames up to and including the last commit frame, if any.
+fn last_commit(frames: &[u8]) -> Option<usize> {
+    frames
+        .chunks(FRAME_BYTES)
+        .rposition(|frame| header(frame).1 != 0)
+        .map(|i| (i + 1) * FRAME_BYTES)
+}
+
+enum Refused {
+    /// The database's head moved away from the one the push was written on.
+    Conflict(u64),
+    Error(DataError),
+}
+
+impl From<DataError> for Refused {
+    fn from(e: DataError) -> Self {
+        Refused::Error(e)
+    }
+}
+
+impl From<rusqlite::Error> for Refused {
+    fn from(e: rusqlite::Error) -> Self {
+        Refused::Error(e.into())
+    }
+}
+
+/// Applies whole transactions pushed on top of frame `expected_head`: checks the database
+/// they make in a scratch copy, then writes them into the WAL as one transaction. Runs on
+/// a blocking thread.
+fn apply(
+    node: &crate::node::Node,
+    db: &Arc<Database>,
+    frames: &[u8],
+    expected_head: u64,
+) -> Result<(), Refused> {
+    let log = Arc::clone(db.log().ok_or_else(super::log::no_storage)?);
+    let size_after = frames
+        .chunks(FRAME_BYTES)
+        .map(|f| header(f).1)
+        .rfind(|&size| size != 0)
+        .expect("complete transactions end with a commit frame");
+    check_candidate(node, db, &log, frames, size_after, expected_head)?;
+    write_frames(db, &log, frames, size_after, expected_head)?;
+    tracing::info!(
+        database_id = %db.id(),
+        frames = frames.len() / FRAME_BYTES,
+        "applied frames pushed by an offline replica"
+    );
+    let durability = node
+        .storage()
+        .map(|s| (s.durability(&db.config()), s.settings.sync_timeout));
+    if let Some((atoll_types::node::Durability::Sync, timeout)) = durability {
+        log.wait_durable(timeout)?;
+    }
+    Ok(())
+}
+
+/// The database after the push, built in a scratch copy of the state at `expected_head`
+/// and held to the rules an uploaded file is held to.
+fn check_candidate(
+    node: &crate::node::Node,
+    db: &Database,
+    log: &DatabaseLog,
+    frames: &[u8],
+    size_after: u32,
+    expected_head: u64,
+) -> Result<(), Refused> {
+    let path = db
+        .dir()
+        .join(format!(".push-{}", uuid::Uuid::new_v4().simple()));
+    let result = (|| {
+        // The copy is the database at the expected head when no commit happened on
+        // either side of it (commits only move the head forward).
+        let before = current_head(log)?;
+        if before != expected_head {
+            return Err(Refused::Conflict(before));
+        }
+        let source = node.pool.checkout(db, crate::sandbox::Mode::ReadOnly)?;
+        let copied = crate::export::backup_into(&source.conn, &path);
+        node.pool.checkin(db.id(), source);
+        copied?;
+        let after = current_head(log)?;
+        if after != expected_head {
+            return Err(Refused::Conflict(after));
+        }
+        write_pages(&path, frames, size_after)?;
+        crate::upload::check_database_file(&path).map_err(|e| match e {
+            DataError::BadRequest(why) => Refused::Error(DataError::BadRequest(format!(
+                "the pushed frames would leave the database unusable, so none was applied: {why}"
+            ))),
+            other => Refused::Error(other),
+        })
+    })();
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(std::path::PathBuf::from(name));
+    }
+    result
+}
+
+/// Writes the last image of each page into the scratch copy and cuts it to the final size.
+fn write_pages(path: &Path, frames: &[u8], size_after: u32) -> Result<(), DataError> {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut pages: BTreeMap<u32, &[u8]> = BTreeMap::new();
+    for frame in frames.chunks(FRAME_BYTES) {
+        pages.insert(header(frame).0, &frame[24..]);
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    for (&page_no, page) in pages.range(..=size_after) {
+        file.seek(SeekFrom::Start(u64::from(page_no - 1) * PAGE_SIZE))?;
+        file.write_all(page)?;
+    }
+    file.set_len(u64::from(size_after) * PAGE_SIZE)?;
+    Ok(())
+}
+
+/// Writes the frames into the database's WAL, one for one, as a single transaction (the
+/// commit marks of all but the last frame cleared), once nothing else committed since the
+/// expected head.
+fn write_frames(
+    db: &Database,
+    log: &DatabaseLog,
+    frames: &[u8],
+    size_after: u32,
+    expected_head: u64,
+) -> Result<(), Refused> {
+    if log.is_fenced() {
+        return Err(Refused::Error(DataError::Unavailable(format!(
+            "database {} is not taking writes on this node right now (it is moving, or the node lost its write lease); try again shortly",
+            db.config().name
+        ))));
+    }
+    let conn = internal_connection(&db.file_path())?;
+    // Reading the schema opens the WAL, which insertion needs.
+    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
+    let waited = Instant::now();
+    let mut insert = loop {
+        match WalInsert::begin(&conn) {
+            Ok(insert) => break insert,
+            Err(e) if e.is_busy() && waited.elapsed() < WRITE_LOCK_WAIT => {
+                db.write_lock().note_waiting();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(Refused::Error(failed(e))),
+        }
+    };
+    let head = current_head(log)?;
+    if head != expected_head {
+        return Err(Refused::Conflict(head));
+    }
+    if log.is_fenced() {
+        return Err(Refused::Error(DataError::Unavailable(
+            "the database stopped taking writes on this node; try again shortly".into(),
+        )));
+    }
+    let total = frames.len() / FRAME_BYTES;
+    for (i, frame) in frames.chunks(FRAME_BYTES).enumerate() {
+        let commit = if i + 1 == total { size_after } else { 0 };
+        insert
+            .append(header(frame).0, commit, &frame[24..])
+            .map_err(failed)?;
+    }
+    // As a connection's commit hook would, while the write lock is still held (so commit
+    // times stay in commit order); after the commit frame, so that the replicas it wakes
+    // find the frames.
+    log.record_commit();
+    insert.end().map_err(failed)?;
+    Ok(())
+}
+
+fn failed(e: WalInsertError) -> DataError {
+    if e.is_busy() {
+        return DataError::Unavailable(format!(
+            "the database stayed busy while applying pushed frames ({e}); try again"
+        ));
+    }
+    DataError::Internal(format!("applying pushed frames failed: {e}"))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
