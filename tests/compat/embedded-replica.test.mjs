@@ -103,6 +103,49 @@ test('an embedded replica syncs, syncs incrementally, and reads its own writes',
   remote.close();
 });
 
+test('offline writes: the replica writes locally, sync() pushes them, a conflict pushes nothing', async () => {
+  const db = await newDatabase(`er-${RUN}-4`);
+  const remote = createClient({ url: db.url, authToken: db.token });
+  await remote.batch([
+    'CREATE TABLE visits (id INTEGER PRIMARY KEY, site TEXT)',
+    "INSERT INTO visits (site) VALUES ('depot')",
+  ]);
+  const dir = await localDir();
+  const replica = createClient({
+    url: `file:${join(dir, 'visits.db')}`,
+    syncUrl: db.syncUrl,
+    authToken: db.token,
+    offline: true,
+  });
+  await replica.sync();
+  assert.equal(await count(replica, 'visits'), 1);
+
+  // Written locally (the server does not have it yet), then pushed by sync().
+  await replica.batch([
+    "INSERT INTO visits (site) VALUES ('north')",
+    "INSERT INTO visits (site) VALUES ('south')",
+  ]);
+  assert.equal(await count(replica, 'visits'), 3);
+  assert.equal(await count(remote, 'visits'), 1);
+  await replica.sync();
+  assert.equal(await count(remote, 'visits'), 3);
+
+  // The server's next write comes back with the following sync, on top of the pushed ones.
+  await remote.execute("INSERT INTO visits (site) VALUES ('east')");
+  await replica.sync();
+  assert.equal(await count(replica, 'visits'), 4);
+
+  // Written on both sides: a conflict, and the server keeps only its own write.
+  await remote.execute("INSERT INTO visits (site) VALUES ('west-server')");
+  await replica.execute("INSERT INTO visits (site) VALUES ('west-offline')");
+  await assert.rejects(replica.sync(), /conflict/i);
+  const rs = await remote.execute("SELECT count(*) AS n FROM visits WHERE site = 'west-offline'");
+  assert.equal(Number(rs.rows[0].n), 0);
+  assert.equal(await count(remote, 'visits'), 5);
+  replica.close();
+  remote.close();
+});
+
 test('a read-only token syncs; a token of another database syncs nothing', async () => {
   const db = await newDatabase(`er-${RUN}-2`);
   const other = await newDatabase(`er-${RUN}-3`);
