@@ -8,8 +8,12 @@
 # single-row insert (64 connections), and the server's cheapest answer (`GET /health` of
 # the data plane) as the floor a request costs on this machine. Atoll runs `atoll dev` with
 # a database token; sqld runs one database without authentication. Prints a Markdown
-# table (PERFORMANCE.md, "Side by side with sqld"). Never part of CI: the figures depend
-# on the machine, and sqld is not built here (see PERFORMANCE.md for how it was built).
+# table (PERFORMANCE.md, "Side by side with sqld"), with each server's RSS after the
+# select/insert figures and the latency of CREATES (default 100) sequential creates
+# (Atoll: `POST …/databases`; sqld: `POST /v1/namespaces/{name}/create` of its admin API,
+# sqld running multi-tenant with --enable-namespaces). Never part of CI: the figures depend
+# on the machine, and sqld is not built by the repository (PERFORMANCE.md says how it was
+# built for the published figures).
 #
 # Needs wrk (Debian: `apt-get install wrk`), curl and python3. DURATION (default 10 s)
 # sets each figure's length.
@@ -57,6 +61,7 @@ cat >"$WORK/select.lua" <<'EOF'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 if os.getenv("TOKEN") ~= "" then wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN") end
+if os.getenv("NAMESPACE") ~= "" then wrk.headers["x-namespace"] = os.getenv("NAMESPACE") end
 request = function()
   local id = math.random(1, 100000)
   local body = '{"requests":[{"type":"execute","stmt":{"sql":"SELECT v FROM kv WHERE id = ?","args":[{"type":"integer","value":"' .. id .. '"}]}},{"type":"close"}]}'
@@ -67,6 +72,7 @@ cat >"$WORK/insert.lua" <<'EOF'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 if os.getenv("TOKEN") ~= "" then wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN") end
+if os.getenv("NAMESPACE") ~= "" then wrk.headers["x-namespace"] = os.getenv("NAMESPACE") end
 wrk.body = '{"requests":[{"type":"execute","stmt":{"sql":"INSERT INTO ins (v) VALUES (\'a value of some length\')"}},{"type":"close"}]}'
 EOF
 
@@ -85,10 +91,26 @@ print(f"{float(rate):.0f} {float(lat.group(1)) * scale:.0f} {bad.group(1) if bad
 EOF
 }
 
-# Runs every figure against one server: $1 name, $2 pipeline URL, $3 health URL, $4 token.
+# Creates CREATES databases one after the other with `curl`; prints "p50 p99" in ms.
+# $1: a command that creates database number N (given as its argument) and prints
+# curl's time_total.
+CREATES="${CREATES:-100}"
+create_latency() {
+  local create=$1
+  for n in $(seq 1 "$CREATES"); do "$create" "$n"; done | python3 -c '
+import sys
+t = sorted(float(x) * 1000 for x in sys.stdin.read().split())
+print(f"{t[len(t) // 2]:.1f} {t[min(len(t) - 1, int(len(t) * 0.99))]:.1f}")'
+}
+
+# Resident memory of a process, MiB.
+rss_mib() { echo $(( $(ps -o rss= -p "$1") / 1024 )); }
+
+# Runs every figure against one server: $1 name, $2 pipeline URL, $3 health URL, $4 token,
+# $5 sqld namespace (x-namespace header).
 run_figures() {
   local name=$1 url=$2 health=$3
-  export TOKEN=$4
+  export TOKEN=$4 NAMESPACE=${5:-}
   for c in 1 16 64; do
     read -r rate lat bad < <(measure "$url" "$WORK/select.lua" "$c")
     echo "$name|point select, $c connection(s)|$rate req/s|$lat µs|$bad" >>"$WORK/results"
@@ -115,17 +137,35 @@ DB_TOKEN=$(api -X POST "http://127.0.0.1:$API_PORT/v1/organizations/admin/databa
 ATOLL_URL="http://127.0.0.1:$DB_PORT/db/wrk-admin/v2/pipeline"
 seed "$ATOLL_URL" -H "Authorization: Bearer $DB_TOKEN"
 run_figures Atoll "$ATOLL_URL" "http://127.0.0.1:$DB_PORT/health" "$DB_TOKEN"
+echo "Atoll|RSS after the select/insert run|$(rss_mib "${PIDS[0]}") MiB||" >>"$WORK/results"
+atoll_create() {
+  api -o /dev/null -w '%{time_total}\n' -X POST \
+    "http://127.0.0.1:$API_PORT/v1/organizations/admin/databases" -d "{\"name\":\"c$1\",\"group\":\"default\"}"
+}
+read -r p50 p99 < <(create_latency atoll_create)
+echo "Atoll|create, sequential, p50 / p99|$p50 / $p99 ms||" >>"$WORK/results"
 
-# sqld, when given.
+# sqld, when given: multi-tenant (namespaces), the database under test one namespace.
 if [ -n "${SQLD_BIN:-}" ]; then
   SQLD_PORT=$(free_port)
+  SQLD_ADMIN=$(free_port)
   "$SQLD_BIN" --db-path "$WORK/sqld" --http-listen-addr "127.0.0.1:$SQLD_PORT" \
-    >"$WORK/sqld.log" 2>&1 &
-  PIDS+=($!)
+    --admin-listen-addr "127.0.0.1:$SQLD_ADMIN" --enable-namespaces >"$WORK/sqld.log" 2>&1 &
+  SQLD_PID=$!
+  PIDS+=("$SQLD_PID")
   wait_up "http://127.0.0.1:$SQLD_PORT/health"
+  sqld_create() {
+    curl -fsS -o /dev/null -w '%{time_total}\n' -X POST -H 'Content-Type: application/json' \
+      "http://127.0.0.1:$SQLD_ADMIN/v1/namespaces/$1/create" -d '{}'
+  }
+  sqld_create wrk >/dev/null
   SQLD_URL="http://127.0.0.1:$SQLD_PORT/v2/pipeline"
-  seed "$SQLD_URL"
-  run_figures sqld "$SQLD_URL" "http://127.0.0.1:$SQLD_PORT/health" ""
+  seed "$SQLD_URL" -H "x-namespace: wrk"
+  run_figures sqld "$SQLD_URL" "http://127.0.0.1:$SQLD_PORT/health" "" wrk
+  echo "sqld|RSS after the select/insert run|$(rss_mib "$SQLD_PID") MiB||" >>"$WORK/results"
+  sqld_numbered_create() { sqld_create "c$1"; }
+  read -r p50 p99 < <(create_latency sqld_numbered_create)
+  echo "sqld|create, sequential, p50 / p99|$p50 / $p99 ms||" >>"$WORK/results"
 else
   echo "SQLD_BIN not set: Atoll alone" >&2
 fi

@@ -14,7 +14,7 @@ use ed25519_dalek::VerifyingKey;
 use rusqlite::config::DbConfig;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -28,16 +28,19 @@ pub const PAGE_SIZE: u64 = 4096;
 /// - `synchronous = NORMAL`: in WAL mode a commit is durable across a crash of the process
 ///   (it is in the WAL, which the OS holds); only a power loss or kernel crash may lose the
 ///   last commits, never corrupt the file. `FULL` would add an fsync to every commit.
-/// - `cache_size = -2000` (2 MiB, SQLite's default, stated so it is a decision): the page
-///   cache is per connection and up to `node::DEFAULT_MAX_IDLE_CONNECTIONS` connections
-///   stay open, so this bounds what idle databases hold; the OS page cache serves the rest.
+/// - `cache_size = -512` (512 KiB; SQLite's default is 2 MiB): the page cache is per
+///   connection and up to `node::DEFAULT_MAX_IDLE_CONNECTIONS` connections stay open, so
+///   this bounds what idle databases hold (256 MiB at most); the OS page cache serves the
+///   rest. A busy database has one connection per concurrent request, each with its own
+///   cache: at 2 MiB, 64 concurrent clients of one database left the process at 166–180
+///   MiB, at 512 KiB 71–92 MiB, with the same throughput (PERFORMANCE.md, issue 16).
 /// - `mmap_size = 0`: memory-mapped reads would count every touched page of every open
 ///   database in the process's RSS and buy little for small point queries on pages the
 ///   cache holds anyway.
 /// - `journal_size_limit`: a WAL grown by one large write is truncated back to 64 MiB at
 ///   the next checkpoint rather than keeping its peak size on disk.
 const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-     PRAGMA cache_size = -2000; PRAGMA mmap_size = 0; \
+     PRAGMA cache_size = -512; PRAGMA mmap_size = 0; \
      PRAGMA journal_size_limit = 67108864;";
 
 /// The file in a database's directory that says it is handed over (its content: since when,
@@ -70,6 +73,9 @@ pub struct Database {
     /// A replica of a primary on another node (`replication::follow`): it serves reads
     /// that close their stream, nothing else.
     replica: AtomicBool,
+    /// Until when (`write_lock::now_ms`) its reads are not tried on the async worker that
+    /// received them, because one of them ran over the budget there (`hrana::http`).
+    inline_paused_until_ms: AtomicU64,
 }
 
 impl Database {
@@ -99,6 +105,7 @@ impl Database {
             rebuilding: AtomicBool::new(false),
             handed_over_at: AtomicI64::new(handed_over_at),
             hand_over_lock: Mutex::new(None),
+            inline_paused_until_ms: AtomicU64::new(0),
             replica: AtomicBool::new(false),
         }
     }
@@ -108,6 +115,17 @@ impl Database {
         let db = Database::new(dir, config, None);
         db.replica.store(true, Ordering::Release);
         db
+    }
+
+    /// Whether its reads may be tried on the async worker that received them.
+    pub(crate) fn inline_allowed(&self) -> bool {
+        self.inline_paused_until_ms.load(Ordering::Relaxed) <= crate::write_lock::now_ms()
+    }
+
+    /// Sends its reads to the SQL threads for `pause` (one ran over the inline budget).
+    pub(crate) fn pause_inline(&self, pause: Duration) {
+        let until = crate::write_lock::now_ms() + pause.as_millis() as u64;
+        self.inline_paused_until_ms.store(until, Ordering::Relaxed);
     }
 
     pub fn is_replica(&self) -> bool {

@@ -702,20 +702,23 @@ impl ConnectionPool {
 
     /// An idle connection to `db` for `mode`, or a new one.
     pub fn checkout(&self, db: &Database, mode: Mode) -> Result<SandboxedConnection, DataError> {
-        let key = (db.id().to_string(), mode);
-        {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(idle) = inner.by_db.get_mut(&key) {
-                if let Some((seq, conn)) = idle.pop() {
-                    if idle.is_empty() {
-                        inner.by_db.remove(&key);
-                    }
-                    inner.order.remove(&seq);
-                    return Ok(conn);
-                }
-            }
+        match self.checkout_idle(db, mode) {
+            Some(conn) => Ok(conn),
+            None => db.open_connection(mode, &self.sandbox, &self.shutdown),
         }
-        db.open_connection(mode, &self.sandbox, &self.shutdown)
+    }
+
+    /// An idle connection to `db` for `mode`, if there is one (never opens a file).
+    pub fn checkout_idle(&self, db: &Database, mode: Mode) -> Option<SandboxedConnection> {
+        let key = (db.id().to_string(), mode);
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = inner.by_db.get_mut(&key)?;
+        let (seq, conn) = idle.pop()?;
+        if idle.is_empty() {
+            inner.by_db.remove(&key);
+        }
+        inner.order.remove(&seq);
+        Some(conn)
     }
 
     /// Returns a connection for reuse. One inside a transaction is closed instead (which

@@ -197,6 +197,10 @@ struct ControlState {
     deadline: Option<(Instant, Duration)>,
     cancel: Option<CancelToken>,
     interrupted: Option<Interruption>,
+    /// A budget of running time for everything until it is lifted ([`Control::within_budget`]).
+    budget: Option<(Instant, Duration)>,
+    /// The budget ran out.
+    over_budget: bool,
 }
 
 /// A transaction statement found in a dump.
@@ -269,9 +273,32 @@ impl Control {
         state.interrupted.take()
     }
 
+    /// Runs `work` (statements that only read) with a budget of running time: a statement
+    /// still running when it is spent is interrupted. Answers whether that happened, in
+    /// which case the caller runs the work again elsewhere (checked every
+    /// `PROGRESS_INTERVAL` virtual-machine steps, so short statements never look).
+    pub fn within_budget<T>(&self, budget: Duration, work: impl FnOnce() -> T) -> (T, bool) {
+        {
+            let mut state = self.lock();
+            state.budget = Some((Instant::now() + budget, budget));
+            state.over_budget = false;
+        }
+        let result = work();
+        let mut state = self.lock();
+        state.budget = None;
+        (result, std::mem::take(&mut state.over_budget))
+    }
+
     /// Why the running statement should stop now, if it should.
     fn should_interrupt(&self) -> bool {
         let mut state = self.lock();
+        if let Some((until, budget)) = state.budget {
+            if Instant::now() >= until {
+                state.over_budget = true;
+                state.interrupted = Some(Interruption::Deadline(budget));
+                return true;
+            }
+        }
         let why = if self.shutdown.load(Ordering::Relaxed) {
             Some(Interruption::Shutdown)
         } else if state.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {

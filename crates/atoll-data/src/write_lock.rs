@@ -50,7 +50,7 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     epoch().elapsed().as_millis() as u64
 }
 

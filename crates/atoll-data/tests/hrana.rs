@@ -1882,3 +1882,48 @@ async fn migrate_turns_foreign_keys_off_around_its_transaction() {
         .await;
     assert_eq!(joined["rows"][0][0], integer(2));
 }
+
+/// Reads that close their stream may run on the async worker that received them
+/// (`hrana::http::serve_inline`), within a budget. One that runs longer is interrupted
+/// there and run again on an SQL thread: the client gets its whole result, and usage
+/// counts it once.
+#[tokio::test]
+async fn a_read_past_the_inline_budget_is_answered_whole_and_metered_once() {
+    let node = start_node().await;
+    let db = node.create_db("heavy");
+    db.run(&[
+        sql("CREATE TABLE t (x)"),
+        sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) INSERT INTO t SELECT x FROM c"),
+    ])
+    .await;
+    // Pooled connections of the caller's kind exist from here on (the inline path never
+    // opens one).
+    for _ in 0..2 {
+        let small = db.query(sql("SELECT count(*) FROM t")).await;
+        assert_eq!(small["rows"][0][0]["value"], "20000");
+    }
+    let acknowledged = node.node.meters.collect();
+    node.node.meters.acknowledge(&acknowledged.id);
+
+    // 199 × 20,000 rows compared: far more than the budget, on any machine.
+    let heavy = db
+        .query(sql(
+            "SELECT count(*) FROM t a, t b WHERE a.x < 200 AND a.x % 100 = b.x % 100",
+        ))
+        .await;
+    assert_eq!(heavy["rows"][0][0]["value"], "39800", "{heavy}");
+    let rows_read = heavy["rows_read"].as_u64().unwrap();
+    assert!(rows_read >= 199 * 20_000, "{heavy}");
+    let usage = node.node.meters.collect();
+    let metered: u64 = usage
+        .databases
+        .iter()
+        .filter(|(id, _)| *id == db.config.id)
+        .map(|(_, u)| u.rows_read)
+        .sum();
+    assert_eq!(metered, rows_read, "usage counts the statement once");
+
+    // The database's reads go to the SQL threads for a while; they answer the same.
+    let again = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(again["rows"][0][0]["value"], "20000");
+}

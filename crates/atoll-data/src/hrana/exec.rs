@@ -145,6 +145,16 @@ impl<'a> Run<'a> {
         caller: &'a Caller,
         client: &'a ClientConnection,
     ) -> Result<Run<'a>, HranaError> {
+        Run::start_waiting(caller, client, caller.node.sandbox().busy_timeout)
+    }
+
+    /// As [`Run::start`], waiting at most `busy_wait` for a lock held by another
+    /// connection (zero: fail at once with `SQLITE_BUSY`).
+    pub(crate) fn start_waiting(
+        caller: &'a Caller,
+        client: &'a ClientConnection,
+        busy_wait: Duration,
+    ) -> Result<Run<'a>, HranaError> {
         let conn = &client.sandboxed.conn;
         let control = &*client.sandboxed.control;
         let config = caller.db.config();
@@ -158,7 +168,7 @@ impl<'a> Run<'a> {
             config,
             response_budget: Cell::new(MAX_RESPONSE_BYTES),
             statement_timeout: settings.statement_timeout,
-            _waiting: WaitScope::enter(caller.db.write_lock(), settings.busy_timeout),
+            _waiting: WaitScope::enter(caller.db.write_lock(), busy_wait),
         })
     }
 
@@ -1071,6 +1081,11 @@ impl ClientConnection {
 
     pub(crate) fn is_autocommit(&self) -> bool {
         self.sandboxed.conn.is_autocommit()
+    }
+
+    /// Runs `work` with a budget of running time (see [`Control::within_budget`]).
+    pub(crate) fn within_budget<T>(&self, budget: Duration, work: impl FnOnce() -> T) -> (T, bool) {
+        self.sandboxed.control.within_budget(budget, work)
     }
 
     pub(crate) fn mode(&self) -> Mode {

@@ -130,6 +130,16 @@ async fn pipeline(
         version,
         cancel: Some(cancel),
     };
+    if let Some(served) = serve_inline(&caller, &body) {
+        return Ok(encode(
+            &proto::PipelineRespBody {
+                baton: None,
+                base_url: None,
+                results: served?,
+            },
+            encoding,
+        ));
+    }
     start_sweeper(&state);
     let stream_state = Arc::clone(&state);
     // One trip to an SQL thread per request: taking a pooled connection (which may
@@ -158,6 +168,70 @@ async fn pipeline(
         },
         encoding,
     ))
+}
+
+/// How long a read may run on the async worker that received it (`serve_inline`).
+const INLINE_BUDGET: Duration = Duration::from_micros(500);
+/// After one of a database's reads ran over [`INLINE_BUDGET`], its requests go to the SQL
+/// threads for this long.
+const INLINE_PAUSE: Duration = Duration::from_secs(10);
+
+/// The most common request — one statement that only reads, then `close`, on no stream —
+/// answered on the async worker that received it, when the database has an idle pooled
+/// connection: no trip to an SQL thread and back, which on a small machine is most of a
+/// point select's time (docs/PERFORMANCE.md). Tenant SQL still runs in its sandbox; what
+/// keeps a worker from being held is a budget: a statement still running after
+/// [`INLINE_BUDGET`] is interrupted, its result thrown away (it only read, and an
+/// interrupted statement is not metered), and the request runs on an SQL thread as any
+/// other; the database's reads then stay off the workers for [`INLINE_PAUSE`]. A lock held
+/// by another connection is not waited for here either (`SQLITE_BUSY` sends the request
+/// to an SQL thread, where it waits as usual). `None`: serve it the usual way.
+fn serve_inline(
+    caller: &Caller,
+    body: &proto::PipelineReqBody,
+) -> Option<Result<Vec<proto::StreamResult>, HranaError>> {
+    if body.baton.is_some() || caller.db.is_replica() || !caller.db.inline_allowed() {
+        return None;
+    }
+    let [proto::StreamRequest::Execute(execute), proto::StreamRequest::Close(_)] =
+        body.requests.as_slice()
+    else {
+        return None;
+    };
+    let sql = execute.stmt.sql.as_deref()?;
+    let conn = ClientConnection::new(caller.node.pool.checkout_idle(&caller.db, caller.mode())?);
+    let served = if conn.is_read_only(sql) {
+        let (outcome, overran) = conn.within_budget(INLINE_BUDGET, || {
+            let run = Run::start_waiting(caller, &conn, Duration::ZERO)?;
+            run.authorize(sql)?;
+            run.execute(&execute.stmt, sql)
+        });
+        if overran {
+            caller.db.pause_inline(INLINE_PAUSE);
+        }
+        match outcome {
+            _ if overran => None,
+            Ok(Err(error)) if error.code == "SQLITE_BUSY" => None,
+            other => Some(other),
+        }
+    } else {
+        None
+    };
+    conn.give_back(&caller.node, caller.db.id());
+    Some(served?.map(|outcome| {
+        let execute = match outcome {
+            Ok(result) => proto::StreamResult::Ok {
+                response: proto::StreamResponse::Execute(proto::ExecuteStreamResp { result }),
+            },
+            Err(error) => proto::StreamResult::Error { error },
+        };
+        vec![
+            execute,
+            proto::StreamResult::Ok {
+                response: proto::StreamResponse::Close(proto::CloseStreamResp {}),
+            },
+        ]
+    }))
 }
 
 /// A stream taken by one request. Dropped without being released (the request failed,
