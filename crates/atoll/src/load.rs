@@ -442,14 +442,20 @@ async fn run(args: &LoadArgs, server: &Server, dir: &Path) -> anyhow::Result<()>
             }
         });
     }
-    // Sample the server's RSS while the workers run.
+    // Sample the server's RSS while the workers run; every fifth second's sample is printed,
+    // so a run shows whether memory levels off (caches, the allocator) or keeps climbing.
     let (mut warm_rss, mut peak_rss) = (None, start_rss);
+    let mut trend: Vec<String> = Vec::new();
     while !workers.is_empty() {
         tokio::select! {
             _ = workers.join_next() => {}
             _ = tokio::time::sleep(Duration::from_millis(500)) => {
                 if let Some(rss) = server.rss_kib() {
                     peak_rss = peak_rss.max(rss);
+                    let second = began.elapsed().as_secs();
+                    if second / 5 >= trend.len() as u64 {
+                        trend.push(format!("{second} s {:.0}", mib(rss)));
+                    }
                     if warm_rss.is_none() && began.elapsed() >= warm_up {
                         warm_rss = Some(rss);
                     }
@@ -478,6 +484,7 @@ async fn run(args: &LoadArgs, server: &Server, dir: &Path) -> anyhow::Result<()>
         args.max_rss_growth,
         if flat { "flat" } else { "GREW" }
     );
+    println!("load_rss_trend (MiB): {}", trend.join(", "));
     for failure in load.shown.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         eprintln!("failed: {failure}");
     }
