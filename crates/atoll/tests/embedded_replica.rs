@@ -42,6 +42,15 @@ async fn server_execute(url: &str, token: &str, statements: &[&str]) -> Value {
     body
 }
 
+/// The first column of the first row of `sql` run on the server, as Hrana's JSON has it.
+async fn server_scalar(url: &str, token: &str, sql: &str) -> String {
+    let body = server_execute(url, token, &[sql]).await;
+    body["results"][0]["response"]["result"]["rows"][0][0]["value"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sql}: {body}"))
+        .to_string()
+}
+
 async fn local_count(conn: &libsql::Connection, table: &str) -> i64 {
     let mut rows = conn
         .query(&format!("SELECT count(*) FROM {table}"), ())
@@ -427,13 +436,7 @@ async fn offline_writes_are_pushed_and_a_conflicting_push_changes_nothing() {
     db.sync().await.unwrap();
     let on_server = |sql: &'static str| {
         let (url, token) = (url.clone(), token.clone());
-        async move {
-            let body = server_execute(&url, &token, &[sql]).await;
-            body["results"][0]["response"]["result"]["rows"][0][0]["value"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        }
+        async move { server_scalar(&url, &token, sql).await }
     };
     assert_eq!(on_server("SELECT count(*) FROM visits").await, "302");
     assert_eq!(
@@ -457,9 +460,8 @@ async fn offline_writes_are_pushed_and_a_conflicting_push_changes_nothing() {
         .unwrap();
     db.sync().await.unwrap();
     assert_eq!(on_server("SELECT count(*) FROM visits").await, "304");
-    let integrity = server_execute(&url, &token, &["PRAGMA integrity_check"]).await;
     assert_eq!(
-        integrity["results"][0]["response"]["result"]["rows"][0][0]["value"],
+        server_scalar(&url, &token, "PRAGMA integrity_check").await,
         "ok"
     );
 
@@ -549,11 +551,7 @@ async fn hostile_pushes_change_nothing_and_a_push_cut_by_a_crash_is_sent_again()
     )
     .await;
     let count = |url: String, token: String| async move {
-        let body = server_execute(&url, &token, &["SELECT count(*) FROM entries"]).await;
-        body["results"][0]["response"]["result"]["rows"][0][0]["value"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        server_scalar(&url, &token, "SELECT count(*) FROM entries").await
     };
     let dir = temp_dir("replica-push-hostile-local");
     std::fs::create_dir_all(&dir).unwrap();
