@@ -92,6 +92,8 @@ pub struct PushAnswer {
 
 /// One request's frames, already checked to be whole frames of the right size.
 pub struct PushRequest {
+    /// The database's id.
+    pub db_id: String,
     pub generation: u64,
     pub start: u64,
     pub baton: Option<String>,
@@ -126,7 +128,7 @@ pub async fn receive(
     };
 
     // Buffer the frames after what is pending under the client's baton, or start a push.
-    let ready = {
+    let buffered = {
         let mut pushes = lock(&state.pushes.inner);
         pushes.retain(|_, p| p.touched.elapsed() < PENDING_IDLE);
         // (first, next) of the push this request continues, if it does.
@@ -146,57 +148,32 @@ pub async fn receive(
             return Ok(answer("ok", head - base, None));
         }
         if request.start < resumes_from {
-            return Ok(answer("conflict", head - base, None));
-        }
-        let mut pending = match pushes.remove(db.id()) {
-            Some(pending) if continued.is_some() => pending,
-            _ => Pending {
-                baton: uuid::Uuid::new_v4().simple().to_string(),
-                generation: request.generation,
-                first: request.start,
-                frames: Vec::new(),
-                touched: Instant::now(),
-            },
-        };
-        // A request sent again (its answer was lost) replaces what it sent the first time.
-        pending
-            .frames
-            .truncate(((request.start - pending.first) as usize) * FRAME_BYTES);
-        let others: usize = pushes.values().map(|p| p.frames.len()).sum();
-        if pending.frames.len() + request.frames.len() > MAX_PENDING_BYTES {
-            return Err(DataError::TooLarge(format!(
-                "a pushed transaction may hold at most {} MiB of pages: write it through the server instead (remote_writes), or in smaller transactions",
-                MAX_PENDING_BYTES >> 20
-            )));
-        }
-        if others + pending.frames.len() + request.frames.len() > MAX_NODE_PENDING_BYTES {
-            return Err(DataError::TooManyRequests(
-                "too many pushes are waiting for their commit frames on this node; try again shortly".into(),
-                1,
-            ));
-        }
-        pending.frames.extend_from_slice(&request.frames);
-        pending.touched = Instant::now();
-        match last_commit(&pending.frames) {
-            None => {
-                let baton = pending.baton.clone();
-                pushes.insert(db.id().to_string(), pending);
-                return Ok(answer("ok", last_sent, Some(baton)));
+            if continued.is_some() {
+                return Ok(answer("conflict", head - base, None));
             }
-            Some(end) => {
-                let rest = pending.frames.split_off(end);
-                let complete = std::mem::replace(&mut pending.frames, rest);
-                let expected_head = base + pending.first - 1;
-                pending.first += (complete.len() / FRAME_BYTES) as u64;
-                let baton = (!pending.frames.is_empty()).then(|| pending.baton.clone());
-                if baton.is_some() {
-                    pushes.insert(db.id().to_string(), pending);
-                }
-                (complete, expected_head, baton)
-            }
+            // Behind the head: checked below, outside the lock.
+            None
+        } else {
+            Some(buffer(&mut pushes, &request, continued.is_some(), base)?)
         }
     };
-    let (complete, expected_head, baton) = ready;
+    let (complete, expected_head, baton) = match buffered {
+        Some(Buffered::Waiting(baton)) => return Ok(answer("ok", last_sent, Some(baton))),
+        Some(Buffered::Complete(complete, expected_head, baton)) => {
+            (complete, expected_head, baton)
+        }
+        None => {
+            // Frames the database may hold already: a push applied whose answer was lost,
+            // sent again. The same pages at the same places are acknowledged (those up to
+            // the head; the client then sends the rest again); anything else conflicts.
+            return Ok(
+                match already_applied(state, db, base, &request, head).await? {
+                    Some(last) => answer("ok", last, None),
+                    None => answer("conflict", head - base, None),
+                },
+            );
+        }
+    };
     let node = Arc::clone(&state.node);
     let target = Arc::clone(db);
     let applied =
@@ -214,6 +191,103 @@ pub async fn receive(
             Err(e)
         }
     }
+}
+
+/// What buffering a request's frames left.
+enum Buffered {
+    /// Frames after the last commit frame wait under this baton.
+    Waiting(String),
+    /// Whole transactions to apply on top of this frame, and the baton of what still waits.
+    Complete(Vec<u8>, u64, Option<String>),
+}
+
+/// Appends the request's frames to the push it continues (`continues`) or to a new one,
+/// and takes out the complete transactions.
+fn buffer(
+    pushes: &mut HashMap<String, Pending>,
+    request: &PushRequest,
+    continues: bool,
+    base: u64,
+) -> Result<Buffered, DataError> {
+    let db_id = request.db_id.as_str();
+    let mut pending = match pushes.remove(db_id) {
+        Some(pending) if continues => pending,
+        _ => Pending {
+            baton: uuid::Uuid::new_v4().simple().to_string(),
+            generation: request.generation,
+            first: request.start,
+            frames: Vec::new(),
+            touched: Instant::now(),
+        },
+    };
+    // A request sent again (its answer was lost) replaces what it sent the first time.
+    pending
+        .frames
+        .truncate(((request.start - pending.first) as usize) * FRAME_BYTES);
+    let others: usize = pushes.values().map(|p| p.frames.len()).sum();
+    if pending.frames.len() + request.frames.len() > MAX_PENDING_BYTES {
+        return Err(DataError::TooLarge(format!(
+            "a pushed transaction may hold at most {} MiB of pages: write it through the server instead (remote_writes), or in smaller transactions",
+            MAX_PENDING_BYTES >> 20
+        )));
+    }
+    if others + pending.frames.len() + request.frames.len() > MAX_NODE_PENDING_BYTES {
+        return Err(DataError::TooManyRequests(
+            "too many pushes are waiting for their commit frames on this node; try again shortly"
+                .into(),
+            1,
+        ));
+    }
+    pending.frames.extend_from_slice(&request.frames);
+    pending.touched = Instant::now();
+    let Some(end) = last_commit(&pending.frames) else {
+        let baton = pending.baton.clone();
+        pushes.insert(db_id.to_string(), pending);
+        return Ok(Buffered::Waiting(baton));
+    };
+    let rest = pending.frames.split_off(end);
+    let complete = std::mem::replace(&mut pending.frames, rest);
+    let expected_head = base + pending.first - 1;
+    pending.first += (complete.len() / FRAME_BYTES) as u64;
+    let baton = (!pending.frames.is_empty()).then(|| pending.baton.clone());
+    if baton.is_some() {
+        pushes.insert(db_id.to_string(), pending);
+    }
+    Ok(Buffered::Complete(complete, expected_head, baton))
+}
+
+/// In the client's numbering, the last of the pushed frames the database already holds at
+/// the same places, page for page, up to its head; `None` when any differs (or is no
+/// longer kept).
+async fn already_applied(
+    state: &DataPlaneState,
+    db: &Arc<Database>,
+    base: u64,
+    request: &PushRequest,
+    head: u64,
+) -> Result<Option<u64>, DataError> {
+    let storage = state
+        .node
+        .storage()
+        .cloned()
+        .ok_or_else(super::log::no_storage)?;
+    let count = (request.frames.len() / FRAME_BYTES) as u64;
+    let first = base + request.start;
+    let last = (first + count - 1).min(head);
+    let stored = super::log::wait_for_commits(db).await.unwrap_or(0);
+    if last > stored {
+        return Ok(None);
+    }
+    let held = match super::log::read_frames(&storage.storage, db.id(), first, last).await? {
+        super::log::Frames::Found(frames) => frames,
+        super::log::Frames::Gone => return Ok(None),
+    };
+    let same = held.len() as u64 == last - first + 1
+        && held
+            .iter()
+            .zip(request.frames.chunks(FRAME_BYTES))
+            .all(|(held, sent)| held.page_no == header(sent).0 && held.page[..] == sent[24..]);
+    Ok(same.then_some(last - base))
 }
 
 async fn committed_head(log: &Arc<DatabaseLog>) -> Result<u64, DataError> {

@@ -241,6 +241,7 @@ async fn receive_push(
         )));
     }
     let request = push::PushRequest {
+        db_id: req.db.id().to_string(),
         generation,
         start,
         baton,
