@@ -28,19 +28,20 @@ pub const PAGE_SIZE: u64 = 4096;
 /// - `synchronous = NORMAL`: in WAL mode a commit is durable across a crash of the process
 ///   (it is in the WAL, which the OS holds); only a power loss or kernel crash may lose the
 ///   last commits, never corrupt the file. `FULL` would add an fsync to every commit.
-/// - `cache_size = -512` (512 KiB; SQLite's default is 2 MiB): the page cache is per
-///   connection and up to `node::DEFAULT_MAX_IDLE_CONNECTIONS` connections stay open, so
-///   this bounds what idle databases hold (256 MiB at most); the OS page cache serves the
-///   rest. A busy database has one connection per concurrent request, each with its own
-///   cache: at 2 MiB, 64 concurrent clients of one database left the process at 166–180
-///   MiB, at 512 KiB 71–92 MiB, with the same throughput (PERFORMANCE.md, issue 16).
+/// - `cache_size` (set after these, from `SandboxSettings::page_cache_bytes`, 512 KiB by
+///   default; SQLite's default is 2 MiB): the page cache is per connection and up to
+///   `SandboxSettings::max_idle_connections` (512) connections stay open, so the two bound
+///   what idle databases hold (256 MiB by default); the OS page cache serves the rest. A
+///   busy database has one connection per concurrent request, each with its own cache: at
+///   2 MiB, 64 concurrent clients of one database left the process at 166–180 MiB, at
+///   512 KiB 71–92 MiB, with the same throughput (PERFORMANCE.md, issue 16).
 /// - `mmap_size = 0`: memory-mapped reads would count every touched page of every open
 ///   database in the process's RSS and buy little for small point queries on pages the
 ///   cache holds anyway.
 /// - `journal_size_limit`: a WAL grown by one large write is truncated back to 64 MiB at
 ///   the next checkpoint rather than keeping its peak size on disk.
 const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-     PRAGMA cache_size = -512; PRAGMA mmap_size = 0; \
+     PRAGMA mmap_size = 0; \
      PRAGMA journal_size_limit = 67108864;";
 
 /// The file in a database's directory that says it is handed over (its content: since when,
@@ -321,6 +322,9 @@ impl Database {
             conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
             // See `CONNECTION_PRAGMAS`.
             conn.execute_batch(CONNECTION_PRAGMAS)?;
+            // Negative: a size in KiB rather than in pages.
+            let cache_kib = (settings.page_cache_bytes / 1024).max(1);
+            conn.pragma_update(None, "cache_size", -(cache_kib as i64))?;
             if let Some(log) = log {
                 // Only the shipper checkpoints, after shipping (`storage::shipper`): a
                 // checkpoint here could copy frames into the file that object storage

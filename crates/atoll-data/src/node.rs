@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, RwLock};
 
 /// Idle connections kept for reuse across all databases of a node. Each is a few hundred
 /// KiB at most (page cache), so this bounds the memory idle databases hold.
-pub const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 512;
 
 #[derive(Default)]
 struct Registry {
@@ -89,7 +88,7 @@ impl Node {
             registry: RwLock::new(Registry::default()),
             configuring: Mutex::new(()),
             pool: ConnectionPool::new(
-                DEFAULT_MAX_IDLE_CONNECTIONS,
+                settings.sandbox.max_idle_connections,
                 settings.sandbox.clone(),
                 Arc::clone(&shutdown),
             ),

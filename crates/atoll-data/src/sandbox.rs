@@ -84,6 +84,12 @@ pub struct SandboxSettings {
     /// How long a writer waits for the write lock before `SQLITE_BUSY`. Longer than
     /// `transaction_timeout`, so a waiting writer outlasts a holder that is rolled back.
     pub busy_timeout: Duration,
+    /// SQLite's page cache of each connection, in bytes (`--page-cache-size`): the memory a
+    /// connection holds besides its statements (`database::CONNECTION_PRAGMAS`).
+    pub page_cache_bytes: u64,
+    /// Idle connections the node keeps open for reuse, over all its databases
+    /// (`--max-idle-connections`): with the page cache, what idle databases hold.
+    pub max_idle_connections: usize,
 }
 
 impl Default for SandboxSettings {
@@ -96,6 +102,8 @@ impl Default for SandboxSettings {
             max_temp_bytes: 256 * 1024 * 1024,
             transaction_timeout: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(10),
+            page_cache_bytes: 512 * 1024,
+            max_idle_connections: 512,
         }
     }
 }

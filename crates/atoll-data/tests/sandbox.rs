@@ -708,3 +708,15 @@ async fn encryption_keys_are_refused_not_ignored() {
         );
     }
 }
+
+/// The page cache of each connection is the node's setting (`--page-cache-size`), which a
+/// tenant can read but not raise.
+#[tokio::test]
+async fn the_page_cache_is_the_nodes_setting() {
+    let node = strict_node(|settings| settings.sandbox.page_cache_bytes = 256 * 1024).await;
+    let db = node.create_db("cached");
+    let size = db.query(sql("PRAGMA cache_size")).await;
+    assert_eq!(size["rows"][0][0], integer(-256), "{size}");
+    let error = refused(&db, &db.token(), "PRAGMA cache_size = -1000000").await;
+    assert_eq!(error_code(&error), "SQLITE_AUTH", "{error}");
+}

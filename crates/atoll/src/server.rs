@@ -292,6 +292,12 @@ pub struct DbLimitArgs {
     /// Largest temporary database (temp tables) of one connection, in bytes (SQLITE_FULL).
     #[arg(long, env = "ATOLL_MAX_TEMP_SIZE", default_value_t = SandboxSettings::default().max_temp_bytes)]
     max_temp_size: u64,
+    /// SQLite page cache of each database connection, in bytes.
+    #[arg(long, env = "ATOLL_PAGE_CACHE_SIZE", default_value_t = SandboxSettings::default().page_cache_bytes)]
+    page_cache_size: u64,
+    /// Idle database connections kept open for reuse, over all databases of the node.
+    #[arg(long, env = "ATOLL_MAX_IDLE_CONNECTIONS", default_value_t = SandboxSettings::default().max_idle_connections)]
+    max_idle_connections: usize,
     #[command(flatten)]
     pub(crate) connections: ConnectionArgs,
 }
@@ -330,6 +336,8 @@ impl DbLimitArgs {
                         + std::time::Duration::from_secs(1),
                     max_value_bytes: self.max_value_size,
                     max_temp_bytes: self.max_temp_size.max(atoll_data::database::PAGE_SIZE),
+                    page_cache_bytes: self.page_cache_size.max(1024),
+                    max_idle_connections: self.max_idle_connections,
                     ..SandboxSettings::default()
                 },
                 sql_threads: self.sql_threads.unwrap_or_else(SqlPool::default_threads),
