@@ -297,6 +297,19 @@ impl Database {
         }))
     }
 
+    /// Refuses what writes pages wholesale (pushed offline writes) while writes are blocked
+    /// (`block_writes`, or a quota's write block).
+    pub fn ensure_writable(&self) -> Result<(), DataError> {
+        let config = self.config();
+        if !config.block_writes {
+            return Ok(());
+        }
+        Err(DataError::Forbidden(match &config.block_reason {
+            Some(reason) => format!("writes to database {} are blocked: {reason}", config.name),
+            None => format!("writes to database {} are blocked", config.name),
+        }))
+    }
+
     /// Opens a connection for `mode`'s SQL in the sandbox, with the database's size limit.
     pub fn open_connection(
         &self,

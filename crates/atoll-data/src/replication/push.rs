@@ -92,8 +92,6 @@ pub struct PushAnswer {
 
 /// One request's frames, already checked to be whole frames of the right size.
 pub struct PushRequest {
-    /// The database's id.
-    pub db_id: String,
     pub generation: u64,
     pub start: u64,
     pub baton: Option<String>,
@@ -154,7 +152,13 @@ pub async fn receive(
             // Behind the head: checked below, outside the lock.
             None
         } else {
-            Some(buffer(&mut pushes, &request, continued.is_some(), base)?)
+            Some(buffer(
+                &mut pushes,
+                db.id(),
+                &request,
+                continued.is_some(),
+                base,
+            )?)
         }
     };
     let (complete, expected_head, baton) = match buffered {
@@ -205,11 +209,11 @@ enum Buffered {
 /// and takes out the complete transactions.
 fn buffer(
     pushes: &mut HashMap<String, Pending>,
+    db_id: &str,
     request: &PushRequest,
     continues: bool,
     base: u64,
 ) -> Result<Buffered, DataError> {
-    let db_id = request.db_id.as_str();
     let mut pending = match pushes.remove(db_id) {
         Some(pending) if continues => pending,
         _ => Pending {

@@ -223,13 +223,7 @@ async fn receive_push(
             "Authorization forbidden: a read-only token cannot push writes".into(),
         ));
     }
-    let config = req.db.config();
-    if config.block_writes {
-        return Err(DataError::Forbidden(match &config.block_reason {
-            Some(reason) => format!("writes to database {} are blocked: {reason}", config.name),
-            None => format!("writes to database {} are blocked", config.name),
-        }));
-    }
+    req.db.ensure_writable()?;
     let (generation, start, end) = sync_range(&generation, &start, &end)?;
     let expected = (end - start) as usize * push::FRAME_BYTES;
     if frames.len() != expected {
@@ -241,7 +235,6 @@ async fn receive_push(
         )));
     }
     let request = push::PushRequest {
-        db_id: req.db.id().to_string(),
         generation,
         start,
         baton,
