@@ -9,18 +9,23 @@
 # the data plane) as the floor a request costs on this machine. Atoll runs `atoll dev` with
 # a database token; sqld runs one database without authentication. Prints a Markdown
 # table (PERFORMANCE.md, "Side by side with sqld"), with each server's RSS after the
-# select/insert figures and the latency of CREATES (default 100) sequential creates
-# (Atoll: `POST …/databases`; sqld: `POST /v1/namespaces/{name}/create` of its admin API,
-# sqld running multi-tenant with --enable-namespaces). Never part of CI: the figures depend
-# on the machine, and sqld is not built by the repository (PERFORMANCE.md says how it was
-# built for the published figures).
+# select/insert figures and again after IDLE seconds of rest, and the latency of CREATES
+# (default 100) sequential creates (Atoll: `POST …/databases`; sqld: `POST
+# /v1/namespaces/{name}/create` of its admin API, sqld running multi-tenant with
+# --enable-namespaces). Never part of CI: the figures depend on the machine, and sqld is
+# not built by the repository (PERFORMANCE.md says how it was built for the published
+# figures).
 #
 # Needs wrk (Debian: `apt-get install wrk`), curl and python3. DURATION (default 10 s)
-# sets each figure's length.
+# sets each figure's length; IDLE (default 45 s) how long each server rests before its
+# resident memory is read a second time.
 set -euo pipefail
 
 ATOLL_BIN="${ATOLL_BIN:-target/release/atoll}"
 DURATION="${DURATION:-10}"
+# Seconds both servers are left idle after the select/insert figures before their RSS is
+# read again (Atoll closes connections unused for 30 s and then gives the memory back).
+IDLE="${IDLE:-45}"
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 2; }
 [ -x "$ATOLL_BIN" ] || { echo "no Atoll binary at $ATOLL_BIN (cargo build --release)" >&2; exit 2; }
 
@@ -138,6 +143,8 @@ ATOLL_URL="http://127.0.0.1:$DB_PORT/db/wrk-admin/v2/pipeline"
 seed "$ATOLL_URL" -H "Authorization: Bearer $DB_TOKEN"
 run_figures Atoll "$ATOLL_URL" "http://127.0.0.1:$DB_PORT/health" "$DB_TOKEN"
 echo "Atoll|RSS after the select/insert run|$(rss_mib "${PIDS[0]}") MiB||" >>"$WORK/results"
+sleep "$IDLE"
+echo "Atoll|RSS ${IDLE} s later, idle|$(rss_mib "${PIDS[0]}") MiB||" >>"$WORK/results"
 atoll_create() {
   api -o /dev/null -w '%{time_total}\n' -X POST \
     "http://127.0.0.1:$API_PORT/v1/organizations/admin/databases" -d "{\"name\":\"c$1\",\"group\":\"default\"}"
@@ -163,6 +170,8 @@ if [ -n "${SQLD_BIN:-}" ]; then
   seed "$SQLD_URL" -H "x-namespace: wrk"
   run_figures sqld "$SQLD_URL" "http://127.0.0.1:$SQLD_PORT/health" "" wrk
   echo "sqld|RSS after the select/insert run|$(rss_mib "$SQLD_PID") MiB||" >>"$WORK/results"
+  sleep "$IDLE"
+  echo "sqld|RSS ${IDLE} s later, idle|$(rss_mib "$SQLD_PID") MiB||" >>"$WORK/results"
   sqld_numbered_create() { sqld_create "c$1"; }
   read -r p50 p99 < <(create_latency sqld_numbered_create)
   echo "sqld|create, sequential, p50 / p99|$p50 / $p99 ms||" >>"$WORK/results"

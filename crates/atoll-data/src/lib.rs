@@ -27,6 +27,7 @@ pub mod identity;
 pub mod jwt;
 pub mod lease;
 pub mod listener;
+pub mod memory;
 pub mod meter;
 pub mod metrics;
 pub mod moves;
@@ -259,6 +260,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     state.rate_limits.spawn_sweeper();
+    state.node.spawn_idle_sweeper();
     let header_read_timeout = state.limits.header_read_timeout;
     let node = Arc::clone(&state.node);
     // A statement that runs while the server stops is interrupted rather than waited for:

@@ -9,9 +9,11 @@ use crate::storage::service::{NodeStorage, StorageConfig};
 use crate::storage::shipper::LogState;
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, DatabaseStats, Seed};
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 /// Idle connections kept for reuse across all databases of a node. Each is a few hundred
 /// KiB at most (page cache), so this bounds the memory idle databases hold.
@@ -617,7 +619,32 @@ impl Node {
     }
 }
 
+/// The bytes of an empty database as SQLite builds it for a create (one 4 KiB page, WAL
+/// mode, nothing in it). Built by SQLite itself on a process's first create; every later
+/// create writes the same bytes: an SQLite file holds nothing that tells two empty
+/// databases apart, and building it through SQLite made and removed three files (rollback
+/// journal, WAL, shared memory) in the staging directory per create.
+static EMPTY_DATABASE: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Makes `file` an empty database, synced (the staging directory is synced later).
 fn initialise_empty(file: &Path) -> Result<(), DataError> {
+    if let Some(image) = EMPTY_DATABASE.get() {
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(file)?;
+        out.write_all(image)?;
+        out.sync_all()?;
+        return Ok(());
+    }
+    build_empty(file)?;
+    let image = std::fs::read(file)?;
+    let _ = EMPTY_DATABASE.set(image);
+    Ok(())
+}
+
+/// An empty database built by SQLite (see [`EMPTY_DATABASE`]).
+fn build_empty(file: &Path) -> Result<(), DataError> {
     let conn = rusqlite::Connection::open(file)?;
     // The file is built in the staging directory, which a crash throws away whole: SQLite
     // need not sync while it is built (that was 10 of a create's 13 fsyncs); the finished
@@ -652,7 +679,6 @@ fn write_config(path: &Path, config: &DatabaseConfig) -> Result<(), DataError> {
     let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_vec_pretty(config).map_err(|e| DataError::Internal(e.to_string()))?;
     {
-        use std::io::Write;
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(&text)?;
         file.sync_all()?;
@@ -664,6 +690,41 @@ fn write_config(path: &Path, config: &DatabaseConfig) -> Result<(), DataError> {
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), DataError> {
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// How long a pooled connection may stay unused before the sweeper closes it
+/// ([`ConnectionPool::close_unused`]); opening one again costs well under a millisecond.
+pub const UNUSED_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+
+impl Node {
+    /// Every ten seconds, for as long as the node lives, closes the pooled connections
+    /// unused for [`UNUSED_CONNECTION_LIFETIME`] (on a blocking thread: closing may
+    /// checkpoint), and when it closed any, hands the freed memory back to the system.
+    pub fn spawn_idle_sweeper(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_secs(10));
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                let Some(node) = node.upgrade() else {
+                    return;
+                };
+                let swept = tokio::task::spawn_blocking(move || {
+                    let closed = node.pool.close_unused(UNUSED_CONNECTION_LIFETIME);
+                    if closed > 0 {
+                        // A burst is over: what it allocated is free now, give it back.
+                        crate::memory::release_free_memory();
+                    }
+                    closed
+                })
+                .await;
+                if let Ok(closed @ 1..) = swept {
+                    tracing::debug!(closed, "closed pooled connections left unused");
+                }
+            }
+        });
+    }
 }
 
 /// Idle connections by database and sandbox mode, least recently used evicted first.
@@ -681,8 +742,25 @@ type PoolKey = (String, Mode);
 #[derive(Default)]
 struct PoolInner {
     by_db: HashMap<PoolKey, Vec<(u64, SandboxedConnection)>>,
-    order: BTreeMap<u64, PoolKey>,
+    /// Least recently returned first, with when each was returned.
+    order: BTreeMap<u64, (PoolKey, Instant)>,
     next: u64,
+}
+
+impl PoolInner {
+    /// Takes the least recently returned idle connection out of the pool.
+    fn pop_oldest(&mut self) -> Option<SandboxedConnection> {
+        let (seq, (key, _)) = self.order.pop_first()?;
+        let idle = self.by_db.get_mut(&key)?;
+        let taken = idle
+            .iter()
+            .position(|(s, _)| *s == seq)
+            .map(|pos| idle.remove(pos).1);
+        if idle.is_empty() {
+            self.by_db.remove(&key);
+        }
+        taken
+    }
 }
 
 impl ConnectionPool {
@@ -736,20 +814,10 @@ impl ConnectionPool {
                 .entry(key.clone())
                 .or_default()
                 .push((seq, conn));
-            inner.order.insert(seq, key);
+            inner.order.insert(seq, (key, Instant::now()));
             let mut evicted = Vec::new();
             while inner.order.len() > self.max_idle {
-                let Some((seq, key)) = inner.order.pop_first() else {
-                    break;
-                };
-                if let Some(idle) = inner.by_db.get_mut(&key) {
-                    if let Some(pos) = idle.iter().position(|(s, _)| *s == seq) {
-                        evicted.push(idle.remove(pos).1);
-                    }
-                    if idle.is_empty() {
-                        inner.by_db.remove(&key);
-                    }
-                }
+                evicted.extend(inner.pop_oldest());
             }
             evicted
         };
@@ -775,6 +843,29 @@ impl ConnectionPool {
             dropped
         };
         drop(dropped);
+    }
+
+    /// Closes the connections nobody used for `unused_for`. A burst of concurrent clients
+    /// leaves one idle connection per client behind, each with its page cache (up to
+    /// `--page-cache-size`) and SQLite's own allocations: once the burst is over they are
+    /// given back instead of kept until the node stops. Returns how many were closed.
+    /// Closing may checkpoint: call it where blocking is allowed.
+    pub fn close_unused(&self, unused_for: Duration) -> usize {
+        let closed = {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut closed = Vec::new();
+            while inner
+                .order
+                .first_key_value()
+                .is_some_and(|(_, (_, since))| since.elapsed() >= unused_for)
+            {
+                closed.extend(inner.pop_oldest());
+            }
+            closed
+        };
+        let count = closed.len();
+        drop(closed);
+        count
     }
 
     pub fn idle_count(&self) -> usize {

@@ -153,6 +153,44 @@ async fn pipelines_always_carry_baton_and_base_url() {
 }
 
 #[tokio::test]
+async fn connections_left_unused_are_closed_and_the_data_stays() {
+    let node = start_node().await;
+    let db = node.create_db("sweep");
+    db.query(sql("CREATE TABLE t (x)")).await;
+    db.query(sql("INSERT INTO t VALUES (1)")).await;
+    // Three streams open at once hold three connections; closed, all three wait idle.
+    let mut batons = Vec::new();
+    for _ in 0..3 {
+        let body = db
+            .pipeline(
+                "v2",
+                json!({"requests": [{"type": "execute", "stmt": sql("SELECT count(*) FROM t")}]}),
+            )
+            .await;
+        batons.push(body["baton"].clone());
+    }
+    for baton in batons {
+        db.pipeline(
+            "v2",
+            json!({"baton": baton, "requests": [{"type": "close"}]}),
+        )
+        .await;
+    }
+    let pool = &node.node.pool;
+    let idle = pool.idle_count();
+    assert!(idle >= 3, "{idle} idle connections");
+    // Used a moment ago: kept.
+    assert_eq!(pool.close_unused(std::time::Duration::from_secs(3600)), 0);
+    assert_eq!(pool.idle_count(), idle);
+    assert_eq!(pool.close_unused(std::time::Duration::ZERO), idle);
+    assert_eq!(pool.idle_count(), 0);
+    // Closing does not checkpoint (the WAL is the log object storage is fed from): the
+    // next request opens a connection and finds the row.
+    let count = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(count["rows"][0][0], integer(1), "{count}");
+}
+
+#[tokio::test]
 async fn arguments_bind_by_position_and_by_name() {
     let node = start_node().await;
     let db = node.create_db("binding");
