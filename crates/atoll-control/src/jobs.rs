@@ -19,7 +19,7 @@ pub const RESTORE_WINDOW_MS: i64 = 5 * DAY_MS;
 /// A database still waiting for its upload after this long is reported.
 pub const UNFINISHED_UPLOAD_AFTER_MS: i64 = DAY_MS;
 /// How long one run may hold the lease.
-const LEASE_MS: i64 = 5 * 60 * 1000;
+pub const LEASE_MS: i64 = 5 * 60 * 1000;
 
 /// What a run did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use crate::harness::TestApp;
 use atoll_control::jobs::{
-    run_once, ARCHIVE_AFTER_MS, RESTORE_WINDOW_MS, UNFINISHED_UPLOAD_AFTER_MS,
+    run_once, ARCHIVE_AFTER_MS, LEASE_MS, RESTORE_WINDOW_MS, UNFINISHED_UPLOAD_AFTER_MS,
 };
 use serde_json::{json, Value};
 
@@ -220,7 +220,9 @@ async fn unfinished_uploads_are_reported_and_can_be_cleaned_up() {
 #[tokio::test]
 async fn one_replica_at_a_time() {
     let app = app!();
-    let now = atoll_meta::now_millis();
+    // The server's own lifecycle job ran when it started and may hold the lease until
+    // then (CI once saw it win that race): the replicas of this test start after it.
+    let now = atoll_meta::now_millis() + LEASE_MS;
     assert!(run_once(&app.state, "replica-a", now).await.unwrap().ran);
     assert!(
         !run_once(&app.state, "replica-b", now + 1000)
