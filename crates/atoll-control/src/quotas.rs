@@ -13,18 +13,24 @@ fn refuse(org: &Organization, what: &str, limit: u64) -> ApiError {
     ))
 }
 
-/// Before creating a database: databases created for an upload count, uploaded or not.
+/// How many live databases the organization's plan allows (`None`: no limit).
+/// Databases created for an upload count, uploaded or not.
+pub fn database_limit(state: &AppState, org: &Organization) -> Option<u64> {
+    state.config.quotas(&org.plan_id).databases
+}
+
+/// The refusal of a database past the plan's limit.
+pub fn database_limit_reached(org: &Organization, limit: u64) -> ApiError {
+    refuse(org, "databases", limit)
+}
+
+/// Before a database joins the organization other than by a create (a transfer, a
+/// restore); a create checks in the same transaction as its insert
+/// (`Store::insert_database_within`).
 pub async fn check_database(state: &AppState, org: &Organization) -> ApiResult<()> {
-    if let Some(limit) = state.config.quotas(&org.plan_id).databases {
-        let count = state
-            .store
-            .databases_in_org(&org.id)
-            .await?
-            .iter()
-            .filter(|d| d.deleted_at.is_none())
-            .count() as u64;
-        if count >= limit {
-            return Err(refuse(org, "databases", limit));
+    if let Some(limit) = database_limit(state, org) {
+        if state.store.live_database_count(&org.id).await? >= limit {
+            return Err(database_limit_reached(org, limit));
         }
     }
     Ok(())

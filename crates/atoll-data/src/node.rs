@@ -436,19 +436,37 @@ impl Node {
                     crate::dump::check_loaded(&file)?;
                 }
             }
-            write_config(&staging.join("config.json"), &config)?;
-            if let (Some(storage), false) = (&self.storage, seed == Seed::Upload) {
-                // Durable from its first instant, before anyone can write it.
-                let runtime = storage.runtime()?;
-                crate::storage::shipper::first_generation(
-                    &storage.context(&runtime),
-                    &config.id,
-                    &file,
-                )?;
-            }
-            if let Some(storage) = &self.storage {
-                crate::storage::service::write_index_entry(storage, &config)?;
-            }
+            let has_file = seed != Seed::Upload;
+            // Object storage and the local disk at once: the new database's first
+            // generation and index entry are uploaded while its file and configuration
+            // are synced here (on S3 the uploads are the longer wait, on a local store the
+            // fsyncs are); the rename below waits for both.
+            let storage = match self.storage.as_deref() {
+                Some(storage) => Some((storage, storage.runtime()?)),
+                None => None,
+            };
+            std::thread::scope(|scope| {
+                let stored = storage.as_ref().map(|(storage, runtime)| {
+                    let (config, file) = (&config, has_file.then_some(file.as_path()));
+                    scope.spawn(move || {
+                        crate::storage::service::store_new_database(storage, runtime, config, file)
+                    })
+                });
+                let written = (|| {
+                    if has_file {
+                        std::fs::File::open(&file)?.sync_all()?;
+                    }
+                    write_config(&staging.join("config.json"), &config)
+                })();
+                let stored = stored.map_or(Ok(()), |upload| {
+                    upload.join().unwrap_or_else(|_| {
+                        Err(DataError::Internal(
+                            "storing the new database in object storage panicked".into(),
+                        ))
+                    })
+                });
+                written.and(stored)
+            })?;
             sync_dir(&staging)?;
             std::fs::rename(&staging, &dir)?;
             sync_dir(&self.data_dir.join("dbs"))?;
@@ -626,7 +644,7 @@ impl Node {
 /// journal, WAL, shared memory) in the staging directory per create.
 static EMPTY_DATABASE: OnceLock<Vec<u8>> = OnceLock::new();
 
-/// Makes `file` an empty database, synced (the staging directory is synced later).
+/// Makes `file` an empty database (the create syncs it, and the staging directory).
 fn initialise_empty(file: &Path) -> Result<(), DataError> {
     if let Some(image) = EMPTY_DATABASE.get() {
         let mut out = std::fs::OpenOptions::new()
@@ -634,7 +652,6 @@ fn initialise_empty(file: &Path) -> Result<(), DataError> {
             .create_new(true)
             .open(file)?;
         out.write_all(image)?;
-        out.sync_all()?;
         return Ok(());
     }
     build_empty(file)?;

@@ -3,9 +3,9 @@
 
 use crate::secrets::{SecretsError, SecretsKey, SecretsKeyring};
 use crate::{
-    AuditEntry, AuditFilter, Database, DatabaseChanges, DatabaseFilter, DatabaseState, Entity,
-    Invitee, KeySetPut, NewAuditEntry, NewGroup, NewToken, NewUser, OrgKind, Store, StoreError,
-    TokenKind, TokenRestriction,
+    AuditEntry, AuditFilter, Database, DatabaseChanges, DatabaseFilter, DatabaseInsert,
+    DatabaseState, Entity, Invitee, KeySetPut, NewAuditEntry, NewGroup, NewToken, NewUser, OrgKind,
+    Store, StoreError, TokenKind, TokenRestriction,
 };
 use atoll_types::{Role, Scope};
 use std::future::Future;
@@ -39,6 +39,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         }),
         ("concurrent_writes", |s| Box::pin(concurrent_writes(s))),
         ("databases", |s| Box::pin(databases(s))),
+        ("the_database_limit_holds_under_concurrent_inserts", |s| {
+            Box::pin(the_database_limit_holds_under_concurrent_inserts(s))
+        }),
         ("databases_follow_their_group", |s| {
             Box::pin(databases_follow_their_group(s))
         }),
@@ -844,6 +847,58 @@ async fn concurrent_writes(store: Store) {
     }
     assert_eq!((created, conflicts), (13, 11));
     assert_eq!(store.list_groups(&org.id).await.unwrap().len(), 13);
+}
+
+/// A plan's database limit is checked in the insert's transaction: creates racing at the
+/// limit cannot all pass the count before any of them is stored.
+async fn the_database_limit_holds_under_concurrent_inserts(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("alice"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    for name in ["a", "b"] {
+        store
+            .insert_database(new_database(
+                &org.id,
+                &group.id,
+                name,
+                &format!("{name}-alice"),
+            ))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.live_database_count(&org.id).await.unwrap(), 2);
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let store = store.clone();
+        let db = new_database(&org.id, &group.id, &format!("c{i}"), &format!("c{i}-alice"));
+        tasks.push(tokio::spawn(async move {
+            store.insert_database_within(db, Some(5)).await
+        }));
+    }
+    let (mut inserted, mut refused) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            DatabaseInsert::Inserted(_) => inserted += 1,
+            DatabaseInsert::LimitReached => refused += 1,
+        }
+    }
+    assert_eq!((inserted, refused), (3, 9));
+    assert_eq!(store.live_database_count(&org.id).await.unwrap(), 5);
+    // A taken name is still a conflict under a limit, and no limit means none.
+    let err = store
+        .insert_database_within(new_database(&org.id, &group.id, "a", "a3-alice"), Some(100))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::AlreadyExists(Entity::Database)));
+    assert!(matches!(
+        store
+            .insert_database_within(new_database(&org.id, &group.id, "z", "z-alice"), None)
+            .await
+            .unwrap(),
+        DatabaseInsert::Inserted(_)
+    ));
 }
 
 fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Database {

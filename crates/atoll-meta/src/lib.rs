@@ -23,9 +23,9 @@ pub use error::{Entity, StoreError};
 pub use model::*;
 pub use secrets::{SealReport, SecretsKey, SecretsKeyring};
 pub use store::{
-    hour_bucket, BackendKind, DatabaseChanges, DatabaseFilter, GroupChanges, InstanceUsageOf,
-    NewGroup, NewUser, NodeHeartbeat, NodeRecord, Store, Tombstone, Usage, UsageEntry,
-    CONTACT_TIMEOUT_MS, HEARTBEAT_TIMEOUT_MS,
+    hour_bucket, BackendKind, DatabaseChanges, DatabaseFilter, DatabaseInsert, GroupChanges,
+    InstanceUsageOf, NewGroup, NewUser, NodeHeartbeat, NodeRecord, Store, Tombstone, Usage,
+    UsageEntry, CONTACT_TIMEOUT_MS, HEARTBEAT_TIMEOUT_MS,
 };
 pub use store::{AuditFilter, StorageSample, UsageHour, DEFAULT_POSTGRES_POOL_SIZE};
 

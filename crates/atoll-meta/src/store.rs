@@ -20,7 +20,7 @@ mod usage;
 mod users;
 
 pub use audit::AuditFilter;
-pub use databases::{DatabaseChanges, DatabaseFilter};
+pub use databases::{DatabaseChanges, DatabaseFilter, DatabaseInsert};
 pub use groups::GroupChanges;
 pub use nodes::{NodeHeartbeat, NodeRecord, CONTACT_TIMEOUT_MS, HEARTBEAT_TIMEOUT_MS};
 pub use tombstones::Tombstone;

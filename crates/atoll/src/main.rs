@@ -55,6 +55,8 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before any thread exists: glibc's thresholds are process-wide.
+    atoll_data::memory::pin_allocator_thresholds();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

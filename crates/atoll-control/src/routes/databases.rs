@@ -12,7 +12,9 @@ use crate::database_tokens::{
 use crate::error::{ApiError, ApiResult};
 use crate::server::{AppState, BodyReadTimeout};
 use crate::wire;
-use atoll_meta::{Database, DatabaseChanges, DatabaseFilter, DatabaseState, StoreError};
+use atoll_meta::{
+    Database, DatabaseChanges, DatabaseFilter, DatabaseInsert, DatabaseState, StoreError,
+};
 use atoll_types::audit::AuditCode;
 use atoll_types::databases::{
     CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest, CreatedDatabase,
@@ -460,16 +462,6 @@ pub(super) async fn create(
             format!("database with name {} already exists", request.name),
         )
     };
-    if state
-        .store
-        .database_by_name(&org.id, &request.name)
-        .await?
-        .is_some()
-    {
-        return Err(exists());
-    }
-
-    crate::quotas::check_database(&state, &org).await?;
     let node = state
         .data_plane
         .place(&state.store, &group.primary_location)
@@ -512,15 +504,26 @@ pub(super) async fn create(
     };
 
     // Recorded as `creating` first: a crash before the node has it leaves a record the
-    // next start removes, never a database the store does not know.
-    let record = state
+    // next start removes, never a database the store does not know. A taken name and the
+    // plan's limit are checked by the insert itself, so two concurrent creates cannot
+    // both pass either.
+    let plan_limit = crate::quotas::database_limit(&state, &org);
+    let record = match state
         .store
-        .insert_database(record)
+        .insert_database_within(record, plan_limit)
         .await
         .map_err(|e| match e {
             StoreError::AlreadyExists(_) => exists(),
             other => other.into(),
-        })?;
+        })? {
+        DatabaseInsert::Inserted(record) => *record,
+        DatabaseInsert::LimitReached => {
+            return Err(crate::quotas::database_limit_reached(
+                &org,
+                plan_limit.unwrap_or_default(),
+            ))
+        }
+    };
     let mut config =
         crate::data_plane::database_config(&state.store, &record, &group, &org).await?;
     config.state = match final_state {

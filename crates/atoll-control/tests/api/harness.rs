@@ -16,6 +16,8 @@ pub struct TestApp {
     pub db_url: String,
     /// The server's state, for tests that drive background jobs with a moved clock.
     pub state: AppState,
+    /// The data node in the same process, to see what it holds.
+    pub node: std::sync::Arc<atoll_data::node::Node>,
     pub client: reqwest::Client,
     /// Login token of the instance administrator `admin`.
     pub admin_token: String,
@@ -173,7 +175,11 @@ impl TestApp {
         let state = AppState::new(
             store,
             config,
-            atoll_control::DataPlane::in_process(node, &db_url, &format!("localhost:{db_port}")),
+            atoll_control::DataPlane::in_process(
+                std::sync::Arc::clone(&node),
+                &db_url,
+                &format!("localhost:{db_port}"),
+            ),
         );
         // The administrator's organization is on the free plan, as an operator would put
         // it with `--default-plan starter`: the tests of the free plan's quotas and
@@ -203,6 +209,7 @@ impl TestApp {
             url,
             db_url,
             state,
+            node,
             client,
             admin_token: outcome.token,
             _shutdown: tx,

@@ -209,12 +209,24 @@ impl Storage {
 
     async fn put_file_unleased(&self, key: &str, file: &Path) -> Result<u64, DataError> {
         use tokio::io::AsyncReadExt;
+        const PART: usize = 8 * 1024 * 1024;
+        if tokio::fs::metadata(file).await?.len() <= PART as u64 {
+            // One request where a multipart upload would take three (S3: create, part,
+            // complete): a new database's snapshot is one page.
+            let bytes = tokio::fs::read(file).await?;
+            let total = bytes.len() as u64;
+            self.store
+                .put(&self.path(key), PutPayload::from(bytes))
+                .await
+                .map_err(|e| self.error("cannot store", key, e))?;
+            return Ok(total);
+        }
         let upload = self
             .store
             .put_multipart(&self.path(key))
             .await
             .map_err(|e| self.error("cannot store", key, e))?;
-        let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 * 1024 * 1024);
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
         let mut source = tokio::fs::File::open(file).await?;
         let mut buf = vec![0u8; 1024 * 1024];
         let mut total = 0u64;

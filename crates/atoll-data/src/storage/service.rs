@@ -3,7 +3,7 @@
 //! missing or damaged, point-in-time seeds and restores in place, and retention.
 
 use super::restore::{self, Catalog, Target};
-use super::shipper::{internal_connection, DatabaseLog, ShipContext};
+use super::shipper::{self, internal_connection, DatabaseLog, LogState, ShipContext};
 use super::{keys, now_ms, Storage, StorageSettings};
 use crate::database::Database;
 use crate::error::DataError;
@@ -280,17 +280,30 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
     metrics::gauge!("atoll_storage_lag_seconds").set(max_lag_ms as f64 / 1000.0);
 }
 
-/// Writes a new database's entry in the node's index at once (it is durable from its first
-/// instant, and a node that loses its disk right after the create still knows it).
-pub(crate) fn write_index_entry(
+/// What object storage must hold of a new database before the node serves it: when it has
+/// a file, its first generation (restorable from its first instant; an upload's first
+/// generation is stored when the upload lands), then its entry in the node's index (a node
+/// that loses its disk right after the create still knows it). In that order: a node that
+/// starts again rebuilds every database of its index, so an entry must never name a
+/// database without a complete generation (a create killed between the two left one that
+/// could not be rebuilt, nor removed). Through `runtime` (the storage's:
+/// [`NodeStorage::runtime`]), on a blocking thread.
+pub(crate) fn store_new_database(
     storage: &NodeStorage,
+    runtime: &tokio::runtime::Handle,
     config: &DatabaseConfig,
+    file: Option<&Path>,
 ) -> Result<(), DataError> {
-    let runtime = storage.runtime()?;
-    let bytes = serde_json::to_vec(config).map_err(|e| DataError::Internal(e.to_string()))?;
+    if let Some(file) = file {
+        let manifest =
+            shipper::generation_manifest(&config.id, file, now_ms(), &LogState::default())?;
+        runtime.block_on(shipper::put_generation(&storage.storage, file, &manifest))?;
+        shipper::write_first_log_state(file, &manifest)?;
+    }
+    let entry = serde_json::to_vec(config).map_err(|e| DataError::Internal(e.to_string()))?;
     runtime.block_on(storage.storage.put(
         &keys::node_database(&storage.node_name, &config.id),
-        Bytes::from(bytes),
+        Bytes::from(entry),
     ))
 }
 

@@ -90,12 +90,60 @@ pub struct DatabaseFilter {
     pub limit: Option<i64>,
 }
 
+/// What [`Store::insert_database_within`] did.
+#[derive(Debug)]
+pub enum DatabaseInsert {
+    Inserted(Box<Database>),
+    /// The organization already has as many live databases as the limit allows: nothing
+    /// was stored.
+    LimitReached,
+}
+
+/// The organization's databases that are not deleted (those awaiting an upload count).
+fn live_databases(c: &mut dyn Conn, org_id: &str) -> Result<u64> {
+    let count = c
+        .query_opt(
+            "SELECT COUNT(*) FROM databases WHERE org_id = $1 AND deleted_at IS NULL",
+            &[org_id.into()],
+        )?
+        .map_or(0, |row| row.int(0));
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
 impl Store {
     /// Stores a new database. A taken name, or a hostname label another organization's
     /// database already has, is `AlreadyExists(Database)`.
     pub async fn insert_database(&self, db: Database) -> Result<Database> {
+        match self.insert_database_within(db, None).await? {
+            DatabaseInsert::Inserted(db) => Ok(*db),
+            DatabaseInsert::LimitReached => Err(StoreError::Unavailable(
+                "a database insert without a limit reached one".into(),
+            )),
+        }
+    }
+
+    /// Stores a new database unless its organization already has `live_limit` live
+    /// databases. The count and the insert are one transaction, and the organization's
+    /// row is locked first when there is a limit, so concurrent creates cannot pass it
+    /// together (each waits for the one before it to commit, then counts again).
+    pub async fn insert_database_within(
+        &self,
+        db: Database,
+        live_limit: Option<u64>,
+    ) -> Result<DatabaseInsert> {
         let secrets = self.secrets();
         self.write("insert_database", move |c| {
+            if let Some(limit) = live_limit {
+                // A write to the row takes its lock until commit in PostgreSQL (the
+                // SQLite store's writes are one at a time anyway).
+                c.execute(
+                    "UPDATE organizations SET plan_id = plan_id WHERE id = $1",
+                    &[(&db.org_id).into()],
+                )?;
+                if live_databases(c, &db.org_id)? >= limit {
+                    return Ok(DatabaseInsert::LimitReached);
+                }
+            }
             let sealed_key = secrets.seal(SealedRecord::Database(&db.id), &db.signing_key);
             let (parent_id, parent_name, branched_at) = match &db.parent {
                 Some((id, name, at)) => (Some(id.clone()), Some(name.clone()), Some(*at)),
@@ -130,9 +178,19 @@ impl Store {
                 ],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
-            database_by_id(c, &db.id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))
+            database_by_id(c, &db.id, &secrets)?
+                .map(|db| DatabaseInsert::Inserted(Box::new(db)))
+                .ok_or(StoreError::NotFound(Entity::Database))
         })
         .await
+    }
+
+    /// How many databases of the organization are not deleted (the plan's limit counts
+    /// these).
+    pub async fn live_database_count(&self, org_id: &str) -> Result<u64> {
+        let org_id = org_id.to_string();
+        self.read("live_database_count", move |c| live_databases(c, &org_id))
+            .await
     }
 
     pub async fn database_by_name(&self, org_id: &str, name: &str) -> Result<Option<Database>> {
