@@ -632,6 +632,55 @@ async fn cursor_streams_entries_as_json_lines() {
     );
 }
 
+/// A client may act on a cursor's first rows before the cursor ends (the official Rust
+/// client reads a row, drops the rows and commits): the request with the baton of the
+/// cursor's head waits for the stream instead of being refused as a reused baton (a CI
+/// run of the Rust compatibility test failed that way).
+#[tokio::test]
+async fn the_cursor_baton_works_before_the_cursor_ends() {
+    let node = start_node().await;
+    let db = node.create_db("early");
+    db.run(&[sql("CREATE TABLE t (x INTEGER)")]).await;
+    let mut cursor = db
+        .post(
+            "/v3/cursor",
+            json!({"batch": {"steps": [
+                {"stmt": sql("SELECT 1")},
+                // Still running when the next request arrives.
+                {"stmt": sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT count(*) FROM c")}
+            ]}}),
+        )
+        .await;
+    assert_eq!(cursor.status(), 200);
+    let mut received = Vec::new();
+    while !received.contains(&b'\n') {
+        received.extend_from_slice(&cursor.chunk().await.unwrap().expect("the cursor's head"));
+    }
+    let head_line = received.split(|b| *b == b'\n').next().unwrap();
+    let head: Value = serde_json::from_slice(head_line).unwrap();
+    let response = db
+        .post(
+            "/v3/pipeline",
+            json!({"baton": head["baton"], "requests": [
+                {"type": "execute", "stmt": sql("INSERT INTO t VALUES (1)")},
+                {"type": "close"}
+            ]}),
+        )
+        .await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["type"], "ok", "{body}");
+    // The cursor finished whole before the next request ran.
+    while let Some(chunk) = cursor.chunk().await.unwrap() {
+        received.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8(received).unwrap();
+    assert!(text.contains(r#""value":"2000000""#), "{text}");
+    let counted = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(counted["rows"][0][0], integer(1));
+}
+
 /// Protobuf messages as a client encodes and decodes them (the server-side types of
 /// `libsql-hrana` only encode responses and only decode requests).
 mod protobuf {

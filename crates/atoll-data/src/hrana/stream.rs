@@ -4,8 +4,10 @@
 //! baton: 16 bytes (stream id, sequence number; both big-endian u64) followed by their
 //! HMAC-SHA256 under a key drawn at startup, base64 without padding. Batons are thus
 //! unforgeable and die with the process. Each request bumps the sequence number, so a
-//! baton works exactly once: replaying one, or sending one while its stream is busy, is
-//! refused. A stream idle for [`IDLE_TIMEOUT`] expires (its connection goes back to the
+//! baton works exactly once: replaying one is refused. The baton a busy stream will answer
+//! to next (a cursor's head gives it out before the cursor ends) waits for the stream, at
+//! most [`BUSY_WAIT`]: a client may act on a cursor's rows before the server has finished
+//! it. A stream idle for [`IDLE_TIMEOUT`] expires (its connection goes back to the
 //! pool, rolling back any open transaction); its id is remembered for
 //! [`EXPIRED_MEMORY`] so late batons get a clear `STREAM_EXPIRED` rather than "invalid".
 
@@ -19,19 +21,25 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a stream may sit unused between requests (what sqld and its clients expect).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an expired stream's baton is still recognised.
 pub const EXPIRED_MEMORY: Duration = Duration::from_secs(300);
+/// How long a request carrying a busy stream's next baton waits for the request before it
+/// to hand the stream back (on its SQL thread; one such request per stream).
+pub const BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// Open Hrana streams of this node, by baton.
 pub struct StreamRegistry {
     baton_key: [u8; 32],
     idle_timeout: Duration,
+    busy_wait: Duration,
     streams: Mutex<HashMap<u64, Slot>>,
+    /// Signalled whenever a stream stops being in use.
+    handed_back: Condvar,
     sweeper_started: AtomicBool,
 }
 
@@ -64,8 +72,12 @@ enum Slot {
         stream: Box<HttpStream>,
         expires_at: Instant,
     },
-    /// Taken by a request in progress.
-    InUse,
+    /// Taken by a request in progress; `next_seq` is the sequence number of the baton it
+    /// will answer to next, `awaited` whether a request with that baton is waiting.
+    InUse {
+        next_seq: u64,
+        awaited: bool,
+    },
     Expired {
         forget_at: Instant,
     },
@@ -77,10 +89,16 @@ impl StreamRegistry {
     }
 
     pub fn with_idle_timeout(idle_timeout: Duration) -> StreamRegistry {
+        StreamRegistry::with_timeouts(idle_timeout, BUSY_WAIT)
+    }
+
+    fn with_timeouts(idle_timeout: Duration, busy_wait: Duration) -> StreamRegistry {
         StreamRegistry {
             baton_key: rand::random(),
             idle_timeout,
+            busy_wait,
             streams: Mutex::new(HashMap::new()),
+            handed_back: Condvar::new(),
             sweeper_started: AtomicBool::new(false),
         }
     }
@@ -107,11 +125,18 @@ impl StreamRegistry {
                 break id;
             }
         };
-        streams.insert(id, Slot::InUse);
+        // A random start makes an old baton of a reused id worthless too.
+        let baton_seq = rand::random();
+        streams.insert(
+            id,
+            Slot::InUse {
+                next_seq: baton_seq,
+                awaited: false,
+            },
+        );
         Box::new(HttpStream {
             id,
-            // A random start makes an old baton of a reused id worthless too.
-            baton_seq: rand::random(),
+            baton_seq,
             db_id: db_id.to_string(),
             conn: Some(conn),
             sqls: SqlStore::new(MAX_HTTP_STORED_SQL),
@@ -119,24 +144,54 @@ impl StreamRegistry {
         })
     }
 
-    /// Takes the stream a baton names, for one request on database `db_id`.
+    /// Takes the stream a baton names, for one request on database `db_id`. When the
+    /// stream is still busy with the request that gave this baton out (a cursor the
+    /// client acted on before its end), waits for it, at most the busy wait: blocks, so
+    /// call it on an SQL thread.
     pub(crate) fn acquire(&self, baton: &str, db_id: &str) -> Result<Box<HttpStream>, HranaError> {
         let invalid = || HranaError::Protocol("Received an invalid baton".into());
         let (id, seq) = self.decode_baton(baton).ok_or_else(invalid)?;
+        let deadline = Instant::now() + self.busy_wait;
         let mut streams = self.lock();
-        let slot = streams.get_mut(&id).ok_or_else(invalid)?;
-        match slot {
-            Slot::InUse => return Err(reused_baton()),
-            Slot::Expired { .. } => return Err(HranaError::StreamExpired),
-            Slot::Idle { stream, .. } if stream.db_id != db_id => return Err(invalid()),
-            Slot::Idle { stream, .. } if stream.baton_seq != seq => return Err(reused_baton()),
-            Slot::Idle { .. } => {}
+        loop {
+            let slot = streams.get_mut(&id).ok_or_else(invalid)?;
+            match slot {
+                Slot::InUse { next_seq, awaited } if *next_seq == seq && !*awaited => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(HranaError::Protocol(
+                            "Received a baton whose stream is still busy with the request before it"
+                                .into(),
+                        ));
+                    }
+                    *awaited = true;
+                    streams = self
+                        .handed_back
+                        .wait_timeout(streams, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                    if let Some(Slot::InUse { awaited, .. }) = streams.get_mut(&id) {
+                        *awaited = false;
+                    }
+                    continue;
+                }
+                Slot::InUse { .. } => return Err(reused_baton()),
+                Slot::Expired { .. } => return Err(HranaError::StreamExpired),
+                Slot::Idle { stream, .. } if stream.db_id != db_id => return Err(invalid()),
+                Slot::Idle { stream, .. } if stream.baton_seq != seq => return Err(reused_baton()),
+                Slot::Idle { .. } => {}
+            }
+            let next_seq = seq.wrapping_add(1);
+            let taken = Slot::InUse {
+                next_seq,
+                awaited: false,
+            };
+            let Slot::Idle { mut stream, .. } = std::mem::replace(slot, taken) else {
+                unreachable!("the slot was just seen idle");
+            };
+            stream.baton_seq = next_seq;
+            return Ok(stream);
         }
-        let Slot::Idle { mut stream, .. } = std::mem::replace(slot, Slot::InUse) else {
-            unreachable!("the slot was just seen idle");
-        };
-        stream.baton_seq = stream.baton_seq.wrapping_add(1);
-        Ok(stream)
     }
 
     /// The baton the stream answers to next (after this request).
@@ -153,6 +208,7 @@ impl StreamRegistry {
     /// or, when it was closed, forgets it and answers `None`.
     pub(crate) fn release(&self, stream: Box<HttpStream>) -> Option<String> {
         let mut streams = self.lock();
+        self.handed_back.notify_all();
         if stream.conn.is_none() {
             streams.remove(&stream.id);
             return None;
@@ -171,6 +227,7 @@ impl StreamRegistry {
     /// Forgets a stream whose request failed (its connection was disposed of with it).
     pub(crate) fn remove(&self, id: u64) {
         self.lock().remove(&id);
+        self.handed_back.notify_all();
     }
 
     /// Expires idle streams past their time and forgets old expired ones; answers the
@@ -280,7 +337,7 @@ mod tests {
     }
 
     fn registry(idle: Duration) -> StreamRegistry {
-        StreamRegistry::with_idle_timeout(idle)
+        StreamRegistry::with_timeouts(idle, Duration::from_millis(50))
     }
 
     fn protocol_message(result: Result<Box<HttpStream>, HranaError>) -> String {
@@ -297,10 +354,14 @@ mod tests {
         let stream = streams.create("db1", connection(), permit());
         let first = streams.release(stream).unwrap();
         let stream = streams.acquire(&first, "db1").unwrap();
-        // The stream is busy: its current baton is refused too.
+        // The stream is busy: its next baton waits for it, then gives up.
         let busy_baton = streams.baton(&stream);
         assert_eq!(
             protocol_message(streams.acquire(&busy_baton, "db1")),
+            "Received a baton whose stream is still busy with the request before it"
+        );
+        assert_eq!(
+            protocol_message(streams.acquire(&first, "db1")),
             "Received a baton that has already been used"
         );
         let second = streams.release(stream).unwrap();
@@ -333,6 +394,40 @@ mod tests {
             "Received an invalid baton"
         );
         assert_eq!(streams.open_count(), 1);
+    }
+
+    /// A cursor gives its baton out before it ends; a client that acts on its rows at once
+    /// sends the next request while the stream is still busy (CI saw the official Rust
+    /// client do it): that request waits for the stream instead of being refused.
+    #[test]
+    fn the_next_baton_of_a_busy_stream_waits_for_it() {
+        let streams = std::sync::Arc::new(StreamRegistry::with_timeouts(
+            IDLE_TIMEOUT,
+            Duration::from_secs(10),
+        ));
+        let stream = streams.create("db1", connection(), permit());
+        let next = streams.baton(&stream);
+        let waiter = {
+            let (streams, next) = (std::sync::Arc::clone(&streams), next.clone());
+            std::thread::spawn(move || streams.acquire(&next, "db1").map(|s| s.id()))
+        };
+        // Once the waiter is parked on the stream, a second request with the same baton is
+        // refused (only one of them could have it).
+        let started = Instant::now();
+        while !matches!(
+            streams.lock().get(&stream.id()),
+            Some(Slot::InUse { awaited: true, .. })
+        ) {
+            assert!(started.elapsed() < Duration::from_secs(5), "no waiter");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            protocol_message(streams.acquire(&next, "db1")),
+            "Received a baton that has already been used"
+        );
+        let id = stream.id();
+        streams.release(stream).unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), id);
     }
 
     #[test]
