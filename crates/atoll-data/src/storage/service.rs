@@ -3,7 +3,7 @@
 //! missing or damaged, point-in-time seeds and restores in place, and retention.
 
 use super::restore::{self, Catalog, Target};
-use super::shipper::{self, internal_connection, DatabaseLog, LogState, ShipContext};
+use super::shipper::{self, internal_connection, DatabaseLog, ShipContext};
 use super::{keys, now_ms, Storage, StorageSettings};
 use crate::database::Database;
 use crate::error::DataError;
@@ -295,10 +295,7 @@ pub(crate) fn store_new_database(
     file: Option<&Path>,
 ) -> Result<(), DataError> {
     if let Some(file) = file {
-        let manifest =
-            shipper::generation_manifest(&config.id, file, now_ms(), &LogState::default())?;
-        runtime.block_on(shipper::put_generation(&storage.storage, file, &manifest))?;
-        shipper::write_first_log_state(file, &manifest)?;
+        shipper::first_generation(&storage.context(runtime), &config.id, file)?;
     }
     let entry = serde_json::to_vec(config).map_err(|e| DataError::Internal(e.to_string()))?;
     runtime.block_on(storage.storage.put(

@@ -737,66 +737,46 @@ pub(crate) fn store_generation(
     created_ms: i64,
     state: &mut LogState,
 ) -> Result<u64, DataError> {
-    let manifest = generation_manifest(id, file, created_ms, state)?;
-    ctx.block_on(put_generation(ctx.storage, file, &manifest))?;
-    Ok(record_generation(state, &manifest))
-}
-
-/// The manifest of a generation of `file` taken at `created_ms` on top of `state`'s
-/// durable frame (reads the whole file for its checksum: on a blocking thread).
-pub(crate) fn generation_manifest(
-    id: &str,
-    file: &Path,
-    created_ms: i64,
-    state: &LogState,
-) -> Result<Manifest, DataError> {
     let (sha256, bytes) = file_sha256(file)?;
-    Ok(Manifest {
+    let start = state.durable_frame_no;
+    let dir = keys::generation(id, start, created_ms);
+    ctx.block_on(ctx.storage.put_file(&format!("{dir}snapshot.db"), file))?;
+    let manifest = Manifest {
         database_id: id.to_string(),
-        start: state.durable_frame_no,
+        start,
         start_checksum: state.durable_checksum,
         created_ms,
         bytes,
         pages: bytes / PAGE_SIZE,
         sha256,
         atoll_version: env!("CARGO_PKG_VERSION").to_string(),
-    })
-}
-
-/// Stores a generation: its snapshot, then its manifest (a generation with a manifest is
-/// complete; restores ignore one without).
-pub(crate) async fn put_generation(
-    storage: &Storage,
-    file: &Path,
-    manifest: &Manifest,
-) -> Result<(), DataError> {
-    let dir = keys::generation(&manifest.database_id, manifest.start, manifest.created_ms);
-    storage.put_file(&format!("{dir}snapshot.db"), file).await?;
+    };
     let json =
-        serde_json::to_vec_pretty(manifest).map_err(|e| DataError::Internal(e.to_string()))?;
-    storage
-        .put(&format!("{dir}manifest.json"), Bytes::from(json))
-        .await
-}
-
-/// Records in `state` the generation `manifest` describes, once stored; answers its bytes.
-pub(crate) fn record_generation(state: &mut LogState, manifest: &Manifest) -> u64 {
-    state.generation_start = manifest.start;
-    state.generation_created_ms = manifest.created_ms;
+        serde_json::to_vec_pretty(&manifest).map_err(|e| DataError::Internal(e.to_string()))?;
+    ctx.block_on(
+        ctx.storage
+            .put(&format!("{dir}manifest.json"), Bytes::from(json)),
+    )?;
+    state.generation_start = start;
+    state.generation_created_ms = created_ms;
     state.bytes_since_snapshot = 0;
     state.needs_snapshot = false;
     if state.last_commit_ms == 0 {
-        state.last_commit_ms = manifest.created_ms;
+        state.last_commit_ms = created_ms;
     }
-    tracing::info!(database_id = %manifest.database_id, start = manifest.start, bytes = manifest.bytes, "generation stored");
-    manifest.bytes
+    tracing::info!(database_id = %id, start, bytes, "generation stored");
+    Ok(bytes)
 }
 
-/// The log state of a new database whose first generation `manifest` was stored: written
-/// as `log.json` beside `file`.
-pub(crate) fn write_first_log_state(file: &Path, manifest: &Manifest) -> Result<(), DataError> {
+/// The first generation of a new database, from its file before anyone can write it:
+/// the database is restorable from its first instant. Writes `log.json` beside `file`.
+pub(crate) fn first_generation(
+    ctx: &ShipContext<'_>,
+    id: &str,
+    file: &Path,
+) -> Result<(), DataError> {
     let mut state = LogState::default();
-    record_generation(&mut state, manifest);
+    store_generation(ctx, id, file, now_ms(), &mut state)?;
     let bytes = serde_json::to_vec(&state).map_err(|e| DataError::Internal(e.to_string()))?;
     std::fs::write(file.with_file_name("log.json"), bytes)?;
     Ok(())
