@@ -1,0 +1,139 @@
+//! Every crash of the engine that tenant SQL ever reached, replayed through the data plane.
+//! The engine is C and runs in the node's process: one of these took every tenant of the
+//! node down. Each is fixed in the engine itself (`vendor/libsql-ffi.patch`, listed in
+//! `vendor/README.md`), so no way of reaching the bug gets around the fix; a test here runs
+//! the statement that found it and the ways around it, then checks that the node still
+//! serves. Without the patch the test process itself aborts. Crashes found by the SQL
+//! fuzzer (`scripts/fuzz-sql.sh`) are added here too.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// A database with a small vector table and its DiskANN index.
+async fn vector_db(node: &TestNode, name: &str) -> TestDb {
+    let db = node.create_db(name);
+    db.query(sql(
+        "CREATE TABLE vv (id INTEGER PRIMARY KEY, e F32_BLOB(3))",
+    ))
+    .await;
+    db.query(sql("CREATE INDEX vvi ON vv(libsql_vector_idx(e))"))
+        .await;
+    for i in 0..20 {
+        db.query(sql(&format!(
+            "INSERT INTO vv (e) VALUES (vector32('[{i}, {}, 1]'))",
+            i * 2
+        )))
+        .await;
+    }
+    db
+}
+
+/// The error message of a statement that must fail, run with `token`.
+async fn error_message(db: &TestDb, token: &str, stmt: Value) -> String {
+    let response = db
+        .post_with(
+            "/v2/pipeline",
+            token,
+            json!({"requests": [{"type": "execute", "stmt": stmt}, {"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let result = &body["results"][0];
+    assert_eq!(result["type"], "error", "ran: {result}");
+    result["error"]["message"].as_str().unwrap().to_string()
+}
+
+async fn still_serves(db: &TestDb) {
+    let rows = db.query(sql("SELECT count(*) FROM vv")).await;
+    assert_eq!(rows["rows"][0][0]["value"], "20", "{rows}");
+}
+
+// Issue 26, finding 1: a read-only token's `vector_top_k` with k = 1e9 aborted the whole
+// process (the search context's failed allocation was freed twice).
+#[tokio::test]
+async fn vector_top_k_with_a_huge_k_is_an_error_not_a_crash() {
+    let node = start_node().await;
+    let db = vector_db(&node, "vectors").await;
+    let reader = db.read_only_token();
+    // A working search first: the bound leaves normal use alone.
+    let found = db
+        .query(sql(
+            "SELECT id FROM vector_top_k('vvi', vector32('[1, 2, 1]'), 3)",
+        ))
+        .await;
+    assert_eq!(found["rows"].as_array().unwrap().len(), 3, "{found}");
+    for k in [
+        "1000000000",
+        "100000000",
+        // 2^29 + 1: k * 8 bytes wrapped around to an 8-byte buffer.
+        "536870913",
+        "4294967297",
+        "9223372036854775807",
+        "1e9",
+        "1e300",
+        "(SELECT 1000000000)",
+        "65537",
+    ] {
+        let message = error_message(
+            &db,
+            &reader,
+            sql(&format!(
+                "SELECT * FROM vector_top_k('vvi', vector32('[1,2,3]'), {k})"
+            )),
+        )
+        .await;
+        assert!(
+            message.contains("at most 65536") || message.contains("between 0 and 65536"),
+            "k = {k}: {message}"
+        );
+        still_serves(&db).await;
+    }
+    // A bound parameter gets no further than a literal.
+    let message = error_message(
+        &db,
+        &reader,
+        json!({"sql": "SELECT * FROM vector_top_k('vvi', vector32('[1,2,3]'), ?)", "args": [integer(1_000_000_000)]}),
+    )
+    .await;
+    assert!(message.contains("at most 65536"), "{message}");
+    still_serves(&db).await;
+}
+
+// Found reading the code around finding 1: an index's `search_l` sizes every search's
+// allocations, and the tenant chooses it.
+#[tokio::test]
+async fn vector_index_parameters_are_bounded() {
+    let node = start_node().await;
+    let db = vector_db(&node, "params").await;
+    for param in [
+        "search_l=1000000000",
+        "insert_l=536870913",
+        "max_neighbors=100000",
+    ] {
+        let error = db
+            .query_error(sql(&format!(
+                "CREATE INDEX big ON vv(libsql_vector_idx(e, '{param}'))"
+            )))
+            .await;
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("too large") || message.contains("at most"),
+            "{param}: {message}"
+        );
+    }
+    // Within the bound they work as before.
+    db.query(sql(
+        "CREATE INDEX fine ON vv(libsql_vector_idx(e, 'search_l=300', 'insert_l=100'))",
+    ))
+    .await;
+    let found = db
+        .query(sql(
+            "SELECT id FROM vector_top_k('fine', vector32('[1, 2, 1]'), 5)",
+        ))
+        .await;
+    assert_eq!(found["rows"].as_array().unwrap().len(), 5, "{found}");
+    still_serves(&db).await;
+}
