@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod crash_journal;
 pub mod database;
 pub mod dump;
 pub mod error;

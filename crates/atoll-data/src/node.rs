@@ -46,6 +46,9 @@ pub struct Node {
     pub replicas: crate::replication::follow::Replicas,
     /// Its lease on writing, when a control plane fails nodes over (`crate::lease`).
     lease: Arc<crate::lease::Lease>,
+    /// Which tenant statement was running when the engine crashed the process, and the
+    /// statements refused since (`crate::crash_journal`).
+    crash_journal: crate::crash_journal::CrashJournal,
 }
 
 /// How a node runs tenant SQL.
@@ -81,6 +84,7 @@ impl Node {
         std::fs::create_dir_all(&dbs)?;
         let shutdown = Arc::new(AtomicBool::new(false));
         let lease = Arc::new(crate::lease::Lease::load(data_dir));
+        let (crash_journal, _) = crate::crash_journal::CrashJournal::open(data_dir)?;
         let storage = match &settings.storage {
             Some(config) => Some(Arc::new(NodeStorage::open(config, Arc::clone(&lease))?)),
             None => None,
@@ -101,6 +105,7 @@ impl Node {
             storage,
             replicas: Default::default(),
             lease,
+            crash_journal,
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
@@ -277,6 +282,11 @@ impl Node {
 
     pub fn sandbox(&self) -> &SandboxSettings {
         &self.sandbox
+    }
+
+    /// The crash journal tenant statements run under (`crate::crash_journal`).
+    pub fn crash_journal(&self) -> &crate::crash_journal::CrashJournal {
+        &self.crash_journal
     }
 
     /// The threads tenant SQL runs on.

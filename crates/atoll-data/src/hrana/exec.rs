@@ -277,6 +277,10 @@ impl<'a> Run<'a> {
     /// `sequence`: every statement of the text in turn, without arguments or rows,
     /// stopping at the first failure.
     pub(crate) fn sequence(&self, sql: &str) -> Result<Outcome<()>, HranaError> {
+        let _running = match self.journal(sql) {
+            Ok(running) => running,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
         let commits_before = self.sync_log().map(|log| log.commit_count());
         let outcome = self.sequence_inner(sql)?;
         Ok(outcome.and_then(|()| self.durable_since(commits_before)))
@@ -343,6 +347,7 @@ impl<'a> Run<'a> {
     pub(crate) fn describe(&self, sql: &str) -> Outcome<proto::DescribeResult> {
         // Never from the statement cache: a cached statement describes the columns of
         // the schema it was compiled under until it runs again.
+        let _running = self.journal(sql)?;
         let (stmt, text) = self.prepare_uncached(sql)?;
         let kind = StatementKind::of(&text);
         Ok(proto::DescribeResult {
@@ -425,6 +430,11 @@ impl<'a> Run<'a> {
                 "Specifying both positional and named arguments is not supported",
             )));
         }
+        // From preparing on: the engine's parser runs tenant text too.
+        let _running = match self.journal(sql) {
+            Ok(running) => running,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
         let commits_before = self.sync_log().map(|log| log.commit_count());
         let outcome = match self.prepare_one(sql)? {
             Ok((prepared, text)) => self.run_prepared(prepared, &text, stmt, sink)?,
@@ -441,6 +451,16 @@ impl<'a> Run<'a> {
             );
         }
         Ok(outcome)
+    }
+
+    /// Journals `sql` while it is prepared and run (`crate::crash_journal`), or refuses it
+    /// when it crashed the node before.
+    fn journal(&self, sql: &str) -> Outcome<crate::crash_journal::Running<'a>> {
+        self.caller
+            .node
+            .crash_journal()
+            .running(&self.config.id, sql)
+            .map_err(|message| hrana_error("STATEMENT_REFUSED", message))
     }
 
     /// Prepares the only statement of `sql`, with its text.
