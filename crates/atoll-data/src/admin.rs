@@ -200,11 +200,13 @@ async fn create(
 ) -> Result<Json<serde_json::Value>, DataError> {
     let node = Arc::clone(&state.node);
     if request.seed.runs_tenant_sql() {
-        // A dump is tenant SQL: on the node's SQL threads (`sql_pool`).
+        // A dump is tenant SQL: on the node's SQL threads (`sql_pool`), in its
+        // organization's turn.
+        let tenant = request.config.org_id.clone();
         state
             .node
             .sql()
-            .run(move || node.create_database(request).map(|_| ()))
+            .run_for(&tenant, move || node.create_database(request).map(|_| ()))
             .await??;
     } else {
         blocking(move || node.create_database(request).map(|_| ())).await?;

@@ -79,6 +79,7 @@ async fn export(
     let db = Arc::clone(&req.db);
     let (len, body) = stream_from_blocking(
         &state.node,
+        &req.db,
         move || {
             let snapshot = snapshot(&node, &db)?;
             let len = snapshot.file.metadata()?.len();
@@ -123,6 +124,7 @@ async fn export_generation(
     let dir = file.parent().map(FsPath::to_path_buf);
     let (len, body) = stream_from_blocking(
         &state.node,
+        &req.db,
         move || {
             let opened = std::fs::File::open(&file);
             // Unlinked while open: the copy goes away when the download ends.
@@ -168,6 +170,7 @@ async fn dump_sql(
     let db = Arc::clone(&req.db);
     let ((), body) = stream_from_blocking(
         &state.node,
+        &req.db,
         move || {
             let conn = node.pool.checkout(&db, Mode::ReadOnly)?;
             Ok(((node, db, conn), ()))
@@ -290,6 +293,7 @@ fn copy(from: &mut impl Read, out: &mut dyn Write) -> Result<(), DataError> {
 /// client sees a broken transfer rather than a complete-looking one.
 async fn stream_from_blocking<S, M, P, F>(
     node: &Node,
+    tenant: &Database,
     prepare: P,
     produce: F,
 ) -> Result<(M, Body), DataError>
@@ -301,7 +305,7 @@ where
 {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    node.sql().spawn(move || {
+    node.sql().spawn_for(&tenant.config().org_id, move || {
         let (state, meta) = match prepare() {
             Ok(prepared) => prepared,
             Err(e) => {

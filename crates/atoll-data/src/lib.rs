@@ -62,11 +62,15 @@ pub struct DataLimits {
     pub rate_per_credential: Option<RateLimit>,
     /// Requests per client address without a credential (WebSocket upgrades, probes).
     pub rate_per_address: Option<RateLimit>,
-    /// Open Hrana streams (HTTP batons and WebSocket streams) per database, and per node.
+    /// Open Hrana streams (HTTP batons and WebSocket streams) per database, per
+    /// organization (all its databases on the node: its fair share, so that no tenant takes
+    /// the node's whole limit), and per node.
     pub max_streams_per_database: usize,
+    pub max_streams_per_organization: usize,
     pub max_streams_per_node: usize,
-    /// Open Hrana cursors per database, and per node.
+    /// Open Hrana cursors per database, per organization, and per node.
     pub max_cursors_per_database: usize,
+    pub max_cursors_per_organization: usize,
     pub max_cursors_per_node: usize,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
@@ -80,14 +84,22 @@ pub struct DataLimits {
     pub node: node::NodeSettings,
 }
 
+/// One organization may hold this fraction (1/4) of the node's streams and of its cursors
+/// by default: a tenant, however many databases it has, leaves three quarters to the
+/// others, and it takes four tenants at their caps to fill a node (then idle streams of
+/// whoever holds more than a fair share are expired early for the others: `hrana::stream`).
+pub const ORGANIZATION_SHARE: usize = 4;
+
 impl Default for DataLimits {
     fn default() -> Self {
         DataLimits {
             rate_per_credential: Some(RateLimit::per_second(100_000)),
             rate_per_address: Some(RateLimit::per_minute(6_000)),
             max_streams_per_database: 256,
+            max_streams_per_organization: 4096 / ORGANIZATION_SHARE,
             max_streams_per_node: 4096,
             max_cursors_per_database: 128,
+            max_cursors_per_organization: 1024 / ORGANIZATION_SHARE,
             max_cursors_per_node: 1024,
             header_read_timeout: listener::DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: Duration::from_secs(60),
@@ -153,11 +165,13 @@ impl DataPlaneState {
             open_streams: hrana::OpenLimit::new(
                 "streams",
                 limits.max_streams_per_database,
+                limits.max_streams_per_organization,
                 limits.max_streams_per_node,
             ),
             open_cursors: hrana::OpenLimit::new(
                 "cursors",
                 limits.max_cursors_per_database,
+                limits.max_cursors_per_organization,
                 limits.max_cursors_per_node,
             ),
             limits,

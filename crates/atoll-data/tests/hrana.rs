@@ -1735,6 +1735,157 @@ async fn open_cursors_are_capped() {
     assert!(text.contains("step_end"), "{text}");
 }
 
+/// Issue 26 (fair shares): one tenant opening streams without closing them across many
+/// databases takes its organization's share of the node, never the whole: another
+/// tenant's INSERTs, batons, cursors and WebSocket streams still get in.
+#[tokio::test]
+async fn one_organization_cannot_take_the_nodes_streams_from_the_others() {
+    let node = start_node_with(DataLimits {
+        max_streams_per_database: 4,
+        max_streams_per_organization: 8,
+        max_streams_per_node: 12,
+        ..DataLimits::default()
+    })
+    .await;
+    let abuser: Vec<TestDb> = (0..5)
+        .map(|n| node.create_db_with(&format!("abuser-{n}"), |c| c.org_id = "org-a".into()))
+        .collect();
+    let mut held = Vec::new();
+    let mut refusal = None;
+    'databases: for db in &abuser {
+        loop {
+            let response = db
+                .post(
+                    "/v3/pipeline",
+                    json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+                )
+                .await;
+            if response.status() == 429 {
+                let (message, _) = too_many(response).await;
+                if message.contains("on this database") {
+                    continue 'databases;
+                }
+                refusal = Some(message);
+                break 'databases;
+            }
+            assert_eq!(response.status(), 200);
+            let body: Value = response.json().await.unwrap();
+            held.push(body["baton"].as_str().unwrap().to_string());
+        }
+    }
+    let refusal = refusal.expect("the abuser was never refused");
+    assert!(
+        refusal.contains("too many open streams for this organization on this server (limit 8)"),
+        "{refusal}"
+    );
+    assert_eq!(held.len(), 8);
+
+    let other = node.create_db_with("bystander", |c| c.org_id = "org-b".into());
+    // An INSERT (a stream of its own, closed at once), a stream kept and continued by its
+    // baton, a cursor, and a WebSocket stream.
+    other.query(sql("CREATE TABLE t (x)")).await;
+    let inserted = other.query(sql("INSERT INTO t VALUES (1)")).await;
+    assert_eq!(inserted["affected_row_count"], 1);
+    let baton = open_http_stream(&other).await;
+    let body = other
+        .pipeline(
+            "v3",
+            json!({"baton": baton, "requests": [{"type": "execute", "stmt": sql("INSERT INTO t VALUES (2)")}, {"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(body["results"][0]["type"], "ok", "{body}");
+    let response = other
+        .post(
+            "/v3/cursor",
+            json!({"batch": {"steps": [{"stmt": {"sql": "SELECT count(*) FROM t"}}]}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.unwrap().contains("step_end"));
+    let mut socket = connect(&other, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": other.token()})).await;
+    assert_eq!(receive(&mut socket).await["type"], "hello_ok");
+    let response = request(
+        &mut socket,
+        1,
+        json!({"type": "open_stream", "stream_id": 1}),
+    )
+    .await;
+    assert_eq!(response["type"], "response_ok", "{response}");
+    // The abuser's streams are untouched.
+    let body = abuser[0]
+        .pipeline(
+            "v3",
+            json!({"baton": held[0], "requests": [{"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(body["baton"], Value::Null);
+}
+
+/// Issue 26 (fair shares): when several tenants together fill the node, a tenant holding
+/// less than its fair share takes the place of the longest-idle stream of the one holding
+/// the most; that stream's client is told it expired, as after an idle timeout.
+#[tokio::test]
+async fn a_full_node_expires_idle_streams_of_whoever_holds_more_than_a_fair_share() {
+    let node = start_node_with(DataLimits {
+        max_streams_per_database: 8,
+        max_streams_per_organization: 8,
+        max_streams_per_node: 12,
+        ..DataLimits::default()
+    })
+    .await;
+    let big = node.create_db_with("big", |c| c.org_id = "org-big".into());
+    let small = node.create_db_with("small", |c| c.org_id = "org-small".into());
+    let mut big_batons = Vec::new();
+    for _ in 0..8 {
+        big_batons.push(open_http_stream(&big).await);
+    }
+    let mut small_batons = Vec::new();
+    for _ in 0..4 {
+        small_batons.push(open_http_stream(&small).await);
+    }
+    // The node is full; org-small (4, below a fair share of 6) takes one of org-big's
+    // places.
+    small_batons.push(open_http_stream(&small).await);
+    // A third tenant (nothing, of a fair share of 4) takes another: org-big still holds
+    // the most (7; org-small 5).
+    let third = node.create_db_with("third", |c| c.org_id = "org-third".into());
+    let selected = third.query(sql("SELECT 1")).await;
+    assert_eq!(selected["rows"][0][0]["value"], "1");
+    let _third_stream = open_http_stream(&third).await;
+    // org-big's oldest idle streams expired.
+    for expired in &big_batons[..2] {
+        let response = big
+            .post(
+                "/v3/pipeline",
+                json!({"baton": expired, "requests": [{"type": "close"}]}),
+            )
+            .await;
+        assert_eq!(response.status(), 400);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["code"], "STREAM_EXPIRED", "{body}");
+    }
+    // org-small, at its fair share now, is refused rather than taking more.
+    let (message, _) = too_many(
+        small
+            .post(
+                "/v3/pipeline",
+                json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}]}),
+            )
+            .await,
+    )
+    .await;
+    assert!(message.contains("on this server (limit 12)"), "{message}");
+    // org-big's newer streams still work.
+    let body = big
+        .pipeline(
+            "v3",
+            json!({"baton": big_batons[2], "requests": [{"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(body["baton"], Value::Null);
+}
+
 #[tokio::test]
 async fn rate_limits_apply_per_token_and_per_address() {
     let node = start_node_with(DataLimits {

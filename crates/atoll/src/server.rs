@@ -261,12 +261,20 @@ pub struct DbLimitArgs {
     /// Open Hrana streams on this node, all databases together.
     #[arg(long, env = "ATOLL_MAX_STREAMS", default_value_t = DataLimits::default().max_streams_per_node)]
     max_streams: usize,
+    /// Open Hrana streams of one organization on this node, all its databases together
+    /// (default: a quarter of --max-streams).
+    #[arg(long, env = "ATOLL_MAX_STREAMS_PER_ORG")]
+    max_streams_per_org: Option<usize>,
     /// Open Hrana cursors per database.
     #[arg(long, env = "ATOLL_MAX_CURSORS_PER_DB", default_value_t = DataLimits::default().max_cursors_per_database)]
     max_cursors_per_db: usize,
     /// Open Hrana cursors on this node, all databases together.
     #[arg(long, env = "ATOLL_MAX_CURSORS", default_value_t = DataLimits::default().max_cursors_per_node)]
     max_cursors: usize,
+    /// Open Hrana cursors of one organization on this node (default: a quarter of
+    /// --max-cursors).
+    #[arg(long, env = "ATOLL_MAX_CURSORS_PER_ORG")]
+    max_cursors_per_org: Option<usize>,
     /// Seconds a Hrana request body may take to arrive (408 after).
     #[arg(long, env = "ATOLL_DB_BODY_TIMEOUT", default_value_t = DataLimits::default().body_read_timeout.as_secs())]
     db_body_timeout: u64,
@@ -309,6 +317,14 @@ impl DbLimitArgs {
             ("--max-streams", self.max_streams),
             ("--max-cursors-per-db", self.max_cursors_per_db),
             ("--max-cursors", self.max_cursors),
+            (
+                "--max-streams-per-org",
+                self.max_streams_per_org.unwrap_or(1),
+            ),
+            (
+                "--max-cursors-per-org",
+                self.max_cursors_per_org.unwrap_or(1),
+            ),
             ("--sql-threads", self.sql_threads.unwrap_or(1)),
             ("--max-value-size", self.max_value_size),
         ] {
@@ -320,8 +336,14 @@ impl DbLimitArgs {
             rate_per_credential: self.db_rate_limit.0,
             rate_per_address: self.db_rate_limit_per_ip.0,
             max_streams_per_database: self.max_streams_per_db,
+            max_streams_per_organization: self
+                .max_streams_per_org
+                .unwrap_or((self.max_streams / atoll_data::ORGANIZATION_SHARE).max(1)),
             max_streams_per_node: self.max_streams,
             max_cursors_per_database: self.max_cursors_per_db,
+            max_cursors_per_organization: self
+                .max_cursors_per_org
+                .unwrap_or((self.max_cursors / atoll_data::ORGANIZATION_SHARE).max(1)),
             max_cursors_per_node: self.max_cursors,
             header_read_timeout: seconds(self.connections.header_timeout),
             body_read_timeout: seconds(self.db_body_timeout),

@@ -145,7 +145,8 @@ async fn pipeline(
     // One trip to an SQL thread per request: taking a pooled connection (which may
     // open one) happens there too. The SQL thread owns the stream to the end, even if
     // this request is abandoned.
-    let served = blocking(&state.node, move || {
+    let db = Arc::clone(&caller.db);
+    let served = blocking(&state.node, &db, move || {
         let mut lease = open_stream(&stream_state, &caller, body.baton.as_deref())?;
         if caller.db.is_replica() && !reads_only(&caller, lease.stream(), &body.requests)? {
             lease.discard(&caller.node);
@@ -285,9 +286,7 @@ fn open_stream(
     let stream = match baton {
         Some(baton) => state.streams.acquire(baton, db_id)?,
         None => {
-            let permit = state
-                .open_streams
-                .acquire(db_id)
+            let permit = super::stream::acquire_stream_permit(state, &caller.db)
                 .map_err(|refused| too_many_open(refused, super::IDLE_TIMEOUT))?;
             let conn = ClientConnection::checkout(&caller.node, &caller.db, caller.mode())?;
             state.streams.create(db_id, conn, permit)
@@ -302,7 +301,7 @@ fn open_stream(
 /// A refused stream or cursor: 429 (what sqld answers when it throttles), with the time
 /// after which idle streams will have expired.
 fn too_many_open(refused: super::LimitReached, wait: Duration) -> HranaError {
-    DataError::TooManyRequests(refused.0, wait.as_secs().max(1)).into()
+    DataError::TooManyRequests(refused.message, wait.as_secs().max(1)).into()
 }
 
 /// Expires idle streams in the background, for as long as the node serves.
@@ -596,13 +595,14 @@ async fn cursor(
     // Held while the batch runs: a slow reader keeps a blocking thread busy.
     let cursor_permit = state
         .open_cursors
-        .acquire(caller.db.id())
+        .acquire(caller.db.id(), &caller.db.config().org_id)
         .map_err(|refused| too_many_open(refused, Duration::from_secs(1)))?;
     start_sweeper(&state);
     let batch = body.batch;
     let (stream_state, baton) = (Arc::clone(&state), body.baton);
     // Checked before the response starts, so refusals still get their HTTP status.
-    let (caller, lease, batch) = blocking(&state.node, move || {
+    let db = Arc::clone(&caller.db);
+    let (caller, lease, batch) = blocking(&state.node, &db, move || {
         let mut lease = open_stream(&stream_state, &caller, baton.as_deref())?;
         let stream = lease.stream();
         let checked = open_connection(stream)
@@ -629,7 +629,8 @@ async fn cursor(
         Encoding::Protobuf => Bytes::from(prost::Message::encode_length_delimited_to_vec(&head)),
     };
     let (entries_tx, mut entries_rx) = tokio::sync::mpsc::channel::<Bytes>(CURSOR_BUFFER);
-    state.node.sql().spawn(move || {
+    let tenant = caller.db.config();
+    state.node.sql().spawn_for(&tenant.org_id, move || {
         produce_cursor(&caller, lease, &batch, encoding, entries_tx);
         drop(cursor_permit);
     });

@@ -214,13 +214,19 @@ fn data_error_code(error: &DataError) -> &'static str {
     }
 }
 
-/// Runs tenant SQL work on the node's SQL threads (`sql_pool`), never on tokio's blocking
-/// pool, which the platform needs to keep answering.
+/// Runs tenant SQL work for database `db` on the node's SQL threads (`sql_pool`), in its
+/// organization's turn, never on tokio's blocking pool, which the platform needs to keep
+/// answering.
 async fn blocking<T: Send + 'static>(
     node: &crate::node::Node,
+    db: &crate::database::Database,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, HranaError> {
-    node.sql().run(work).await.map_err(HranaError::from)
+    let tenant = db.config();
+    node.sql()
+        .run_for(&tenant.org_id, work)
+        .await
+        .map_err(HranaError::from)
 }
 
 #[cfg(test)]

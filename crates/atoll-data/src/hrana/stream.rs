@@ -10,18 +10,23 @@
 //! it. A stream idle for [`IDLE_TIMEOUT`] expires (its connection goes back to the
 //! pool, rolling back any open transaction); its id is remembered for
 //! [`EXPIRED_MEMORY`] so late batons get a clear `STREAM_EXPIRED` rather than "invalid".
+//! When the node's streams are all taken, a tenant holding less than its fair share may
+//! have another tenant's longest-idle stream expired early for it
+//! ([`acquire_stream_permit`]).
 
 use super::exec::ClientConnection;
-use super::open_limit::Permit;
+use super::open_limit::{LimitReached, Permit};
 use super::sql_store::{SqlStore, MAX_HTTP_STORED_SQL};
 use super::HranaError;
+use crate::database::Database;
+use crate::DataPlaneState;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a stream may sit unused between requests (what sqld and its clients expect).
@@ -31,6 +36,9 @@ pub const EXPIRED_MEMORY: Duration = Duration::from_secs(300);
 /// How long a request carrying a busy stream's next baton waits for the request before it
 /// to hand the stream back (on its SQL thread; one such request per stream).
 pub const BUSY_WAIT: Duration = Duration::from_secs(5);
+/// Idle streams one new stream may expire early before it gives up (others may take the
+/// places it frees).
+const MAX_RECLAIMS: usize = 3;
 
 /// Open Hrana streams of this node, by baton.
 pub struct StreamRegistry {
@@ -54,7 +62,7 @@ pub(crate) struct HttpStream {
     pub(crate) conn: Option<ClientConnection>,
     pub(crate) sqls: SqlStore,
     /// Its place among the open streams, freed with the stream (closed, expired, failed).
-    _permit: Permit,
+    permit: Permit,
 }
 
 impl HttpStream {
@@ -140,7 +148,7 @@ impl StreamRegistry {
             db_id: db_id.to_string(),
             conn: Some(conn),
             sqls: SqlStore::new(MAX_HTTP_STORED_SQL),
-            _permit: permit,
+            permit,
         })
     }
 
@@ -258,6 +266,32 @@ impl StreamRegistry {
         released
     }
 
+    /// Expires, before its time, the idle stream of organization `org_id` that has been
+    /// idle longest (fair shares: [`acquire_stream_permit`]); answers its connection to
+    /// return to the pool, with its database id. Its client's next baton gets
+    /// `STREAM_EXPIRED`, as after an idle timeout.
+    pub(crate) fn expire_idle_of(&self, org_id: &str) -> Option<(String, ClientConnection)> {
+        let mut streams = self.lock();
+        let (_, id) = streams
+            .iter()
+            .filter_map(|(id, slot)| match slot {
+                Slot::Idle { stream, expires_at } if stream.permit.org_id() == org_id => {
+                    Some((*expires_at, *id))
+                }
+                _ => None,
+            })
+            .min()?;
+        let expired = Slot::Expired {
+            forget_at: Instant::now() + EXPIRED_MEMORY,
+        };
+        let Some(Slot::Idle { mut stream, .. }) = streams.insert(id, expired) else {
+            unreachable!("the slot was just seen idle");
+        };
+        // The stream, and its place, end here; its connection goes back to the pool.
+        let conn = stream.conn.take()?;
+        Some((std::mem::take(&mut stream.db_id), conn))
+    }
+
     /// Rolls back the transactions of idle streams that hold a database's write lock
     /// while another writer waits, for longer than `timeout` (`write_lock`). Their next
     /// request is told `TRANSACTION_TIMEOUT`.
@@ -309,6 +343,45 @@ impl Default for StreamRegistry {
     }
 }
 
+/// A place for a new stream of `db`, over HTTP or WebSocket. When the node is full and
+/// the database's organization holds less than its fair share, the longest-idle HTTP
+/// stream of the organization holding the most is expired early to make room (its
+/// connection is handed back on an SQL thread, charged to that organization). Never
+/// blocks.
+pub(crate) fn acquire_stream_permit(
+    state: &DataPlaneState,
+    db: &Database,
+) -> Result<Permit, LimitReached> {
+    let config = db.config();
+    let mut reclaimed = 0;
+    loop {
+        let refused = match state.open_streams.acquire(db.id(), &config.org_id) {
+            Ok(permit) => return Ok(permit),
+            Err(refused) => refused,
+        };
+        let Some(over_share) = refused.reclaim_from.as_deref() else {
+            return Err(refused);
+        };
+        if reclaimed == MAX_RECLAIMS {
+            return Err(refused);
+        }
+        let Some((expired_db, conn)) = state.streams.expire_idle_of(over_share) else {
+            return Err(refused);
+        };
+        reclaimed += 1;
+        tracing::debug!(
+            org = over_share,
+            for_org = config.org_id,
+            "expired an idle stream early: the node is full and its organization holds more than a fair share"
+        );
+        let node = Arc::clone(&state.node);
+        state
+            .node
+            .sql()
+            .spawn_for(over_share, move || conn.give_back(&node, &expired_db));
+    }
+}
+
 fn reused_baton() -> HranaError {
     HranaError::Protocol("Received a baton that has already been used".into())
 }
@@ -331,8 +404,8 @@ mod tests {
     }
 
     fn permit() -> Permit {
-        super::super::OpenLimit::new("streams", 100, 100)
-            .acquire("db1")
+        super::super::OpenLimit::new("streams", 100, 100, 100)
+            .acquire("db1", "org1")
             .unwrap()
     }
 
@@ -464,14 +537,54 @@ mod tests {
         assert_eq!(streams.open_count(), 0);
     }
 
+    /// Fair shares: an organization's longest-idle stream can be expired before its time;
+    /// its client is told the stream expired, and its place is free at once. Streams in use
+    /// and other organizations' streams are left alone.
+    #[test]
+    fn an_organizations_longest_idle_stream_can_be_expired_early() {
+        let limit = super::super::OpenLimit::new("streams", 10, 10, 10);
+        let streams = registry(IDLE_TIMEOUT);
+        let open =
+            |db: &str, org: &str| streams.create(db, connection(), limit.acquire(db, org).unwrap());
+        let older = streams.release(open("a1", "org-a")).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        let newer = streams.release(open("a2", "org-a")).unwrap();
+        let other = streams.release(open("b1", "org-b")).unwrap();
+        let busy = open("a3", "org-a");
+        let (db, _conn) = streams.expire_idle_of("org-a").unwrap();
+        assert_eq!(db, "a1");
+        assert_eq!(limit.open_for("org-a"), 2);
+        assert!(matches!(
+            streams.acquire(&older, "a1"),
+            Err(HranaError::StreamExpired)
+        ));
+        let (db, _conn) = streams.expire_idle_of("org-a").unwrap();
+        assert_eq!(db, "a2");
+        assert!(matches!(
+            streams.acquire(&newer, "a2"),
+            Err(HranaError::StreamExpired)
+        ));
+        assert!(
+            streams.expire_idle_of("org-a").is_none(),
+            "only a stream in use is left"
+        );
+        assert_eq!(limit.open_for("org-a"), 1);
+        assert_eq!(limit.open_for("org-b"), 1);
+        assert!(streams.acquire(&other, "b1").is_ok());
+        streams.remove(busy.id());
+    }
+
     #[test]
     fn expired_and_closed_streams_give_their_place_back() {
-        let limit = super::super::OpenLimit::new("streams", 2, 2);
+        let limit = super::super::OpenLimit::new("streams", 2, 2, 2);
         let streams = registry(Duration::from_millis(50));
-        let idle =
-            streams.release(streams.create("db1", connection(), limit.acquire("db1").unwrap()));
-        let mut closing = streams.create("db1", connection(), limit.acquire("db1").unwrap());
-        assert!(limit.acquire("db1").is_err(), "two streams are open");
+        let permit = || limit.acquire("db1", "org1").unwrap();
+        let idle = streams.release(streams.create("db1", connection(), permit()));
+        let mut closing = streams.create("db1", connection(), permit());
+        assert!(
+            limit.acquire("db1", "org1").is_err(),
+            "two streams are open"
+        );
         closing.conn = None;
         assert_eq!(streams.release(closing), None);
         assert_eq!(limit.open_on("db1"), 1);

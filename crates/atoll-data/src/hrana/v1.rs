@@ -99,7 +99,8 @@ async fn run_stateless<T: Send + 'static>(
         cancel: Some(cancel),
     };
     let node = Arc::clone(&caller.node);
-    blocking(&node, move || {
+    let db = Arc::clone(&caller.db);
+    blocking(&node, &db, move || {
         let conn = ClientConnection::checkout(&caller.node, &caller.db, caller.mode())?;
         let outcome = Run::start(&caller, &conn).and_then(|run| work(&run));
         conn.give_back(&caller.node, caller.db.id());

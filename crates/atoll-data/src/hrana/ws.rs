@@ -439,7 +439,7 @@ impl Session {
                 continue;
             };
             let db = Arc::clone(&self.db);
-            let yielded = blocking(&self.state.node, move || {
+            let yielded = blocking(&self.state.node, &self.db, move || {
                 conn.yield_write_lock_if_due(&db, timeout);
                 conn
             })
@@ -595,20 +595,20 @@ impl Session {
                 "Too many streams on this connection (limit {most})"
             )));
         }
-        let permit = match self.state.open_streams.acquire(self.db.id()) {
+        let permit = match super::stream::acquire_stream_permit(&self.state, &self.db) {
             Ok(permit) => permit,
             Err(refused) => {
                 self.streams.insert(stream_id, WsStream::Failed);
                 return Ok(Err(hrana_error(
                     "STREAM_NOT_OPEN",
-                    format!("Stream {stream_id} has failed to open: {}", refused.0),
+                    format!("Stream {stream_id} has failed to open: {}", refused.message),
                 )));
             }
         };
         let node = Arc::clone(&self.state.node);
         let db = Arc::clone(&self.db);
         let mode = self.caller().mode();
-        let opened = blocking(&self.state.node, move || {
+        let opened = blocking(&self.state.node, &self.db, move || {
             db.ensure_queryable()?;
             ClientConnection::checkout(&node, &db, mode)
         })
@@ -650,12 +650,17 @@ impl Session {
         }
         // Until it opens, the cursor id is taken by a failed cursor.
         self.cursors.insert(cursor_id, None);
-        let permit = match self.state.open_cursors.acquire(self.db.id()) {
+        let config = self.db.config();
+        let permit = match self
+            .state
+            .open_cursors
+            .acquire(self.db.id(), &config.org_id)
+        {
             Ok(permit) => permit,
             Err(refused) => {
                 return Ok(Err(hrana_error(
                     "CURSOR_NOT_OPEN",
-                    format!("Cursor {cursor_id} has failed to open: {}", refused.0),
+                    format!("Cursor {cursor_id} has failed to open: {}", refused.message),
                 )))
             }
         };
@@ -665,7 +670,7 @@ impl Session {
             Ok(conn) => conn,
             Err(error) => return Ok(Err(error)),
         };
-        let (conn, batch, checked) = blocking(&self.state.node, move || {
+        let (conn, batch, checked) = blocking(&self.state.node, &self.db, move || {
             let (conn, ready) = conn.for_caller(&caller);
             if let Err(error) = ready {
                 return (conn, batch, Ok(Err(error)));
@@ -688,7 +693,7 @@ impl Session {
         let caller = self.caller();
         let (entries_tx, entries) = mpsc::channel(CURSOR_BUFFER);
         let (done, producer) = oneshot::channel();
-        self.state.node.sql().spawn(move || {
+        self.state.node.sql().spawn_for(&config.org_id, move || {
             // A failure ends the cursor with an `error` entry; the stream stays usable.
             let _ = run_cursor(&caller, &conn, &batch, &SqlStore::new(0), |entry| {
                 entries_tx.blocking_send(entry).is_ok()
@@ -755,7 +760,7 @@ impl Session {
         };
         let caller = self.caller();
         // If the task dies, the stream stays failed.
-        let (conn, outcome) = blocking(&self.state.node, move || {
+        let (conn, outcome) = blocking(&self.state.node, &self.db, move || {
             let (conn, ready) = conn.for_caller(&caller);
             if let Err(error) = ready {
                 return (conn, Ok(Err(error)));
@@ -834,10 +839,11 @@ impl Session {
     /// wait: it holds connections, which must not be shared between threads).
     fn give_back(&self, conn: ClientConnection) -> impl std::future::Future<Output = ()> + Send {
         let node = Arc::clone(&self.state.node);
-        let db_id = self.db.id().to_string();
+        let db = Arc::clone(&self.db);
         async move {
             let pool_node = Arc::clone(&node);
-            let _ = blocking(&pool_node, move || conn.give_back(&node, &db_id)).await;
+            let db_id = db.id().to_string();
+            let _ = blocking(&pool_node, &db, move || conn.give_back(&node, &db_id)).await;
         }
     }
 
