@@ -87,6 +87,10 @@ pub enum Action {
     ReadDatabase,
     DeleteDatabase,
     ConfigureDatabase,
+    /// Moving a database to another organization gives its data away, so it takes what
+    /// moving a group takes (`TransferGroup`): admins, and never a group-scoped token. The
+    /// handler also wants the member role in the receiving organization.
+    TransferDatabase,
     MintDatabaseToken,
     RotateDatabaseCredentials,
     ListDeletedDatabases,
@@ -251,6 +255,7 @@ impl Action {
             Action::ReadDatabaseBackups => rule(Database, GroupScope(Scope::Read), Viewer),
             Action::RestoreDatabaseInPlace => rule(Database, GroupScope(Scope::DbDelete), Member),
             Action::ConfigureDatabase => rule(Database, GroupScope(Scope::DbConfigure), Member),
+            Action::TransferDatabase => rule(Database, OrganizationLevel, Admin),
             Action::MintDatabaseToken => rule(Database, GroupScope(Scope::DbMintToken), Member),
             Action::RotateDatabaseCredentials => {
                 rule(Database, GroupScope(Scope::DbRotateCreds), Member)

@@ -138,7 +138,7 @@ pub fn routes() -> Vec<Route> {
             Route::new(
                 Method::POST,
                 format!("{db}/transfer"),
-                Action::ConfigureDatabase,
+                Action::TransferDatabase,
                 "Move a database to another organization",
                 transfer,
             )

@@ -217,9 +217,12 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         }
         ("PATCH", "/v1/organizations/{org}/databases/{db}/configuration")
         | ("POST", "/v1/organizations/{org}/databases/{db}/wakeup")
-        | ("POST", "/v1/organizations/{org}/databases/{db}/update")
-        | ("POST", "/v1/organizations/{org}/databases/{db}/transfer") => {
+        | ("POST", "/v1/organizations/{org}/databases/{db}/update") => {
             team_group(Scope(S::DbConfigure), Role::Member)
+        }
+        // As a group transfer: it gives the data away (issue 26).
+        ("POST", "/v1/organizations/{org}/databases/{db}/transfer") => {
+            team_group(OrgLevel, Role::Admin)
         }
         ("POST", "/v1/organizations/{org}/databases/{db}/auth/tokens")
         | ("POST", "/v1/organizations/{org}/databases/{db}/auth/certificates") => {

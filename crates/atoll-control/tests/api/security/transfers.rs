@@ -165,3 +165,82 @@ async fn a_refused_transfer_leaves_the_tokens_working() {
     let (status, body) = pipeline(&app, &url, &token, &["SELECT 1"]).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Issue 26: moving a database out of an organization is giving it away, so it takes what
+/// moving a group takes: admin or owner of the organization it leaves, and never a
+/// group-scoped token. A member could otherwise carry a team database (and its data) into
+/// their personal organization, where the team no longer decides who reads it.
+#[tokio::test]
+async fn only_an_admin_may_transfer_a_database_out_of_the_team() {
+    let app = app!();
+    let owner_name = unique("owner");
+    let owner = app.user(&owner_name).await;
+    let team = app.team(&owner, &unique("Team")).await;
+    let theirs = format!("/v1/organizations/{team}");
+    let mut logins = Vec::new();
+    for role in ["member", "viewer", "admin"] {
+        let name = unique(role);
+        let login = app.user(&name).await;
+        app.add_member(&team, &owner, &name, role).await;
+        logins.push((role, name, login));
+    }
+    app.database(&theirs, &owner, "kept", "default").await;
+    let full_access = app
+        .api_token(
+            &owner,
+            json!({"organization": team, "group": "default", "scopes": ["full-access"]}),
+        )
+        .await;
+
+    // Each tries to move it into a personal organization, where the caller is owner
+    // (`personal_login` looks there afterwards).
+    let attempts = [
+        ("member", &logins[0].2, &logins[0].1, &logins[0].2),
+        ("viewer", &logins[1].2, &logins[1].1, &logins[1].2),
+        ("full-access group token", &full_access, &owner_name, &owner),
+    ];
+    for (who, token, personal, personal_login) in attempts {
+        let reply = app
+            .post(
+                &format!("{theirs}/databases/kept/transfer"),
+                token,
+                json!({"org": personal}),
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (403, "forbidden"),
+            "a {who} transferred the team's database: {}",
+            reply.body
+        );
+        // It is still the team's, and nowhere else.
+        app.get(&format!("{theirs}/databases/kept"), &owner)
+            .await
+            .expect(200);
+        let elsewhere = app
+            .get(
+                &format!("/v1/organizations/{personal}/databases/kept"),
+                personal_login,
+            )
+            .await;
+        assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    }
+
+    // An admin may.
+    let (_, admin_name, admin) = &logins[2];
+    app.post(
+        &format!("{theirs}/databases/kept/transfer"),
+        admin,
+        json!({"org": admin_name}),
+    )
+    .await
+    .expect(200);
+    app.get(
+        &format!("/v1/organizations/{admin_name}/databases/kept"),
+        admin,
+    )
+    .await
+    .expect(200);
+    let gone = app.get(&format!("{theirs}/databases/kept"), &owner).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+}
