@@ -136,9 +136,14 @@ fn operation(
         );
     }
     if spec.action == Action::Login {
-        // Public, but it checks the credentials it is given, and throttles guessing.
+        // Public, but it checks the credentials it is given, throttles guessing, and
+        // refuses browsers' requests from other sites (login CSRF).
         responses = responses
             .response("401", error("Wrong username or password"))
+            .response(
+                "403",
+                error("A browser request from another site (Sec-Fetch-Site, or a foreign Origin)"),
+            )
             .response(
                 "429",
                 error("Too many failed logins for this username: wait Retry-After seconds"),

@@ -13,9 +13,17 @@
 //! image cannot set headers at all. As a further check, a request whose `Sec-Fetch-Site`
 //! says it came from another site is refused even with the header. Everything after that
 //! is the ordinary principal and policy table: a session is its login token.
+//!
+//! Logging in needs no cookie, so the header cannot protect it: a page of another site can
+//! post a form (or a `text/plain` `fetch`) to `POST /v1/auth/session` with the attacker's
+//! password and leave the victim's browser logged in as the attacker (login CSRF). Logins
+//! are therefore refused when the browser says they come from elsewhere
+//! ([`login_refusal`]): by `Sec-Fetch-Site`, or by an `Origin` that is not this server.
+//! Clients that are not browsers send neither header and are unaffected.
 
-use axum::http::header::COOKIE;
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::header::{COOKIE, HOST, ORIGIN};
+use axum::http::uri::Authority;
+use axum::http::{HeaderMap, HeaderName, Uri};
 
 /// The cookie that holds the console's login token.
 pub const SESSION_COOKIE: &str = "atoll_session";
@@ -47,15 +55,91 @@ pub fn cookie_session(headers: &HeaderMap) -> CookieSession<'_> {
             "a console session cookie counts only with the X-Atoll-CSRF header (cross-site request forgery protection); scripts send `Authorization: Bearer <token>` instead",
         );
     }
-    let fetched_from = headers
-        .get("sec-fetch-site")
-        .and_then(|value| value.to_str().ok());
-    if fetched_from.is_some_and(|site| site != "same-origin" && site != "none") {
+    if sent_from_another_site(headers) {
         return CookieSession::Refused(
             "a console session cookie is not accepted on a request from another site",
         );
     }
     CookieSession::Usable(token)
+}
+
+/// Whether the browser says another site, or another origin of this site, started the
+/// request (`Sec-Fetch-Site` other than `same-origin` or `none`, the latter being what
+/// the user typed or bookmarked). Without the header, nothing is known.
+pub fn sent_from_another_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|site| site != "same-origin" && site != "none")
+}
+
+/// Why a login (`POST /v1/auth/login` or `/v1/auth/session`) must be refused as possibly
+/// forged by another site, if it must: the browser says so in `Sec-Fetch-Site`, or the
+/// request has an `Origin` that is neither this server as the request names it (`Host`,
+/// or the authority of an HTTP/2 request's URI) nor `public_url` (for proxies that
+/// rewrite `Host`). `Origin: null` (sandboxed frames, `data:` pages, some redirects) is
+/// foreign. Requests with neither header (the CLI, the SDKs, curl) are never refused.
+pub fn login_refusal(
+    headers: &HeaderMap,
+    uri_authority: Option<&Authority>,
+    public_url: &str,
+) -> Option<&'static str> {
+    if sent_from_another_site(headers) {
+        return Some(
+            "login refused: the browser says this request comes from another site (Sec-Fetch-Site); log in from the console's own page (cross-site request forgery protection)",
+        );
+    }
+    let origin = headers.get(ORIGIN)?;
+    let origin = origin.to_str().unwrap_or("null");
+    let host = headers
+        .get(HOST)
+        .and_then(|host| host.to_str().ok())
+        .or_else(|| uri_authority.map(Authority::as_str));
+    let ours = host.is_some_and(|host| same_origin_as_host(origin, host))
+        || same_origin_as_url(origin, public_url);
+    if ours {
+        return None;
+    }
+    Some(
+        "login refused: the request's Origin is not this server (it does not match the Host header); log in from the console's own page (cross-site request forgery protection)",
+    )
+}
+
+/// An `Origin` header's scheme, host and port (the scheme's default when it names none);
+/// `None` for `null` and anything that is not an http(s) origin.
+fn origin_parts(origin: &str) -> Option<(&str, String, u16)> {
+    let uri: Uri = origin.parse().ok()?;
+    let (scheme, default_port) = match uri.scheme_str()? {
+        "http" => ("http", 80),
+        "https" => ("https", 443),
+        _ => return None,
+    };
+    let authority = uri.authority()?;
+    let port = authority.port_u16().unwrap_or(default_port);
+    Some((scheme, authority.host().to_ascii_lowercase(), port))
+}
+
+/// Whether `origin` names the server a `Host` header names. `Host` carries no scheme, so
+/// only host and port are compared (one port serves one scheme); a port it leaves out is
+/// the origin's scheme's default.
+fn same_origin_as_host(origin: &str, host: &str) -> bool {
+    let Some((scheme, origin_host, origin_port)) = origin_parts(origin) else {
+        return false;
+    };
+    let Ok(host) = host.parse::<Authority>() else {
+        return false;
+    };
+    let default_port = if scheme == "https" { 443 } else { 80 };
+    host.host().eq_ignore_ascii_case(&origin_host)
+        && host.port_u16().unwrap_or(default_port) == origin_port
+}
+
+/// Whether `origin` is the origin of `url` (the server's configured public URL).
+fn same_origin_as_url(origin: &str, url: &str) -> bool {
+    let url = url.trim_end_matches('/');
+    match (origin_parts(origin), origin_parts(url)) {
+        (Some(origin), Some(url)) => origin == url,
+        _ => false,
+    }
 }
 
 /// The value of the session cookie, if the request has one (of any `Cookie` header).
@@ -150,6 +234,69 @@ mod tests {
                 CookieSession::Refused(_)
             ));
         }
+    }
+
+    #[test]
+    fn logins_from_another_site_are_refused() {
+        let public = "https://atoll.example.com";
+        let refused = |pairs: &[(&str, &str)]| login_refusal(&headers(pairs), None, public);
+        let host = ("host", "127.0.0.1:8080");
+        // Not a browser, or the browser's own navigation: nothing to refuse.
+        assert_eq!(refused(&[]), None);
+        assert_eq!(refused(&[host]), None);
+        assert_eq!(refused(&[host, ("sec-fetch-site", "none")]), None);
+        // The console's own page.
+        for origin in ["http://127.0.0.1:8080", "HTTP://127.0.0.1:8080"] {
+            assert_eq!(
+                refused(&[host, ("origin", origin), ("sec-fetch-site", "same-origin")]),
+                None
+            );
+        }
+        // Default ports, left out by either side.
+        assert_eq!(
+            refused(&[
+                ("host", "example.com"),
+                ("origin", "https://example.com:443")
+            ]),
+            None
+        );
+        assert_eq!(
+            refused(&[("host", "example.com:80"), ("origin", "http://example.com")]),
+            None
+        );
+        // Behind a proxy that rewrites Host, the public URL is ours too.
+        assert_eq!(
+            refused(&[host, ("origin", "https://atoll.example.com")]),
+            None
+        );
+        // Another site, another origin of the site, or no origin at all.
+        for site in ["cross-site", "same-site"] {
+            assert!(refused(&[host, ("sec-fetch-site", site)]).is_some());
+        }
+        for origin in [
+            "https://evil.example",
+            "http://127.0.0.1:8081",
+            "http://127.0.0.1",
+            "null",
+            "",
+            "file://",
+        ] {
+            assert!(
+                refused(&[host, ("origin", origin)]).is_some(),
+                "{origin} was taken for this server"
+            );
+        }
+        // An origin and no way to tell which server the request named.
+        assert!(refused(&[("origin", "http://127.0.0.1:8080")]).is_some());
+        let authority = "127.0.0.1:8080".parse::<Authority>().unwrap();
+        assert_eq!(
+            login_refusal(
+                &headers(&[("origin", "http://127.0.0.1:8080")]),
+                Some(&authority),
+                public
+            ),
+            None
+        );
     }
 
     #[test]

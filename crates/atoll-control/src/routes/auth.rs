@@ -12,8 +12,9 @@ use crate::login_throttle::Refusal;
 use crate::server::{mint_login_token, AppState, LOGIN_TOKEN_LIFETIME_MS};
 use atoll_types::tokens::{LoginTokensInvalidated, TokenValidation};
 use atoll_types::users::{LoginRequest, LoginResponse, SessionStarted};
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, FromRequestParts, State};
 use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
 use axum::response::IntoResponse;
 use axum::Json;
@@ -24,7 +25,7 @@ pub fn routes() -> Vec<Route> {
             Method::POST,
             "/v1/auth/login",
             Action::Login,
-            "Log in with username and password; answers a 7-day login token",
+            "Log in with username and password; answers a 7-day login token (403 for a browser request from another site)",
             login,
         )
         .request::<LoginRequest>()
@@ -33,7 +34,7 @@ pub fn routes() -> Vec<Route> {
             Method::POST,
             "/v1/auth/session",
             Action::Login,
-            "Log in for the web console: the 7-day login token goes in an HttpOnly, SameSite=Strict cookie (never in the body); requests then authenticate with the cookie and the X-Atoll-CSRF header",
+            "Log in for the web console: the 7-day login token goes in an HttpOnly, SameSite=Strict cookie (never in the body); requests then authenticate with the cookie and the X-Atoll-CSRF header. A request from another site (Sec-Fetch-Site, or an Origin other than the server) is refused with 403",
             start_session,
         )
         .request::<LoginRequest>()
@@ -72,8 +73,29 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
+/// A login request no other site could have started in the browser (login CSRF: see
+/// [`session::login_refusal`]). It is checked before the body is read and before any
+/// password, so a forged login is refused whatever it carries and counts as no failure.
+struct NotFromAnotherSite;
+
+impl FromRequestParts<AppState> for NotFromAnotherSite {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match session::login_refusal(
+            &parts.headers,
+            parts.uri.authority(),
+            &state.config.public_url,
+        ) {
+            Some(why) => Err(ApiError::Forbidden(why.to_string())),
+            None => Ok(NotFromAnotherSite),
+        }
+    }
+}
+
 async fn login(
     State(state): State<AppState>,
+    _: NotFromAnotherSite,
     peer: Option<axum::Extension<ConnectInfo<std::net::SocketAddr>>>,
     LenientJson(body): LenientJson<LoginRequest>,
 ) -> ApiResult<Json<LoginResponse>> {
@@ -89,6 +111,7 @@ async fn login(
 /// the browser as a cookie that its scripts cannot read.
 async fn start_session(
     State(state): State<AppState>,
+    _: NotFromAnotherSite,
     peer: Option<axum::Extension<ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     LenientJson(body): LenientJson<LoginRequest>,

@@ -7,6 +7,7 @@ mod copies_and_attach;
 mod dumps;
 mod encryption_at_rest;
 mod login_abuse;
+mod login_csrf;
 mod quotas;
 mod secrets_at_rest;
 mod tenant_sql;
