@@ -74,6 +74,11 @@ pub struct DataLimits {
     pub max_cursors_per_node: usize,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Connections one client address may hold at once on the database hosts' listener
+    /// (`listener::Listener::with_max_connections_per_address`); 0: no cap. The `atoll`
+    /// commands set it from `--max-connections-per-ip`
+    /// (`listener::default_max_connections_per_address` unless given).
+    pub max_connections_per_address: usize,
     /// A Hrana request body must arrive in full within this long (408).
     pub body_read_timeout: Duration,
     /// An upload that sends no byte for this long is abandoned (408).
@@ -102,6 +107,7 @@ impl Default for DataLimits {
             max_cursors_per_organization: 1024 / ORGANIZATION_SHARE,
             max_cursors_per_node: 1024,
             header_read_timeout: listener::DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections_per_address: 0,
             body_read_timeout: Duration::from_secs(60),
             upload_idle_timeout: Duration::from_secs(60),
             websocket_idle_timeout: Duration::from_secs(600),
@@ -268,7 +274,8 @@ fn cross_origin() -> tower_http::cors::CorsLayer {
 }
 
 /// Serves the database hosts on `listener` (a `TcpListener` for plain HTTP, or a
-/// [`listener::Listener`] with TLS) until `shutdown` resolves.
+/// [`listener::Listener`] with TLS) until `shutdown` resolves, with the per-address
+/// connection cap of `state`'s limits.
 pub async fn serve(
     listener: impl Into<listener::Listener>,
     state: Arc<DataPlaneState>,
@@ -277,6 +284,7 @@ pub async fn serve(
     state.rate_limits.spawn_sweeper();
     state.node.spawn_idle_sweeper();
     let header_read_timeout = state.limits.header_read_timeout;
+    let max_connections_per_address = state.limits.max_connections_per_address;
     let node = Arc::clone(&state.node);
     // A statement that runs while the server stops is interrupted rather than waited for:
     // graceful shutdown finishes the requests in flight, which then end at once.
@@ -289,5 +297,8 @@ pub async fn serve(
             .map_request(namespace::strip_db_prefix)
             .service(router(state)),
     );
+    let listener = listener
+        .into()
+        .with_max_connections_per_address(max_connections_per_address);
     listener::serve_router(listener, app, header_read_timeout, shutdown).await
 }

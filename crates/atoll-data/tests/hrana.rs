@@ -2028,6 +2028,59 @@ async fn clients_that_stall_in_their_headers_are_disconnected() {
     assert_eq!(response.status(), 200);
 }
 
+/// Issue 26: one client address holding its cap of connections (half-sent headers, a
+/// slowloris) is refused more, at once, while another address is still served.
+#[tokio::test]
+async fn connections_are_capped_per_client_address() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = start_node_with(DataLimits {
+        max_connections_per_address: 2,
+        ..DataLimits::default()
+    })
+    .await;
+    let db = node.create_db("per-address");
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut connection = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+        connection
+            .write_all(b"POST /v2/pipeline HTTP/1.1\r\nHost: localhost\r\nx-namesp")
+            .await
+            .unwrap();
+        stalled.push(connection);
+    }
+    let mut refused = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let _ = refused
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let ended = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        refused.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the connection over the cap was not closed at once");
+    if ended.is_ok() {
+        assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    }
+    // Another address (127.0.0.2 is loopback too) runs its statements as usual.
+    let elsewhere = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let response = elsewhere
+        .post(db.url("/v2/pipeline"))
+        .header("x-namespace", &db.config.label)
+        .bearer_auth(db.token())
+        .json(
+            &json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}, {"type": "close"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    drop(stalled);
+}
+
 #[tokio::test]
 async fn hrana_bodies_that_stall_get_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

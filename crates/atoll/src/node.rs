@@ -79,6 +79,7 @@ pub struct NodeArgs {
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     crate::logging::init(&args.log, args.log_format);
+    atoll_data::listener::raise_open_files_limit();
     args.metrics.start().await?;
     let secret = args.node_secret.clone().unwrap_or_default();
     if secret.len() < 16 {

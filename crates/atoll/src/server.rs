@@ -242,6 +242,19 @@ pub struct ConnectionArgs {
     /// closed (slow or stalled clients).
     #[arg(long, env = "ATOLL_HEADER_TIMEOUT", default_value_t = 30)]
     pub(crate) header_timeout: u64,
+    /// Connections one client IP address (an IPv6 client: its /64) may hold at once on each
+    /// public listener; more are closed as soon as they are accepted. 0: no cap. Default:
+    /// an eighth of the open-files limit, between 64 and 4096.
+    #[arg(long, env = "ATOLL_MAX_CONNECTIONS_PER_IP")]
+    pub(crate) max_connections_per_ip: Option<usize>,
+}
+
+impl ConnectionArgs {
+    /// The per-address cap (after `raise_open_files_limit`, which the default depends on).
+    pub(crate) fn max_connections_per_address(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or_else(atoll_data::listener::default_max_connections_per_address)
+    }
 }
 
 /// Abuse limits of the database hosts (see docs/OPERATIONS.md, "Limits").
@@ -346,6 +359,7 @@ impl DbLimitArgs {
                 .unwrap_or((self.max_cursors / atoll_data::ORGANIZATION_SHARE).max(1)),
             max_cursors_per_node: self.max_cursors,
             header_read_timeout: seconds(self.connections.header_timeout),
+            max_connections_per_address: self.connections.max_connections_per_address(),
             body_read_timeout: seconds(self.db_body_timeout),
             upload_idle_timeout: seconds(self.upload_idle_timeout),
             websocket_idle_timeout: seconds(self.ws_idle_timeout),
@@ -644,6 +658,7 @@ impl StorageArgs {
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
+    atoll_data::listener::raise_open_files_limit();
     args.metrics.start().await?;
     let mut config = args.common.config()?;
     args.api_limits
@@ -757,7 +772,9 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     )?;
     drop(out);
 
-    atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
+    let listener = Listener::new(listener, tls)
+        .with_max_connections_per_address(args.db_limits.connections.max_connections_per_address());
+    atoll_control::serve(listener, state, shutdown_signal()).await?;
     node.task.abort();
     // Whatever is committed goes to object storage before the process ends.
     atoll_data::storage::service::flush_all(&node.node).await;
@@ -770,6 +787,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
+    atoll_data::listener::raise_open_files_limit();
     args.metrics.start().await?;
     let mut config = args.common.config()?;
     args.api_limits
@@ -864,7 +882,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     tracing::info!(address = %listener.local_addr()?, nodes = nodes.len(), backend = ?state.store.kind(), tls = tls.is_some(), "control plane listening");
-    atoll_control::serve(Listener::new(listener, tls), state, shutdown_signal()).await?;
+    let listener = Listener::new(listener, tls)
+        .with_max_connections_per_address(args.db_limits.connections.max_connections_per_address());
+    atoll_control::serve(listener, state, shutdown_signal()).await?;
     if let Some((task, node)) = in_process {
         task.abort();
         atoll_data::storage::service::flush_all(&node).await;
