@@ -10,6 +10,7 @@ mod node;
 mod replication_bench;
 mod secrets_key;
 mod server;
+mod supervisor;
 mod topology_load;
 
 use clap::{Parser, Subcommand};

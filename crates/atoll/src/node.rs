@@ -25,6 +25,10 @@ pub struct NodeArgs {
     /// Address of the node admin API (reach it from the control plane only).
     #[arg(long, env = "ATOLL_ADMIN_LISTEN", default_value = "127.0.0.1:8082")]
     admin_listen: SocketAddr,
+    /// Serve in this one process, without the supervisor that starts the serving process
+    /// again within a second after a crash (for a service manager that restarts it).
+    #[arg(long, env = "ATOLL_NO_SUPERVISE")]
+    no_supervise: bool,
     /// Directory of the node's databases.
     #[arg(long, env = "ATOLL_DATA_DIR", default_value = "./atoll-node")]
     data_dir: PathBuf,
@@ -80,7 +84,23 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     crate::logging::init(&args.log, args.log_format);
     atoll_data::listener::raise_open_files_limit();
+    let listeners = [
+        crate::supervisor::Listen {
+            flag: "--listen",
+            address: args.listen,
+            what: "the database hosts",
+        },
+        crate::supervisor::Listen {
+            flag: "--admin-listen",
+            address: args.admin_listen,
+            what: "the node admin API",
+        },
+    ];
+    if let Some(code) = crate::supervisor::supervise(args.no_supervise, &listeners).await? {
+        std::process::exit(code);
+    }
     args.metrics.start().await?;
+    crate::supervisor::report_restarts();
     let secret = args.node_secret.clone().unwrap_or_default();
     if secret.len() < 16 {
         bail!("--node-secret (ATOLL_NODE_SECRET) must be set to at least 16 characters: the admin API manages every database of the node");
@@ -100,12 +120,9 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
         tracing::warn!("this node wrote under a lease, but it has no --control-plane to renew one: it writes without");
         node.lease().waive()?;
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.admin_listen))?;
+    let listener = crate::server::bind(args.listen, "the database hosts", "--listen").await?;
+    let admin_listener =
+        crate::server::bind(args.admin_listen, "the node admin API", "--admin-listen").await?;
     let address = listener.local_addr()?;
     let admin_address = admin_listener.local_addr()?;
     let direct_url = format!("{}://{address}", url_scheme(&tls));

@@ -29,6 +29,10 @@ pub struct DevArgs {
     /// Address of the database hosts (the data plane).
     #[arg(long, env = "ATOLL_DB_LISTEN", default_value = "127.0.0.1:8081")]
     db_listen: SocketAddr,
+    /// Serve in this one process, without the supervisor that starts the serving process
+    /// again within a second after a crash (for a service manager that restarts it).
+    #[arg(long, env = "ATOLL_NO_SUPERVISE")]
+    no_supervise: bool,
     /// The instance administrator created on first start.
     #[arg(long, env = "ATOLL_USERNAME", default_value = "admin")]
     username: String,
@@ -512,18 +516,36 @@ pub(crate) fn hostname_suffix(db_domain: &str, address: SocketAddr) -> String {
     }
 }
 
-/// Binds one listener; a port already taken gets the hint of the flag that moves it.
-async fn bind(address: SocketAddr, what: &str, flag: &str) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(address).await.map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            format!(
-                "; hint: another process (another `atoll dev`?) holds it: stop it, or choose another address with `{flag}`, like `{flag} 127.0.0.1:0`"
-            )
-        } else {
-            String::new()
-        };
-        anyhow::anyhow!("cannot listen on {address} for {what}: {e}{hint}")
-    })
+/// Binds one listener (or takes the one the supervisor bound for `flag`); a port already
+/// taken gets the hint of the flag that moves it.
+pub(crate) async fn bind(
+    address: SocketAddr,
+    what: &str,
+    flag: &str,
+) -> anyhow::Result<TcpListener> {
+    if let Some(listener) = crate::supervisor::inherited_listener(flag)? {
+        return Ok(listener);
+    }
+    TcpListener::bind(address)
+        .await
+        .map_err(|e| bind_error(address, what, flag, e))
+}
+
+/// Why `address` could not be bound, with the hint of the flag that moves it.
+pub(crate) fn bind_error(
+    address: SocketAddr,
+    what: &str,
+    flag: &str,
+    e: std::io::Error,
+) -> anyhow::Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            "; hint: another process (another `atoll dev`?) holds it: stop it, or choose another address with `{flag}`, like `{flag} 127.0.0.1:0`"
+        )
+    } else {
+        String::new()
+    };
+    anyhow::anyhow!("cannot listen on {address} for {what}: {e}{hint}")
 }
 
 async fn start_in_process_node(
@@ -659,7 +681,23 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
     atoll_data::listener::raise_open_files_limit();
+    let listeners = [
+        crate::supervisor::Listen {
+            flag: "--listen",
+            address: args.listen,
+            what: "the platform API",
+        },
+        crate::supervisor::Listen {
+            flag: "--db-listen",
+            address: args.db_listen,
+            what: "the database hosts",
+        },
+    ];
+    if let Some(code) = crate::supervisor::supervise(args.no_supervise, &listeners).await? {
+        std::process::exit(code);
+    }
     args.metrics.start().await?;
+    crate::supervisor::report_restarts();
     let mut config = args.common.config()?;
     args.api_limits
         .apply(&mut config, &args.db_limits.connections);

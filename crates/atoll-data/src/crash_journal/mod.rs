@@ -55,6 +55,12 @@ const DB_ID_MAX: usize = 64;
 const EXCERPT_AT: usize = DB_ID_AT + DB_ID_MAX + 1;
 const EXCERPT_MAX: usize = SLOT_BYTES as usize - EXCERPT_AT;
 
+/// A test hook, read at start: a statement of exactly this text aborts the process the way
+/// a corrupted heap does (SIGABRT on the thread that runs it, after it is journaled), so
+/// the supervisor and the journal can be tested end to end without a real engine bug.
+/// Never set it in production.
+pub const ABORT_ON_SQL: &str = "ATOLL_TEST_ABORT_ON_SQL";
+
 /// Crashes attributed to one database after which it runs no statement at all.
 pub const MAX_CRASHES_PER_DATABASE: usize = 3;
 
@@ -76,6 +82,8 @@ struct RefusedFile {
 }
 
 pub struct CrashJournal {
+    /// The test hook [`ABORT_ON_SQL`]: the statement that aborts the process.
+    abort_on: Option<String>,
     slots: File,
     free: Mutex<Vec<u32>>,
     refused: RwLock<Refused>,
@@ -217,6 +225,7 @@ impl CrashJournal {
 
         Ok((
             CrashJournal {
+                abort_on: std::env::var(ABORT_ON_SQL).ok().filter(|sql| !sql.is_empty()),
                 slots,
                 free: Mutex::new((0..SLOTS).rev().collect()),
                 refused: RwLock::new(refused),
@@ -272,14 +281,19 @@ impl CrashJournal {
             // Best effort: a journal that cannot be written must not stop the statement.
             let _ = self.slots.write_all_at(&bytes, offset(slot));
         }
-        Ok(Running {
+        let running = Running {
             journal: self,
             slot,
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             outer: slot.map_or_else(signal::Current::none, |slot| {
                 signal::Current::enter(&self.slots, offset(slot))
             }),
-        })
+        };
+        if self.abort_on.as_deref() == Some(sql) {
+            tracing::error!("{ABORT_ON_SQL}: aborting the process on this statement");
+            std::process::abort();
+        }
+        Ok(running)
     }
 }
 

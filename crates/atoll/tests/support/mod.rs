@@ -63,52 +63,62 @@ impl Server {
     /// Creates database `name` in the admin's `default` group through the API; answers
     /// its `http_url` and a full-access database token.
     pub async fn database_with_token(&self, name: &str) -> (String, String) {
-        let client = reqwest::Client::new();
-        let token = self.admin_token();
-        let created: serde_json::Value = client
-            .post(format!("{}/v1/databases", self.url))
-            .bearer_auth(&token)
-            .json(&serde_json::json!({"name": name, "group": "default"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(created["database"]["Name"], name, "{created}");
-        let details: serde_json::Value = client
-            .get(format!("{}/v1/databases/{name}", self.url))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let minted: serde_json::Value = client
-            .post(format!("{}/v1/databases/{name}/auth/tokens", self.url))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        (
-            details["database"]["http_url"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-            minted["jwt"].as_str().unwrap().to_string(),
-        )
+        database_with_token(&self.url, &self.admin_token(), name).await
     }
 
     pub fn admin_token(&self) -> String {
-        std::fs::read_to_string(self.data_dir.join("admin.token"))
-            .unwrap()
-            .trim()
-            .to_string()
+        admin_token(&self.data_dir)
     }
+}
+
+/// The admin token `atoll dev` wrote in `data_dir`.
+pub fn admin_token(data_dir: &Path) -> String {
+    std::fs::read_to_string(data_dir.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Creates database `name` in the admin's `default` group through the API at `url`;
+/// answers its `http_url` and a full-access database token.
+pub async fn database_with_token(url: &str, token: &str, name: &str) -> (String, String) {
+    let client = reqwest::Client::new();
+    let created: serde_json::Value = client
+        .post(format!("{url}/v1/databases"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"name": name, "group": "default"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["database"]["Name"], name, "{created}");
+    let details: serde_json::Value = client
+        .get(format!("{}/v1/databases/{name}", url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let minted: serde_json::Value = client
+        .post(format!("{}/v1/databases/{name}/auth/tokens", url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (
+        details["database"]["http_url"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        minted["jwt"].as_str().unwrap().to_string(),
+    )
 }
 
 /// Starts `atoll dev` in a temporary data directory and waits until it is healthy.
