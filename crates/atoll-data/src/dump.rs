@@ -6,7 +6,7 @@
 //! views, then `COMMIT;`.
 
 use crate::error::DataError;
-use crate::sandbox::{Control, SandboxedConnection, TransactionStatement};
+use crate::sandbox::{Control, Interruption, SandboxedConnection, TransactionStatement};
 use rusqlite::types::ValueRef;
 use std::io::Write;
 use std::sync::Arc;
@@ -14,11 +14,13 @@ use std::time::Duration;
 
 /// Runs an SQL dump in one transaction: all of it, or nothing, on a connection of the
 /// sandbox's `DumpLoader` mode (a dump is tenant SQL: no ATTACH, allow-listed pragmas, the
-/// sandbox's limits), within `timeout` in all. The `BEGIN TRANSACTION;` / `COMMIT;`
-/// statements `sqlite3 .dump` writes are skipped (the load is its own transaction) — the
-/// authorizer tells which statements they are, not their text, so `COMMIT` hidden behind
-/// a comment cannot end the load's transaction; a `ROLLBACK` (what `sqlite3` writes after
-/// a dump that hit errors) refuses the dump.
+/// sandbox's limits), then checks the database it made ([`check_after_load`]), within
+/// `timeout` in all. The `BEGIN TRANSACTION;` / `COMMIT;` statements `sqlite3 .dump`
+/// writes are skipped (the load is its own transaction) — the authorizer tells which
+/// statements they are, not their text, so `COMMIT` hidden behind a comment cannot end
+/// the load's transaction; a `ROLLBACK` (what `sqlite3` writes after a dump that hit
+/// errors) refuses the dump. An error leaves the file to be thrown away (the caller
+/// builds it in a staging directory).
 pub fn load_dump(
     sandboxed: &mut SandboxedConnection,
     sql: &str,
@@ -27,13 +29,50 @@ pub fn load_dump(
     let control = Arc::clone(&sandboxed.control);
     control.arm(timeout, None);
     let loaded = load_in_transaction(&mut sandboxed.conn, &control, sql);
-    let interrupted = control.disarm();
-    match (loaded, interrupted) {
-        (Err(_), Some(why)) => Err(DataError::BadRequest(format!(
+    if let Err(e) = loaded {
+        return Err(match control.disarm() {
+            Some(why) => {
+                DataError::BadRequest(format!("the dump failed to load: {}", why.message()))
+            }
+            None => e,
+        });
+    }
+    let checked = check_after_load(&sandboxed.conn, &control);
+    match (checked, control.disarm()) {
+        (_, Some(Interruption::Deadline(limit))) => Err(DataError::BadRequest(format!(
+            "the database the dump made could not be checked within {} (the node's --dump-load-timeout, for loading a dump and checking what it made), so it was not created: checking runs its own SQL (CHECK constraints, generated columns, index expressions) on every row; make that SQL cheaper",
+            crate::sandbox::human_duration(limit)
+        ))),
+        (_, Some(why)) => Err(DataError::BadRequest(format!(
             "the dump failed to load: {}",
             why.message()
         ))),
-        (result, _) => result,
+        (Ok(()), None) => Ok(()),
+        (Err(detail), None) => Err(DataError::BadRequest(format!(
+            "the database the dump made fails its check ({}); it was not created",
+            snippet(&detail)
+        ))),
+    }
+}
+
+/// Checks the database a dump just made, as an upload is checked: `PRAGMA
+/// integrity_check`, on the loader's own connection, so under the load's deadline, the
+/// node's shutdown and the sandbox's limits and rules — the check runs the file's SQL
+/// (CHECK constraints, generated columns, index expressions), which is the tenant's. The
+/// dump may have written the schema (`writable_schema`, how `sqlite3 .dump` recreates
+/// virtual tables): the schema is read again from the file first, so it must still parse.
+/// `Err(detail)`: what is wrong with it.
+fn check_after_load(conn: &rusqlite::Connection, control: &Control) -> Result<(), String> {
+    control
+        .trusted(|| conn.execute_batch("PRAGMA writable_schema = RESET"))
+        .map_err(|e| e.to_string())?;
+    let verdict: Result<Vec<String>, rusqlite::Error> = conn
+        .prepare("PRAGMA integrity_check(5)")
+        .and_then(|mut stmt| stmt.query_map([], |row| row.get::<_, String>(0))?.collect());
+    match verdict {
+        Ok(lines) if lines == ["ok"] => Ok(()),
+        Ok(lines) => Err(lines.join("; ")),
+        Err(e) => Err(control.take_refusal().unwrap_or_else(|| e.to_string())),
     }
 }
 
@@ -246,20 +285,33 @@ fn char_boundary_at_or_before(text: &str, at: usize) -> usize {
     }
 }
 
-/// Checks a file a dump was loaded into before it is installed, as an upload is checked:
-/// the dump may have written the schema (virtual tables), so the schema must still parse
-/// and the file pass `quick_check`.
+/// Makes sure the file a dump was loaded into still opens, with a schema that parses,
+/// once the loader's connection is closed. [`load_dump`] checked the database whole
+/// (bounded: the check runs tenant SQL); this reads only the schema, so it runs no SQL of
+/// the file's.
 pub fn check_loaded(file: &std::path::Path) -> Result<(), DataError> {
+    let conn = rusqlite::Connection::open(file)?;
+    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+        .map_err(|e| {
+            DataError::BadRequest(format!(
+                "the dump left a damaged database ({e}); it was not created"
+            ))
+        })
+}
+
+/// Checks a file rebuilt from object storage (`storage::restore`): `PRAGMA quick_check`.
+/// Unbounded, unlike the checks of files tenants send: a rebuild must not fail for time.
+pub fn check_restored(file: &std::path::Path) -> Result<(), DataError> {
     let conn = rusqlite::Connection::open(file)?;
     let check: Result<String, _> = conn.query_row("PRAGMA quick_check", [], |row| row.get(0));
     match check {
         Ok(result) if result == "ok" => Ok(()),
         Ok(result) => Err(DataError::BadRequest(format!(
-            "the dump left a damaged database ({}); it was not created",
+            "the restored database is damaged ({})",
             snippet(&result)
         ))),
         Err(e) => Err(DataError::BadRequest(format!(
-            "the dump left a damaged database ({e}); it was not created"
+            "the restored database is damaged ({e})"
         ))),
     }
 }

@@ -1,5 +1,8 @@
 //! Uploads (`/v1/upload`, `/v2/upload/…`), exports (`/info`, `/export/{generation}`) and
-//! dumps (`/dump`) over real HTTP against a node in a temporary directory.
+//! dumps (`/dump`) over real HTTP against a node in a temporary directory, and the checks
+//! of files tenants send (uploads, dump seeds, pushed offline writes).
+
+mod support;
 
 use atoll_data::jwt::{self, Claims};
 use atoll_data::node::Node;
@@ -44,7 +47,7 @@ impl TestNode {
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let node = Arc::new(Node::open(&dir).unwrap());
+        let node = Arc::new(Node::open_with(&dir, limits.node.clone()).unwrap());
         let state = DataPlaneState::with_limits(Arc::clone(&node), "localhost", limits);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -1212,4 +1215,326 @@ fn a_dump_with_a_parameter_still_loads_its_other_statements() {
         .map(Result::unwrap)
         .collect();
     assert_eq!(rows, [None, Some(2)]);
+}
+
+/// A node whose statements, and so checks of files, may run for `statement_timeout`.
+async fn node_with_statement_timeout(statement_timeout: Duration) -> TestNode {
+    let mut limits = DataLimits::default();
+    limits.node.sandbox.statement_timeout = statement_timeout;
+    TestNode::launch_with(limits).await
+}
+
+/// A CHECK constraint that costs each row a few milliseconds of a single `instr()` call
+/// (quadratic in its arguments; `x - x` keeps SQLite from computing it once for all rows),
+/// and is always true.
+const SLOW_CHECK: &str =
+    "instr(hex(zeroblob(20000 + x - x)), hex(zeroblob(10000 + x - x)) || '1') >= 0";
+
+/// A database file whose table `slow` has `rows` rows and a CHECK constraint `check`,
+/// written without evaluating it.
+fn file_with_check(check: &str, rows: usize) -> Vec<u8> {
+    let dir = scratch();
+    let path = dir.join("checked.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; PRAGMA ignore_check_constraints = ON;
+             CREATE TABLE slow (x INTEGER CHECK ({check}));
+             WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < {rows})
+             INSERT INTO slow SELECT x FROM n;
+             PRAGMA wal_checkpoint(TRUNCATE);"
+        ))
+        .unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    bytes
+}
+
+// Issue 26: a file's CHECK constraints are tenant SQL, and checking an upload runs them on
+// every row. That check ran outside the sandbox with no deadline: one request held a core
+// for half a minute past `--statement-timeout`, and the server past SIGTERM.
+#[tokio::test]
+async fn an_upload_whose_check_runs_past_the_statement_timeout_is_refused() {
+    let node = node_with_statement_timeout(Duration::from_secs(1)).await;
+    // About 3,000 × 10 ms of CHECK constraint: half a minute unbounded.
+    let file = file_with_check(SLOW_CHECK, 3000);
+    let started = std::time::Instant::now();
+    assert_refused(
+        &node,
+        file.clone(),
+        StatusCode::BAD_REQUEST,
+        "the file could not be checked within 1 s",
+    )
+    .await;
+    // A loose bound: the point is that it ends near the deadline, not how near.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // The same file in chunks: the same check.
+    let db = node.create("slow-chunked", Seed::Upload);
+    let (status, body) = node.upload_chunked(&db, &file, &[0]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(error_of(&body).contains("CHECK constraints"), "{body}");
+    assert_eq!(node.state_of(&db), DatabaseState::AwaitingUpload);
+    assert!(node.leftovers(&db).is_empty(), "{:?}", node.leftovers(&db));
+}
+
+// The check runs on a blocking thread and holds the database's upload claim: a client
+// that hangs up, and a node that shuts down, stop it instead of waiting for it.
+#[tokio::test]
+async fn an_upload_check_stops_when_its_client_goes_away() {
+    let node = node_with_statement_timeout(Duration::from_secs(600)).await;
+    // A minute of CHECK constraint unbounded.
+    let file = file_with_check(SLOW_CHECK, 6000);
+    let db = node.create("abandoned", Seed::Upload);
+    let gone = node
+        .request(reqwest::Method::POST, &db, "/v1/upload")
+        .timeout(Duration::from_secs(1))
+        .body(file)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the check answered within a second");
+    // The claim ends with the check: the database takes another upload (the bound only
+    // keeps a broken build from hanging the suite).
+    let started = std::time::Instant::now();
+    loop {
+        let (status, body) = node.upload(&db, good_file(10)).await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the abandoned check still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count_items(&node.data_file(&db)), 10);
+}
+
+#[tokio::test]
+async fn an_upload_check_stops_when_the_node_shuts_down() {
+    let node = node_with_statement_timeout(Duration::from_secs(600)).await;
+    let file = file_with_check(SLOW_CHECK, 6000);
+    let db = node.create("interrupted", Seed::Upload);
+    let upload = node
+        .request(reqwest::Method::POST, &db, "/v1/upload")
+        .body(file)
+        .send();
+    let shutdown = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        node.node.begin_shutdown();
+    };
+    let (response, ()) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(upload, shutdown)
+    })
+    .await
+    .expect("the check went on past shutdown");
+    let (status, body) = answer(response.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(error_of(&body).contains("shutting down"), "{body}");
+    assert_eq!(node.state_of(&db), DatabaseState::AwaitingUpload);
+    assert!(!node.data_file(&db).exists());
+}
+
+/// The check runs with the sandbox's limits: a CHECK constraint cannot build values past
+/// `--max-value-size`.
+#[tokio::test]
+async fn an_upload_whose_check_builds_a_huge_value_is_refused() {
+    let node = TestNode::launch().await;
+    let file = file_with_check("length(zeroblob(400000000 + x - x)) > 0", 1);
+    assert_refused(&node, file, StatusCode::BAD_REQUEST, "too big").await;
+}
+
+// A dump may install a CHECK constraint after its rows (through `writable_schema`, as
+// `sqlite3 .dump` writes virtual tables), so only the check of the database it made runs
+// it: that check is bounded by the load's deadline too.
+#[test]
+fn a_dump_seed_whose_check_runs_past_the_load_deadline_is_refused() {
+    let dir = scratch();
+    let mut settings = atoll_data::node::NodeSettings::default();
+    settings.sandbox.dump_load_timeout = Duration::from_secs(2);
+    let node = Node::open_with(&dir, settings).unwrap();
+    let dump = format!(
+        "PRAGMA foreign_keys=OFF;
+BEGIN TRANSACTION;
+CREATE TABLE slow (x INTEGER);
+WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 5000) INSERT INTO slow SELECT x FROM n;
+PRAGMA writable_schema=ON;
+UPDATE sqlite_schema SET sql = 'CREATE TABLE slow (x INTEGER CHECK ({}))' WHERE name = 'slow';
+PRAGMA writable_schema=OFF;
+COMMIT;
+",
+        SLOW_CHECK.replace('\'', "''")
+    );
+    let id = uuid::Uuid::new_v4().to_string();
+    let config = DatabaseConfig {
+        id: id.clone(),
+        name: "slowdump".into(),
+        org_id: "org".into(),
+        group_id: "group".into(),
+        label: "slowdump-acme".into(),
+        state: DatabaseState::Active,
+        block_reads: false,
+        block_writes: false,
+        block_reason: None,
+        size_limit: None,
+        allow_attach: false,
+        allowed_ips: vec![],
+        keys: vec![],
+        external_keys: Vec::new(),
+        client_ca: None,
+        durability: None,
+        pitr_retention_days: None,
+        config_version: 0,
+    };
+    let started = std::time::Instant::now();
+    let created = node.create_database(CreateDatabase {
+        config,
+        seed: Seed::Dump { sql: dump },
+    });
+    let message = created.err().expect("the dump was accepted").to_string();
+    assert!(
+        message.contains("the database the dump made could not be checked within 2 s"),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    // Nothing of it is left: no database, no directory.
+    assert!(node.by_id(&id).is_none());
+    let left: Vec<_> = std::fs::read_dir(dir.join("dbs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(node);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// A pushed page can leave a UNIQUE index without a row of its table: `quick_check` does not
+// compare indexes with tables, so such a push was applied (and the database then holds a
+// duplicate its index does not know). The push is checked with `integrity_check`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_that_breaks_a_unique_index_is_refused_and_changes_nothing() {
+    use atoll_data::storage::service::StorageConfig;
+    use support::sql;
+    let store = scratch();
+    let settings = atoll_data::node::NodeSettings {
+        storage: Some(StorageConfig {
+            url: format!("file://{}", store.display()),
+            node_name: "test-node".into(),
+            settings: atoll_data::storage::StorageSettings {
+                durability_lag: Duration::from_millis(100),
+                ..Default::default()
+            },
+        }),
+        ..Default::default()
+    };
+    let node = support::start_node_with_settings(DataLimits::default(), settings).await;
+    let db = node.create_db("ledger");
+    db.query(sql("CREATE TABLE t (x INTEGER)")).await;
+    db.query(sql("CREATE UNIQUE INDEX t_x ON t (x)")).await;
+    db.query(sql("INSERT INTO t VALUES (1), (2)")).await;
+    let get = |path: String| {
+        db.http
+            .get(db.url(&path))
+            .header("x-namespace", &db.config.label)
+            .bearer_auth(db.token())
+            .send()
+    };
+    let info: Value = get("/info".into()).await.unwrap().json().await.unwrap();
+    let generation = info["current_generation"].as_u64().unwrap();
+    let before = get(format!("/export/{generation}"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+
+    // In the replica's copy, the 2 becomes a second 1 while the index is out of SQLite's
+    // sight: the index keeps as many entries as the table has rows (which `quick_check`
+    // counts), but not the row's value.
+    let dir = scratch();
+    let path = dir.join("replica.db");
+    std::fs::write(&path, &before).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let (root, index_sql): (i64, String) = conn
+            .query_row(
+                "SELECT rootpage, sql FROM sqlite_schema WHERE name = 't_x'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        conn.execute_batch(
+            "PRAGMA writable_schema = ON; DELETE FROM sqlite_schema WHERE name = 't_x'; PRAGMA writable_schema = RESET;
+             UPDATE t SET x = 1 WHERE x = 2;
+             PRAGMA writable_schema = ON;",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO sqlite_schema VALUES ('index', 't_x', 't', ?1, ?2)",
+            rusqlite::params![root, index_sql],
+        )
+        .unwrap();
+        conn.execute_batch("PRAGMA writable_schema = RESET; PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+        let check =
+            |pragma: &str| -> String { conn.query_row(pragma, [], |row| row.get(0)).unwrap() };
+        assert_eq!(
+            check("PRAGMA quick_check"),
+            "ok",
+            "quick_check cannot see it"
+        );
+        assert_ne!(check("PRAGMA integrity_check"), "ok");
+    }
+    let after = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // The pages that changed, as frames 1.. of the generation (the last one commits).
+    let pages = after.len() / 4096;
+    let changed: Vec<usize> = (0..pages)
+        .filter(|&i| before.get(i * 4096..(i + 1) * 4096) != Some(&after[i * 4096..(i + 1) * 4096]))
+        .collect();
+    assert!(!changed.is_empty());
+    let mut body = Vec::new();
+    for (n, &i) in changed.iter().enumerate() {
+        let commit = if n + 1 == changed.len() {
+            pages as u32
+        } else {
+            0
+        };
+        body.extend_from_slice(&(i as u32 + 1).to_be_bytes());
+        body.extend_from_slice(&commit.to_be_bytes());
+        body.extend_from_slice(&[0; 16]);
+        body.extend_from_slice(&after[i * 4096..(i + 1) * 4096]);
+    }
+    let response = db
+        .http
+        .post(db.url(&format!("/sync/{generation}/1/{}", 1 + changed.len())))
+        .header("x-namespace", &db.config.label)
+        .bearer_auth(db.token())
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let (status, answer) = answer(response).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    let message = error_of(&answer);
+    assert!(message.contains("unusable"), "{answer}");
+    assert!(message.contains("missing from index t_x"), "{answer}");
+
+    // The database is as it was, and whole.
+    let count = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(count["rows"][0][0]["value"], "2", "{count}");
+    let check = db.query(sql("PRAGMA integrity_check")).await;
+    assert_eq!(check["rows"][0][0]["value"], "ok", "{check}");
+    let _ = std::fs::remove_dir_all(store);
 }

@@ -18,15 +18,20 @@
 //!   last frame sent) — which is what the client needs to go on — and kept in memory,
 //!   bounded per push and per node, dropped when idle.
 //! - **Validation before anyone sees it.** The database as it would be after the push is
-//!   built in a scratch copy and held to the upload's rules (`upload::check_database_file`:
+//!   built in a scratch copy and held to the upload's rules (`upload::check_database_file_within`:
 //!   page size, WAL mode, encoding, no auto-vacuum, length agreeing with the header,
-//!   `PRAGMA quick_check`), and to the database's size limit. Only then are the frames
-//!   written, under the write lock, after checking again that nothing committed meanwhile.
+//!   `PRAGMA integrity_check`, so an index that disagrees with its table is refused too),
+//!   and to the database's size limit. The check runs the database's own SQL (CHECK
+//!   constraints, generated columns, index expressions) and is bounded like a statement
+//!   (`upload::CheckBounds`: the node's statement timeout per 64 MiB, the client going
+//!   away, shutdown). Only then are the frames written, under the write lock, after
+//!   checking again that nothing committed meanwhile.
 
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::storage::shipper::{internal_connection, DatabaseLog};
 use crate::storage::wal_insert::{WalInsert, WalInsertError};
+use crate::upload::CheckBounds;
 use crate::DataPlaneState;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -180,10 +185,18 @@ pub async fn receive(
     };
     let node = Arc::clone(&state.node);
     let target = Arc::clone(db);
-    let applied =
-        tokio::task::spawn_blocking(move || apply(&node, &target, &complete, expected_head))
-            .await
-            .map_err(|e| DataError::Internal(e.to_string()))?;
+    // A client that goes away stops the check of what it pushed (the write that follows a
+    // passed check is never cut short).
+    let cancel = crate::sandbox::CancelToken::new();
+    let cancel_on_drop = cancel.cancel_on_drop();
+    let bounds = CheckBounds::for_node(&node, Some(cancel));
+    let applied = tokio::task::spawn_blocking(move || {
+        apply(&node, &target, &complete, expected_head, &bounds)
+    })
+    .await
+    .map_err(|e| DataError::Internal(e.to_string()));
+    cancel_on_drop.disarm();
+    let applied = applied?;
     match applied {
         Ok(()) => Ok(answer("ok", last_sent, baton)),
         Err(Refused::Conflict(head)) => {
@@ -372,6 +385,7 @@ fn apply(
     db: &Arc<Database>,
     frames: &[u8],
     expected_head: u64,
+    bounds: &CheckBounds,
 ) -> Result<(), Refused> {
     let log = Arc::clone(db.log().ok_or_else(super::log::no_storage)?);
     let size_after = frames
@@ -379,7 +393,7 @@ fn apply(
         .map(|f| header(f).1)
         .rfind(|&size| size != 0)
         .expect("complete transactions end with a commit frame");
-    check_candidate(node, db, &log, frames, size_after, expected_head)?;
+    check_candidate(node, db, &log, frames, size_after, expected_head, bounds)?;
     write_frames(db, &log, frames, size_after, expected_head)?;
     tracing::info!(
         database_id = %db.id(),
@@ -396,7 +410,7 @@ fn apply(
 }
 
 /// The database after the push, built in a scratch copy of the state at `expected_head`
-/// and held to the rules an uploaded file is held to.
+/// and held to the rules an uploaded file is held to, within `bounds`.
 fn check_candidate(
     node: &crate::node::Node,
     db: &Database,
@@ -404,6 +418,7 @@ fn check_candidate(
     frames: &[u8],
     size_after: u32,
     expected_head: u64,
+    bounds: &CheckBounds,
 ) -> Result<(), Refused> {
     let path = db
         .dir()
@@ -424,12 +439,20 @@ fn check_candidate(
             return Err(Refused::Conflict(after));
         }
         write_pages(&path, frames, size_after)?;
-        crate::upload::check_database_file(&path).map_err(|e| match e {
-            DataError::BadRequest(why) => Refused::Error(DataError::BadRequest(format!(
+        let unusable = |why: String| {
+            Refused::Error(DataError::BadRequest(format!(
                 "the pushed frames would leave the database unusable, so none was applied: {why}"
-            ))),
+            )))
+        };
+        crate::upload::check_file_format(&path).map_err(|e| match e {
+            DataError::BadRequest(why) => unusable(why),
             other => Refused::Error(other),
-        })
+        })?;
+        let what = "the database the pushed frames make";
+        match crate::upload::integrity_check(&path, bounds, what)? {
+            Ok(()) => Ok(()),
+            Err(detail) => Err(unusable(format!("it fails its check ({detail})"))),
+        }
     })();
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut name = path.as_os_str().to_owned();

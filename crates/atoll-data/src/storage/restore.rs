@@ -287,7 +287,7 @@ pub async fn restore_to_file(
         return Err(e);
     }
     let check = dest.to_path_buf();
-    tokio::task::spawn_blocking(move || crate::dump::check_loaded(&check))
+    tokio::task::spawn_blocking(move || crate::dump::check_restored(&check))
         .await
         .map_err(|e| DataError::Internal(e.to_string()))?
         .inspect_err(|_| {
