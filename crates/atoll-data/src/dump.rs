@@ -40,7 +40,7 @@ pub fn load_dump(
     let checked = check_after_load(&sandboxed.conn, &control);
     match (checked, control.disarm()) {
         (_, Some(Interruption::Deadline(limit))) => Err(DataError::BadRequest(format!(
-            "the database the dump made could not be checked within {} (the node's --dump-load-timeout, for loading a dump and checking what it made), so it was not created: checking runs its own SQL (CHECK constraints, generated columns, index expressions) on every row; make that SQL cheaper",
+            "the database the dump made could not be checked within {} (a dump's deadline, for loading it and checking what it made), so it was not created: checking runs its own SQL (CHECK constraints, generated columns, index expressions) on every row; make that SQL cheaper",
             crate::sandbox::human_duration(limit)
         ))),
         (_, Some(why)) => Err(DataError::BadRequest(format!(
