@@ -118,6 +118,10 @@ pub struct BenchArgs {
     /// Inserts per second of the `--replication` lag figure.
     #[arg(long, default_value_t = 1000)]
     replication_rate: u64,
+    /// What one tenant feels while another abuses the node (`noisy_neighbour.rs`), instead
+    /// of the figures: `--duration-secs` per abuse.
+    #[arg(long, conflicts_with_all = ["load", "replication"])]
+    noisy_neighbour: bool,
     /// `--load`: the load test instead of the figures (`load.rs`).
     #[command(flatten)]
     load: crate::load::LoadArgs,
@@ -131,10 +135,10 @@ const SETUP_CONCURRENCY: usize = 8;
 const SEED_CONCURRENCY: usize = 32;
 
 /// The server under test and a client for it.
-struct Bench {
-    client: reqwest::Client,
+pub(crate) struct Bench {
+    pub(crate) client: reqwest::Client,
     api: String,
-    db_url: String,
+    pub(crate) db_url: String,
     token: String,
     run: String,
     /// The server's store and node, for seeding many databases without HTTP.
@@ -142,13 +146,13 @@ struct Bench {
     node: Arc<atoll_data::node::Node>,
     node_name: String,
     /// Its data directory (object storage is `file://<dir>/storage`).
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     _shutdown: tokio::sync::oneshot::Sender<()>,
     _db_shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
 /// An organization with a group `default` and a token for every database in it.
-struct Org {
+pub(crate) struct Org {
     slug: String,
     group_token: String,
 }
@@ -182,6 +186,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     let bench = Arc::new(Bench::start(args.database_url.as_deref(), dir, args.storage).await?);
+    if args.noisy_neighbour {
+        return crate::noisy_neighbour::run(&bench, Duration::from_secs(args.duration_secs)).await;
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "# atoll bench {}: store {}, object storage {:?}, {cpus} cpus, client and server in one process on loopback",
@@ -364,7 +371,7 @@ impl Bench {
     }
 
     /// A new team organization with a group `default` in location `local`.
-    async fn org(&self, purpose: &str) -> anyhow::Result<Org> {
+    pub(crate) async fn org(&self, purpose: &str) -> anyhow::Result<Org> {
         let name = format!("bench-{purpose}-{}", self.run);
         let created = self
             .post("/v1/organizations", json!({"name": name}))
@@ -387,7 +394,12 @@ impl Bench {
         Ok(Org { slug, group_token })
     }
 
-    async fn create_database(&self, org: &Org, name: &str, extra: Value) -> anyhow::Result<()> {
+    pub(crate) async fn create_database(
+        &self,
+        org: &Org,
+        name: &str,
+        extra: Value,
+    ) -> anyhow::Result<()> {
         let mut body = json!({"name": name, "group": "default"});
         if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
             body.extend(extra);
@@ -397,7 +409,7 @@ impl Bench {
             .map(drop)
     }
 
-    async fn database_token(&self, org: &Org, name: &str) -> anyhow::Result<String> {
+    pub(crate) async fn database_token(&self, org: &Org, name: &str) -> anyhow::Result<String> {
         let body = self
             .post(
                 &format!(
@@ -411,12 +423,12 @@ impl Bench {
     }
 
     /// The path-prefix URL of a database, ending in `/`.
-    fn database_url(&self, org: &Org, name: &str) -> String {
+    pub(crate) fn database_url(&self, org: &Org, name: &str) -> String {
         format!("{}/db/{name}-{}/", self.db_url, org.slug)
     }
 
     /// Runs one statement on a database; fails unless it succeeds.
-    async fn execute(&self, url: &str, token: &str, sql: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn execute(&self, url: &str, token: &str, sql: &str) -> anyhow::Result<Value> {
         let body =
             json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
         let response = self

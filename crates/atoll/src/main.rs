@@ -7,6 +7,7 @@ mod file_modes;
 mod load;
 mod logging;
 mod node;
+mod noisy_neighbour;
 mod replication_bench;
 mod secrets_key;
 mod server;
