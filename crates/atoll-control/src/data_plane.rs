@@ -389,11 +389,12 @@ impl DataPlane {
                 let node = Arc::clone(node);
                 if request.seed.runs_tenant_sql() {
                     // A dump is tenant SQL: on the node's SQL threads, never on the blocking
-                    // pool the metadata store needs.
+                    // pool the metadata store needs, in its organization's turn.
                     let sql_node = Arc::clone(&node);
+                    let tenant = request.config.org_id.clone();
                     return sql_node
                         .sql()
-                        .run(move || node.create_database(request).map(|_| ()))
+                        .run_for(&tenant, move || node.create_database(request).map(|_| ()))
                         .await
                         .and_then(|created| created)
                         .map_err(data_error);

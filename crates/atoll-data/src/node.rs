@@ -441,6 +441,12 @@ impl Node {
                         &self.shutdown,
                         |_| Ok(()),
                     )?;
+                    // Journaled for the organization (the database is new: a crash must
+                    // not be retried under another name).
+                    let _running = self
+                        .crash_journal
+                        .running(&crate::crash_journal::organization_key(&config.org_id), sql)
+                        .map_err(DataError::Forbidden)?;
                     crate::dump::load_dump(&mut conn, sql, self.sandbox.dump_load_timeout)?;
                     drop(conn);
                     crate::dump::check_loaded(&file)?;

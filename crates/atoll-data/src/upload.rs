@@ -460,7 +460,7 @@ async fn upload_file(
     // is never cut short.
     let cancel = CancelToken::new();
     let cancel_on_drop = cancel.cancel_on_drop();
-    let bounds = CheckBounds::for_node(&node, Some(cancel));
+    let bounds = CheckBounds::for_node(&node, Some(cancel)).from_organization(&db.config().org_id);
     let installed = blocking(move || {
         // The claim and the file live with the installing thread: a client that hangs up
         // now neither frees the database for another upload mid-install nor deletes the
@@ -694,7 +694,7 @@ async fn finalize_chunked(
     let db = Arc::clone(&req.db);
     let cancel = CancelToken::new();
     let cancel_on_drop = cancel.cancel_on_drop();
-    let bounds = CheckBounds::for_node(&node, Some(cancel));
+    let bounds = CheckBounds::for_node(&node, Some(cancel)).from_organization(&db.config().org_id);
     let installed = blocking(move || {
         let _finalizing = finalizing;
         check_and_install(&node, &db, TempFile::new(path), Some(size), &bounds)
@@ -953,6 +953,8 @@ pub struct CheckBounds {
     settings: SandboxSettings,
     cancel: Option<CancelToken>,
     node: Option<Arc<Node>>,
+    /// The organization the file is from, for the node's crash journal.
+    org_id: Option<String>,
 }
 
 impl CheckBounds {
@@ -962,7 +964,16 @@ impl CheckBounds {
             settings: node.sandbox().clone(),
             cancel,
             node: Some(Arc::clone(node)),
+            org_id: None,
         }
+    }
+
+    /// The check is of a file `org_id` supplied: it runs under the node's crash journal
+    /// (`crate::crash_journal`), so a file whose check crashed the node is not checked again
+    /// for that organization.
+    pub fn from_organization(mut self, org_id: &str) -> CheckBounds {
+        self.org_id = Some(org_id.to_string());
+        self
     }
 
     /// A check outside a node (tests, the fuzz target): `settings` only.
@@ -971,6 +982,7 @@ impl CheckBounds {
             settings,
             cancel: None,
             node: None,
+            org_id: None,
         }
     }
 
@@ -1124,6 +1136,17 @@ pub(crate) fn integrity_check(
     what: &str,
 ) -> Result<Result<(), String>, DataError> {
     let deadline = bounds.deadline(std::fs::metadata(path)?.len());
+    let _running = match (&bounds.node, &bounds.org_id) {
+        (Some(node), Some(org_id)) => Some(
+            node.crash_journal()
+                .running(
+                    &crate::crash_journal::organization_key(org_id),
+                    crate::crash_journal::FILE_CHECK,
+                )
+                .map_err(DataError::Forbidden)?,
+        ),
+        _ => None,
+    };
     // The sandbox's connection: its value and SQL length limits bound what one row's SQL
     // may build, its authorizer the functions it may call, and `query_only` keeps the
     // file being judged as it is. Its statement clock is replaced by the check's own

@@ -16,7 +16,9 @@
 //! - **Restarts back off** when crashes come quickly: at once, then 0.25 s, 0.5 s, … up to
 //!   10 s while the serving process keeps dying within a minute of its start.
 //! - **Signals**: SIGTERM and SIGINT are passed on; the serving process ends within its
-//!   shutdown bound, and is killed if it has not after 30 s. The serving process asks the
+//!   shutdown bound, and is killed if it has not after [`STOP_WITHIN`] (whatever runs, an
+//!   Atoll process ends within 10 s of SIGTERM; what it had committed is on its disk and is
+//!   shipped at the next start). The serving process asks the
 //!   kernel to kill it if the supervisor dies (a SIGKILLed supervisor leaves nothing behind).
 //! - `--no-supervise` (`ATOLL_NO_SUPERVISE`) runs the server in one process, for operators
 //!   whose service manager restarts it (systemd's `Restart=on-failure`).
@@ -32,6 +34,9 @@ const INHERITED: &str = "ATOLL_INHERITED_LISTENERS";
 const SUPERVISED_BY: &str = "ATOLL_SUPERVISED_BY";
 /// How many times the serving process was started again after a crash.
 const RESTARTS: &str = "ATOLL_SERVING_RESTARTS";
+
+/// How long the serving process has to stop after SIGTERM before it is killed.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
 
 /// A panic that reached `main` ends the process with this code.
 const PANIC_EXIT_CODE: i32 = 101;
@@ -168,15 +173,15 @@ async fn wait(
             _ = terminate.recv() => {
                 stopping = true;
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-                kill_at.get_or_insert(tokio::time::Instant::now() + Duration::from_secs(30));
+                kill_at.get_or_insert(tokio::time::Instant::now() + STOP_WITHIN);
             }
             _ = interrupt.recv() => {
                 stopping = true;
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
-                kill_at.get_or_insert(tokio::time::Instant::now() + Duration::from_secs(30));
+                kill_at.get_or_insert(tokio::time::Instant::now() + STOP_WITHIN);
             }
             _ = kill_timer => {
-                tracing::error!("the serving process did not stop within 30 s; killing it");
+                tracing::error!("the serving process did not stop within 10 s of SIGTERM; killing it");
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 kill_at = None;
             }

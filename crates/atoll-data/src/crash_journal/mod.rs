@@ -113,6 +113,17 @@ pub struct Running<'a> {
     outer: signal::Current,
 }
 
+/// The journal's key for work an organization asks for outside its databases' statements
+/// (loading a dump into a new database, checking a file it uploads or pushes): a crash
+/// there is refused for the whole organization, not one database (a new database would
+/// get around it).
+pub fn organization_key(org_id: &str) -> String {
+    format!("org:{org_id}")
+}
+
+/// What the journal records for the check of a file an organization supplied.
+pub const FILE_CHECK: &str = "PRAGMA integrity_check of a file the organization supplied";
+
 /// A statement's fingerprint: SHA-256 of its text with letters in lower case and runs of
 /// white space made one space, cut to 64 bits. The same statement sent again, reformatted
 /// or with other keyword case, has the same fingerprint; another literal does not (that is
@@ -225,7 +236,9 @@ impl CrashJournal {
 
         Ok((
             CrashJournal {
-                abort_on: std::env::var(ABORT_ON_SQL).ok().filter(|sql| !sql.is_empty()),
+                abort_on: std::env::var(ABORT_ON_SQL)
+                    .ok()
+                    .filter(|sql| !sql.is_empty()),
                 slots,
                 free: Mutex::new((0..SLOTS).rev().collect()),
                 refused: RwLock::new(refused),

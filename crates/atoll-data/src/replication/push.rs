@@ -189,7 +189,8 @@ pub async fn receive(
     // passed check is never cut short).
     let cancel = crate::sandbox::CancelToken::new();
     let cancel_on_drop = cancel.cancel_on_drop();
-    let bounds = CheckBounds::for_node(&node, Some(cancel));
+    let bounds =
+        CheckBounds::for_node(&node, Some(cancel)).from_organization(&target.config().org_id);
     let applied = tokio::task::spawn_blocking(move || {
         apply(&node, &target, &complete, expected_head, &bounds)
     })
