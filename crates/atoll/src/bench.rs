@@ -563,6 +563,7 @@ async fn seed_databases(
                 deleted_at: None,
                 config_version: 1,
                 durability: None,
+                history_starts_at: None,
             };
             let record = store.insert_database(record).await?;
             let config = atoll_control::data_plane::node_config(
@@ -1151,6 +1152,8 @@ async fn rss_idle(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
         .arg("--data-dir")
         .arg(dir)
         .args(["--listen", "127.0.0.1:0", "--db-listen", "127.0.0.1:0"])
+        // One process: its RSS is what is measured (a supervisor's is its own).
+        .arg("--no-supervise")
         .env("RUST_LOG", "warn")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -1328,6 +1331,7 @@ async fn create_node_database(
         durability: None,
         pitr_retention_days: None,
         config_version: 0,
+        history_starts_at_ms: None,
     };
     let node = Arc::clone(node);
     tokio::task::spawn_blocking(move || {

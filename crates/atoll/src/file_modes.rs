@@ -26,6 +26,8 @@ const DATA_DIR_ENTRIES: &[&str] = &[
     // The node's metadata-store stamp and the databases its store did not know.
     atoll_data::identity::STAMP_FILE,
     "quarantine",
+    // Which tenant statement crashed the node, and the statements refused since.
+    "crash-journal",
 ];
 
 /// Makes every file and directory this process creates from now on owner-only.

@@ -108,6 +108,8 @@ impl Server {
             .arg(&plans)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--db-listen", &format!("127.0.0.1:{db_port}")])
+            // One process: its RSS is what is measured (a supervisor's is its own).
+            .arg("--no-supervise")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("server.log"))?)
             .spawn()
