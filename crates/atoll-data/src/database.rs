@@ -96,6 +96,9 @@ impl Database {
         if let (Some(log), true) = (&log, handed_over_at != 0) {
             log.set_fenced(true);
         }
+        if let (Some(log), Some(since)) = (&log, config.history_starts_at_ms) {
+            log.ask_history(since);
+        }
         Database {
             id: config.id.clone(),
             dir,
@@ -221,6 +224,11 @@ impl Database {
     /// Installs a new configuration. Its keys may differ (a rotation), so every token
     /// verified under the old ones is verified again.
     pub(crate) fn set_config(&self, config: DatabaseConfig) {
+        // Before its keys: a transfer's new owner never finds the old history served
+        // (`storage::history`).
+        if let (Some(log), Some(since)) = (&self.log, config.history_starts_at_ms) {
+            log.ask_history(since);
+        }
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(decode_keys(&config));
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
         self.verified_tokens.clear();

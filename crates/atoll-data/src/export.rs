@@ -44,7 +44,7 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
 async fn info(req: DbRequest) -> Result<Json<serde_json::Value>, DataError> {
     req.db.ensure_queryable()?;
     let generation = crate::replication::sync_http::current_generation(&req.db)
-        .await
+        .await?
         .unwrap_or(CURRENT_GENERATION);
     Ok(Json(json!({ "current_generation": generation })))
 }
@@ -57,6 +57,9 @@ async fn export(
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
     req.db.ensure_readable()?;
+    // Until a transfer's new history is started, the file may still hold the old owner's
+    // deleted rows in its free pages (`storage::history`).
+    crate::storage::history::ensure_started(&req.db)?;
     if let Some(number) = generation
         .parse::<u64>()
         .ok()

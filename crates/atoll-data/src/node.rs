@@ -398,11 +398,13 @@ impl Node {
                             "source database {source_id} is not on this node"
                         ))
                     })?;
+                    crate::storage::history::ensure_started(&source)?;
                     copy_database(self, &source, &file)?;
                 }
                 Seed::PointInTime {
                     source_id,
                     timestamp_ms,
+                    history_starts_at_ms,
                 } => {
                     let storage = self.storage.as_ref().ok_or_else(|| {
                         DataError::BadRequest(
@@ -426,6 +428,7 @@ impl Node {
                         storage,
                         source_id,
                         *timestamp_ms,
+                        *history_starts_at_ms,
                         retention,
                         &file,
                     )?;
@@ -500,7 +503,7 @@ impl Node {
 
     /// Replaces a database's configuration (flags, limits, keys, state, label).
     pub fn configure(&self, mut config: DatabaseConfig) -> Result<Arc<Database>, DataError> {
-        let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
+        let one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());
         let db = self
             .by_id(&config.id)
             .ok_or_else(|| DataError::UnknownDatabase(config.id.clone()))?;
@@ -557,6 +560,9 @@ impl Node {
         drop(registry);
         // Limits are applied when a connection opens.
         self.pool.forget(&config.id);
+        drop(one_at_a_time);
+        // A transfer: the new owner's history starts before the control plane is answered.
+        crate::storage::history::start_if_asked(self, &db);
         Ok(db)
     }
 

@@ -257,6 +257,7 @@ async fn point_in_time_restore_gives_exactly_the_rows_committed_by_then() {
                 Seed::PointInTime {
                     source_id: source.config.id.clone(),
                     timestamp_ms: Some(at),
+                    history_starts_at_ms: None,
                 },
             );
             assert_eq!(
@@ -272,6 +273,7 @@ async fn point_in_time_restore_gives_exactly_the_rows_committed_by_then() {
                 seed: Seed::PointInTime {
                     source_id: source.config.id.clone(),
                     timestamp_ms: Some(all[0].1 - 3_600_000),
+                    history_starts_at_ms: None,
                 },
             })
         })
@@ -377,6 +379,7 @@ async fn a_corrupt_or_missing_object_is_an_error_naming_it_never_a_silent_loss()
             seed: Seed::PointInTime {
                 source_id: source.config.id.clone(),
                 timestamp_ms: None,
+                history_starts_at_ms: None,
             },
         })
     })
@@ -403,6 +406,7 @@ async fn a_corrupt_or_missing_object_is_an_error_naming_it_never_a_silent_loss()
             seed: Seed::PointInTime {
                 source_id: source.config.id.clone(),
                 timestamp_ms: None,
+                history_starts_at_ms: None,
             },
         })
     })
@@ -469,6 +473,7 @@ async fn retention_keeps_every_instant_inside_the_window_restorable() {
                 Seed::PointInTime {
                     source_id: source.config.id.clone(),
                     timestamp_ms: Some(at),
+                    history_starts_at_ms: None,
                 },
             );
             assert_eq!(
@@ -842,4 +847,144 @@ async fn a_writes_replication_index_is_its_commit_frame_in_the_log() {
     assert_eq!(log.state().durable_frame_no, last);
     let read = db.query(sql("SELECT count(*) FROM t")).await;
     assert!(read["replication_index"].is_null(), "{read}");
+}
+
+/// A GET of the data plane's `path` for `db`, with a token of it.
+async fn get(db: &TestDb, path: &str) -> reqwest::Response {
+    db.http
+        .get(db.url(path))
+        .header("x-namespace", &db.config.label)
+        .bearer_auth(db.token())
+        .send()
+        .await
+        .unwrap()
+}
+
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// A transfer starts the history anew (docs/STORAGE.md, "Transfers start the history
+/// anew"): while the node cannot start it, nothing of the old history is served (503, to
+/// be asked again); once it has, no state, frame or object of the old one is left, and a
+/// node whose disk is lost keeps to the new history when it rebuilds the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transfers_new_history_is_waited_for_and_outlives_a_lost_disk() {
+    for url in storage_urls("history") {
+        let node = serve_node(
+            new_dir(),
+            DataLimits::default(),
+            settings(&url, DurabilityMode::Lag),
+        )
+        .await;
+        let mut db = node.create_db("handed");
+        let secret = "the-old-owners-deleted-row-".repeat(4);
+        db.run(&[
+            sql("CREATE TABLE t(x INTEGER PRIMARY KEY, v TEXT)"),
+            sql(&format!("INSERT INTO t VALUES (1, '{secret}')")),
+            sql("INSERT INTO t VALUES (2, 'kept')"),
+            sql("DELETE FROM t WHERE x = 1"),
+        ])
+        .await;
+        wait_shipped(&node, &db).await;
+        let log = node
+            .node
+            .by_id(&db.config.id)
+            .unwrap()
+            .log()
+            .unwrap()
+            .clone();
+
+        // The node may not write (a hand-over, a lost lease): the new history cannot start,
+        // and nothing that serves the old one answers meanwhile.
+        log.set_fenced(true);
+        let since = now_ms();
+        db.config.history_starts_at_ms = Some(since);
+        tokio::task::block_in_place(|| node.node.configure(db.config.clone())).unwrap();
+        for path in ["/info", "/export/1", "/export/2", "/sync/2/1/129"] {
+            let response = get(&db, path).await;
+            assert_eq!(response.status(), 503, "{path} on {url}");
+            assert!(response.headers().contains_key("retry-after"), "{path}");
+        }
+        let backups = node.node.backups(&db.config.id).await.unwrap();
+        assert!(backups.generations.is_empty(), "{backups:?}");
+        let copy = tokio::task::block_in_place(|| {
+            node.node.create_database(CreateDatabase {
+                config: node.config_for("early-copy"),
+                seed: Seed::PointInTime {
+                    source_id: db.config.id.clone(),
+                    timestamp_ms: None,
+                    history_starts_at_ms: Some(since),
+                },
+            })
+        });
+        let error = copy.err().expect("a copy while the history starts");
+        assert!(error.to_string().contains("try again"), "{error}");
+
+        // Once it may, the shipper's rounds start it.
+        log.set_fenced(false);
+        for _ in 0..100 {
+            if !log.history_pending() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!log.history_pending(), "the new history never started");
+        let start = log.state().history_start;
+        assert!(start > 0);
+        for (path, status) in [("/sync/2/1/129", 409), ("/export/2", 404)] {
+            assert_eq!(get(&db, path).await.status(), status, "{path} on {url}");
+        }
+        let first = format!("/export/{}", start + 2);
+        let response = get(&db, &first).await;
+        assert_eq!(response.status(), 200, "{first}");
+        assert!(!holds(&response.bytes().await.unwrap(), &secret));
+        let response = get(&db, "/export/1").await;
+        assert_eq!(response.status(), 200);
+        assert!(!holds(&response.bytes().await.unwrap(), &secret));
+        if let Some(dir) = url.strip_prefix("file://") {
+            let stored = std::path::Path::new(dir).join("dbs").join(&db.config.id);
+            let mut pending = vec![stored];
+            while let Some(dir) = pending.pop() {
+                for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        pending.push(path);
+                    } else {
+                        let bytes = std::fs::read(&path).unwrap();
+                        assert!(!holds(&bytes, &secret), "{} holds it", path.display());
+                    }
+                }
+            }
+        }
+
+        // The disk is lost: the database is rebuilt from its new history, and keeps to it.
+        insert_row(&db, 3).await;
+        wait_shipped(&node, &db).await;
+        let stopped = node.stop();
+        std::fs::remove_dir_all(&stopped).unwrap();
+        let node = serve_node(
+            stopped,
+            DataLimits::default(),
+            settings(&url, DurabilityMode::Lag),
+        )
+        .await;
+        db.addr = node.addr;
+        wait_served(&db).await;
+        let rebuilt = node.node.by_id(&db.config.id).unwrap();
+        assert!(!atoll_data::storage::history::pending(&rebuilt));
+        assert_eq!(atoll_data::storage::history::first_frame(&rebuilt), start);
+        assert_eq!(get(&db, "/sync/2/1/129").await.status(), 409);
+        let result = db.query(sql("SELECT x FROM t ORDER BY x")).await;
+        assert_eq!(result["rows"].as_array().unwrap().len(), 2, "{result}");
+    }
+}
+
+async fn insert_row(db: &TestDb, x: i64) {
+    let result = db
+        .run(&[sql(&format!("INSERT INTO t VALUES ({x}, 'new')"))])
+        .await;
+    assert_eq!(result[0]["type"], "ok", "{}", result[0]);
 }

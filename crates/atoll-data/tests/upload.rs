@@ -96,6 +96,7 @@ impl TestNode {
             durability: None,
             pitr_retention_days: None,
             config_version: 0,
+            history_starts_at_ms: None,
         };
         self.node
             .create_database(CreateDatabase { config, seed })
@@ -1390,6 +1391,7 @@ COMMIT;
         durability: None,
         pitr_retention_days: None,
         config_version: 0,
+        history_starts_at_ms: None,
     };
     let started = std::time::Instant::now();
     let created = node.create_database(CreateDatabase {

@@ -924,6 +924,7 @@ fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Databa
         deleted_at: None,
         config_version: 1,
         durability: None,
+        history_starts_at: None,
     }
 }
 
@@ -1118,13 +1119,20 @@ async fn databases_follow_their_group(store: Store) {
         .insert_database(new_database(&org.id, &group.id, "app", "app-alice"))
         .await
         .unwrap();
+    assert_eq!(
+        db.history_starts_at, None,
+        "a history starts at the creation"
+    );
 
+    // A transfer starts the history of each database anew.
+    let before = crate::now_millis();
     store.transfer_group(&group.id, &team.id).await.unwrap();
     let moved = store.database_by_id(&db.id).await.unwrap().unwrap();
     assert_eq!(
         (moved.org_id.as_str(), moved.label.as_str()),
         (team.id.as_str(), "app-acme")
     );
+    assert!(moved.history_starts_at.is_some_and(|at| at >= before));
     assert!(store
         .database_by_name(&team.id, "app")
         .await
@@ -1143,6 +1151,7 @@ async fn databases_follow_their_group(store: Store) {
         (back.group_id.as_str(), back.label.as_str()),
         (target.id.as_str(), "app-alice")
     );
+    assert!(back.history_starts_at >= moved.history_starts_at);
 
     // Deleting a group deletes its databases.
     store.delete_group(&target.id).await.unwrap();

@@ -276,6 +276,10 @@ pub struct Database {
     pub config_version: i64,
     /// How its commits are acknowledged: `lag` or `sync`; `None` follows its node.
     pub durability: Option<String>,
+    /// When its current owner's history starts (ms): set by a transfer, which starts the
+    /// database's history anew so the new owner can never restore, copy or sync a state
+    /// of the old owner's. `None`: at its creation. Set by the store only.
+    pub history_starts_at: Option<i64>,
 }
 
 impl std::fmt::Debug for Database {
@@ -301,6 +305,7 @@ impl std::fmt::Debug for Database {
             .field("created_at", &self.created_at)
             .field("deleted_at", &self.deleted_at)
             .field("durability", &self.durability)
+            .field("history_starts_at", &self.history_starts_at)
             .finish()
     }
 }

@@ -55,6 +55,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         19,
         include_str!("migrations/postgres/0019_instance_usage.sql"),
     ),
+    (
+        20,
+        include_str!("migrations/postgres/0020_history_start.sql"),
+    ),
 ];
 /// Connections a process opens to PostgreSQL by default (`--database-pool-size`).
 pub const DEFAULT_POSTGRES_POOL_SIZE: usize = 16;

@@ -40,6 +40,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         19,
         include_str!("migrations/sqlite/0019_instance_usage.sql"),
     ),
+    (20, include_str!("migrations/sqlite/0020_history_start.sql")),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

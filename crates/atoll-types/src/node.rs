@@ -109,6 +109,13 @@ pub struct DatabaseConfig {
     /// never undoes a newer one. 0 (from older control planes) is always applied.
     #[serde(default)]
     pub config_version: u64,
+    /// When its current owner's history starts (ms since the epoch): set by a transfer
+    /// (docs/STORAGE.md, "Transfers start the history anew"). The node then starts a new
+    /// history in object storage, from a vacuumed copy of the live data, and serves nothing
+    /// older: no point-in-time state, generation, frame or file export from before it.
+    /// `None`: at its creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_starts_at_ms: Option<i64>,
 }
 
 /// When a commit is acknowledged (`docs/STORAGE.md`, "Durability modes").
@@ -139,6 +146,11 @@ pub enum Seed {
     PointInTime {
         source_id: String,
         timestamp_ms: Option<i64>,
+        /// When the source's current history starts (its `history_starts_at_ms`): the
+        /// restoring node refuses a state from before it, and waits until the source's
+        /// node has started that history in object storage.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        history_starts_at_ms: Option<i64>,
     },
 }
 

@@ -53,6 +53,8 @@ async fn backups(
     access: Access,
 ) -> ApiResult<Json<DatabaseBackups>> {
     let db = access.database();
+    // Nothing from before a transfer: its node lists the current history only (and
+    // nothing while it starts a transfer's new one).
     let backups = state.data_plane.backups(&db.node, &db.id).await?;
     Ok(Json(DatabaseBackups {
         storage: backups.storage_url,
@@ -90,6 +92,7 @@ async fn restore(
 ) -> ApiResult<Json<RestoreResponse>> {
     let db = access.database();
     let timestamp_ms = parse_timestamp(&request.timestamp)?;
+    check_history(db, timestamp_ms, ErrorCode::InvalidRequest)?;
     let outcome = state
         .data_plane
         .restore_in_place(&db.node, &db.id, timestamp_ms)
@@ -111,6 +114,28 @@ async fn restore(
         restored_to: wire::rfc3339_millis(outcome.restored_commit_ms),
         replication_index: outcome.frame_no,
     }))
+}
+
+/// Refuses a state of `db` from before its current owner's history: a transfer starts it
+/// anew, and nothing of the old owner's is restorable by the new one (docs/SECURITY.md,
+/// "Transfers"). `code`: the request's (a seed's, a restore's).
+pub(crate) fn check_history(
+    db: &atoll_meta::Database,
+    timestamp_ms: i64,
+    code: ErrorCode,
+) -> ApiResult<()> {
+    match db.history_starts_at {
+        Some(since) if timestamp_ms < since => Err(ApiError::Invalid(
+            code,
+            format!(
+                "{} is before the history of database {}: its history starts at its transfer to this organization, at {}",
+                wire::rfc3339_millis(timestamp_ms),
+                db.name,
+                wire::rfc3339_millis(since)
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// An RFC 3339 instant as ms since the epoch; anything else is a 400 that shows the form.

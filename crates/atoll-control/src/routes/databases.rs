@@ -501,6 +501,7 @@ pub(super) async fn create(
         deleted_at: None,
         config_version: 1,
         durability: None,
+        history_starts_at: None,
     };
 
     // Recorded as `creating` first: a crash before the node has it leaves a record the
@@ -705,11 +706,13 @@ async fn seed_for(
                 ));
             }
             if let Some(at) = timestamp_ms {
+                super::backups::check_history(&source, at, ErrorCode::InvalidSeed)?;
                 // From object storage: on any node, whatever holds the source now.
                 return Ok(PlannedSeed {
                     seed: Seed::PointInTime {
                         source_id: source.id.clone(),
                         timestamp_ms: Some(at),
+                        history_starts_at_ms: source.history_starts_at,
                     },
                     parent: Some((source.id, source.name, at)),
                     dump_id: None,

@@ -19,6 +19,8 @@
 //! - `Snapshot`: the whole database as of the stored head, one frame per page, all numbered
 //!   with that head, the last one a commit: sent when a replica is new (offset 0), when its
 //!   frames are no longer kept, or when it is ahead of the log (it was made elsewhere).
+//! - A transfer starts the database's history anew (`storage::history`): offsets up to its
+//!   start get `NEED_SNAPSHOT`, and every call answers UNAVAILABLE while the node starts it.
 //! - `proxy.Proxy` (writes sent through the replica) is not served: UNIMPLEMENTED with
 //!   what to use instead.
 //!
@@ -254,6 +256,7 @@ fn authorize(state: &DataPlaneState, parts: &Parts) -> Result<Arc<Database>, Grp
     authenticate(&db, header.to_str().unwrap_or(""), unix_now())?;
     db.ensure_queryable()?;
     db.ensure_readable()?;
+    crate::storage::history::ensure_started(&db)?;
     Ok(db)
 }
 
@@ -340,7 +343,9 @@ async fn log_entries(
         .ok_or_else(|| GrpcError::from(log::no_storage()))?;
     let need_snapshot = || GrpcError(9, "NEED_SNAPSHOT".into());
     let first = offset.next_offset;
-    if first == 0 {
+    // Frames up to the start of the current owner's history (a transfer started it anew)
+    // are never served: the replica starts again from a snapshot.
+    if first == 0 || first <= crate::storage::history::first_frame(&db) {
         return Err(need_snapshot());
     }
     let mut head = log::durable_head(&db).ok_or_else(|| GrpcError::from(log::no_storage()))?;

@@ -18,6 +18,10 @@
 //! - "Nothing newer" is what libSQL's client expects: 400 with `{"generation": g}` (its
 //!   own generation, which tells it to stop). Other refusals use other statuses and
 //!   `{"error": …}`, which the client reports as they are.
+//! - A transfer starts the database's history anew (`storage::history`): a generation
+//!   from before it is refused like one from a lost history (409: delete the replica's
+//!   files and sync again), and nothing is served while the new history is being started
+//!   (503).
 //! - Pushing frames (offline writes, `POST /sync/…`) is taken on top of the head the
 //!   client wrote on, and refused as a conflict when anything else committed since
 //!   (`push`).
@@ -26,6 +30,7 @@ use super::log::{self, Frames};
 use super::push;
 use crate::auth::DbRequest;
 use crate::error::DataError;
+use crate::storage::history;
 use crate::storage::segment::Frame;
 use crate::DataPlaneState;
 use axum::body::{Body, Bytes};
@@ -91,9 +96,14 @@ fn sync_range(generation: &str, start: &str, end: &str) -> Result<(u64, u64, u64
 /// The generation a new replica starts from: the state at the stored head, once the
 /// commits made before this call are stored. `None` without object storage (a node
 /// without `--storage-url` has only the live file, generation 1).
-pub async fn current_generation(db: &Arc<crate::database::Database>) -> Option<u64> {
-    let head = log::wait_for_commits(db).await?;
-    Some(head + 2)
+pub async fn current_generation(
+    db: &Arc<crate::database::Database>,
+) -> Result<Option<u64>, DataError> {
+    history::ensure_started(db)?;
+    let Some(head) = log::wait_for_commits(db).await else {
+        return Ok(None);
+    };
+    Ok(Some(head + 2))
 }
 
 /// The state a generation starts from, as a file rebuilt from the log (`GET /export/{g}`
@@ -104,6 +114,7 @@ pub async fn generation_file(
     db: &crate::database::Database,
     generation: u64,
 ) -> Result<Result<std::path::PathBuf, String>, DataError> {
+    history::ensure_started(db)?;
     let head = log::durable_head(db).ok_or_else(log::no_storage)?;
     let Some(frame) = generation.checked_sub(2).filter(|&f| f <= head) else {
         return Ok(Err(format!(
@@ -111,6 +122,9 @@ pub async fn generation_file(
             head + 2
         )));
     };
+    if frame < history::first_frame(db) {
+        return Ok(Err(before_history(generation, db)));
+    }
     match log::state_at(&state.node, db, frame).await {
         Ok(file) => Ok(Ok(file)),
         Err(DataError::BadRequest(why)) => Ok(Err(format!(
@@ -132,7 +146,11 @@ async fn pull(
     req.db.ensure_readable()?;
     let (generation, start, end) = sync_range(&generation, &start, &end)?;
     let storage = state.node.storage().cloned().ok_or_else(log::no_storage)?;
+    history::ensure_started(&req.db)?;
     let base = generation - 2;
+    if base < history::first_frame(&req.db) {
+        return Err(DataError::Conflict(before_history(generation, &req.db)));
+    }
     let Some(first) = base.checked_add(start) else {
         return Err(DataError::BadRequest("frame numbers out of range".into()));
     };
@@ -177,6 +195,15 @@ async fn pull(
         HeaderValue::from_static("application/octet-stream"),
     );
     Ok(response)
+}
+
+/// Why generation `generation` of `db` is not served: it is from before the current
+/// owner's history (a transfer started it anew).
+fn before_history(generation: u64, db: &crate::database::Database) -> String {
+    format!(
+        "generation {generation} is from before the database's history, which starts at its transfer to this organization (its first generation is {}): delete this replica's files and sync again",
+        history::first_frame(db) + 2
+    )
 }
 
 /// What libSQL's client reads as "nothing newer in your generation".

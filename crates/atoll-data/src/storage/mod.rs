@@ -8,7 +8,9 @@
 //!   checkpoints, durability waits, retention.
 //! - [`restore`]: rebuilding a database, as of the end of its log or any instant in its
 //!   restorable window, from a generation and the segments after it.
+//! - [`history`]: a transfer starts a database's history anew; nothing before is read.
 
+pub mod history;
 pub mod restore;
 pub mod segment;
 pub mod service;
@@ -388,6 +390,11 @@ pub mod keys {
 
     pub fn segment(id: &str, first: u64, last: u64, first_ms: i64, last_ms: i64) -> String {
         format!("dbs/{id}/log/{first:020}-{last:020}-{first_ms:020}-{last_ms:020}.seg")
+    }
+
+    /// Where the database's current history starts (a transfer starts it anew).
+    pub fn history(id: &str) -> String {
+        format!("dbs/{id}/history.json")
     }
 
     pub fn restores(id: &str) -> String {

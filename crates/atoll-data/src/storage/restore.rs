@@ -50,10 +50,26 @@ pub struct Catalog {
     pub generations: Vec<GenerationInfo>,
     pub segments: Vec<SegmentInfo>,
     pub bytes: u64,
+    /// Where its current history starts, when a transfer started it anew.
+    pub history: Option<super::history::History>,
 }
 
 impl Catalog {
+    /// What is stored of database `id`'s current history: a transfer starts it anew
+    /// (`super::history`), and nothing from before is ever read through this.
     pub async fn load(storage: &Storage, id: &str) -> Result<Catalog, DataError> {
+        let mut catalog = Catalog::load_everything(storage, id).await?;
+        let history = super::history::History::load(storage, id).await?;
+        if let Some(history) = &history {
+            history.leave_out_older(&mut catalog);
+        }
+        catalog.history = history;
+        Ok(catalog)
+    }
+
+    /// Everything stored of database `id`, the histories before a transfer included (for
+    /// retention, which deletes them).
+    pub async fn load_everything(storage: &Storage, id: &str) -> Result<Catalog, DataError> {
         let mut catalog = Catalog::default();
         for object in storage.list(&keys::generations(id)).await? {
             catalog.bytes += object.size;
@@ -169,6 +185,8 @@ impl Restored {
             bytes_since_snapshot: 0,
             needs_snapshot: false,
             file_epoch: 0,
+            history_start: 0,
+            history_since_ms: 0,
         }
     }
 }
@@ -190,6 +208,9 @@ pub async fn restore_to_file(
     }
     if let Target::Time(at) = target {
         let (from, to) = catalog.window(retention_days).expect("not empty");
+        if let Some(history) = catalog.history.as_ref().filter(|h| at < h.created_ms) {
+            return Err(history.refuse_before(at));
+        }
         if at < from || at > now_ms() {
             return Err(DataError::BadRequest(format!(
                 "{} is outside the restorable window of the database: from {} to now (last write {})",

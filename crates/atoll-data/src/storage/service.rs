@@ -331,31 +331,32 @@ async fn write_index(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
 
 /// Retention: keeps the newest generation at or before the start of the window and
 /// everything after it, so every instant inside the window stays restorable; deletes
-/// older generations and the log they no longer need. Answers the bytes that remain.
+/// older generations and the log they no longer need, and whatever came before a
+/// transfer (`super::history`). Answers the bytes that remain.
 pub async fn collect_garbage(
     storage: &Storage,
     id: &str,
     retention_days: u32,
 ) -> Result<u64, DataError> {
-    if retention_days == 0 {
-        return Ok(Catalog::load(storage, id).await?.bytes);
-    }
-    collect_garbage_before(
-        storage,
-        id,
-        now_ms() - i64::from(retention_days) * 86_400_000,
-    )
-    .await
+    let cutoff = match retention_days {
+        0 => i64::MIN,
+        days => now_ms() - i64::from(days) * 86_400_000,
+    };
+    collect_garbage_before(storage, id, cutoff).await
 }
 
-/// Retention with the window starting at `cutoff_ms`.
+/// Retention with the window starting at `cutoff_ms` (or at the start of the database's
+/// current history, when that is later).
 pub async fn collect_garbage_before(
     storage: &Storage,
     id: &str,
     cutoff_ms: i64,
 ) -> Result<u64, DataError> {
-    let cutoff = cutoff_ms;
-    let catalog = Catalog::load(storage, id).await?;
+    let history = super::history::History::load(storage, id).await?;
+    let cutoff = history
+        .as_ref()
+        .map_or(cutoff_ms, |h| cutoff_ms.max(h.created_ms));
+    let catalog = Catalog::load_everything(storage, id).await?;
     let Some(keep) = catalog
         .generations
         .iter()
@@ -513,14 +514,26 @@ async fn rebuild(
             return Err(e);
         }
     };
+    let mut state = restored.continuing_state();
+    // The history it was rebuilt from goes on (a transfer's start, `super::history`).
+    match super::history::History::load(&storage.storage, db.id()).await {
+        Ok(history) => {
+            if let Some(history) = history {
+                state.history_start = history.start;
+                state.history_since_ms = history.since_ms;
+            }
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    }
     let node = Arc::clone(node);
     let db = Arc::clone(db);
     let frame_no = restored.frame_no;
-    tokio::task::spawn_blocking(move || {
-        node.install_rebuilt(&db, &staging, restored.continuing_state())
-    })
-    .await
-    .map_err(|e| DataError::Internal(e.to_string()))??;
+    tokio::task::spawn_blocking(move || node.install_rebuilt(&db, &staging, state))
+        .await
+        .map_err(|e| DataError::Internal(e.to_string()))??;
     Ok(frame_no)
 }
 
@@ -618,15 +631,25 @@ async fn claim_in_flight(storage: &NodeStorage, id: &str) -> bool {
 }
 
 /// Rebuilds `source_id` as of `timestamp_ms` (or its latest state) into `file`, for a new
-/// database. Runs on a blocking thread.
+/// database; never from before `history_starts_at_ms`, the start of its current owner's
+/// history (`super::history`). Runs on a blocking thread.
 pub(crate) fn restore_seed(
     storage: &NodeStorage,
     source_id: &str,
     timestamp_ms: Option<i64>,
+    history_starts_at_ms: Option<i64>,
     retention_days: u32,
     file: &Path,
 ) -> Result<(), DataError> {
     let runtime = storage.runtime()?;
+    if let Some(since) = history_starts_at_ms {
+        runtime.block_on(super::history::check_seed(
+            &storage.storage,
+            source_id,
+            since,
+            timestamp_ms,
+        ))?;
+    }
     let target = timestamp_ms.map_or(Target::Latest, Target::Time);
     runtime.block_on(restore::restore_to_file(
         &storage.storage,
@@ -653,6 +676,7 @@ pub(crate) fn restore_in_place(
         .log()
         .ok_or_else(|| DataError::Internal("the database has no log".into()))?;
     db.ensure_queryable()?;
+    super::history::ensure_started(db)?;
     let runtime = storage.runtime()?;
     log.ship_round(&storage.context(&runtime))?;
     let staging = node.staging_dir(&format!("{}-restore", db.id()))?;
@@ -728,7 +752,12 @@ fn write_whole(
 pub async fn backups(storage: &NodeStorage, db: &Database) -> Result<Backups, DataError> {
     let config = db.config();
     let retention = storage.retention_days(&config);
-    let catalog = Catalog::load(&storage.storage, db.id()).await?;
+    // While a transfer's new history is being started, nothing of the old one is listed.
+    let catalog = if super::history::pending(db) {
+        Catalog::default()
+    } else {
+        Catalog::load(&storage.storage, db.id()).await?
+    };
     let window = catalog.window(Some(retention));
     let status = db.log().map(|l| l.status()).unwrap_or_default();
     Ok(Backups {

@@ -47,6 +47,13 @@ pub struct LogState {
     /// starts again from the snapshot taken after it (`replication::follow`).
     #[serde(default)]
     pub file_epoch: u64,
+    /// The first frame of the current owner's history, and the transfer it starts at (ms):
+    /// a transfer starts the history anew (`super::history`) and nothing up to this frame
+    /// is served. Both 0: the history starts at the creation.
+    #[serde(default)]
+    pub history_start: u64,
+    #[serde(default)]
+    pub history_since_ms: i64,
 }
 
 /// The waits of `sync` commits: a waiter takes a ticket after its commit; a round that
@@ -92,6 +99,11 @@ pub struct DatabaseLog {
     wake: Arc<tokio::sync::Notify>,
     /// A new generation was asked for (`start_generation`): the next round cuts one.
     generation_asked: std::sync::atomic::AtomicBool,
+    /// The history the database's configuration asks for starts then (ms; a transfer,
+    /// `super::history`): a round starts it unless `history_since_ms` is there already.
+    history_asked: std::sync::atomic::AtomicI64,
+    /// Not before this instant after a start of a history failed.
+    history_retry_at: Mutex<Option<Instant>>,
     /// Bytes stored since retention last counted what the database takes.
     stored_since_count: AtomicU64,
     /// Handed over to another node (a move): every commit is turned into a rollback by
@@ -173,6 +185,8 @@ impl DatabaseLog {
             last_error: Mutex::default(),
             wake,
             generation_asked: std::sync::atomic::AtomicBool::new(false),
+            history_asked: std::sync::atomic::AtomicI64::new(0),
+            history_retry_at: Mutex::new(None),
             stored_since_count: AtomicU64::new(0),
             fenced: std::sync::atomic::AtomicBool::new(false),
             lease,
@@ -404,6 +418,30 @@ impl DatabaseLog {
         self.wake.notify_one();
     }
 
+    /// The database's configuration says its history starts at `since_ms` (a transfer,
+    /// `super::history`): unless the log's history starts there already, the next round
+    /// starts a new one, and [`DatabaseLog::history_pending`] says so meanwhile.
+    pub fn ask_history(&self, since_ms: i64) {
+        let before = self.history_asked.fetch_max(since_ms, Ordering::AcqRel);
+        if since_ms > before {
+            *lock(&self.history_retry_at) = None;
+        }
+        if self.history_pending() {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether the history asked for is not started yet: nothing of the stored history
+    /// may be served meanwhile.
+    pub fn history_pending(&self) -> bool {
+        self.history_asked.load(Ordering::Acquire) > lock(&self.state).history_since_ms
+    }
+
+    /// Whether a round should start the history asked for now.
+    fn history_due(&self) -> bool {
+        self.history_pending() && lock(&self.history_retry_at).is_none_or(|at| Instant::now() >= at)
+    }
+
     /// Whether a `sync` commit waits for a round.
     pub fn sync_pending(&self) -> bool {
         let sync = lock(&self.sync);
@@ -418,7 +456,10 @@ impl DatabaseLog {
     /// Whether a round is due: a snapshot is owed, a `sync` commit waits, or the oldest
     /// unshipped commit has waited `lag`.
     pub fn due(&self, lag: Duration) -> bool {
-        if lock(&self.state).needs_snapshot || self.generation_asked.load(Ordering::Acquire) {
+        if lock(&self.state).needs_snapshot
+            || self.generation_asked.load(Ordering::Acquire)
+            || self.history_due()
+        {
             // A database awaiting its upload has no file to snapshot yet.
             return self.file.exists();
         }
@@ -534,6 +575,15 @@ impl DatabaseLog {
             self.snapshot(ctx, &mut state, true)?;
         }
         self.ship_all(ctx, &mut state)?;
+        if self.history_due() {
+            let since_ms = self.history_asked.load(Ordering::Acquire);
+            if let Err(e) = self.start_history(ctx, &mut state, since_ms) {
+                // Its history is refused meanwhile; commits go on being shipped.
+                tracing::warn!(database_id = %self.id, error = %e, "cannot start the new history of a transferred database yet; retrying");
+                *lock(&self.history_retry_at) = Some(Instant::now() + super::history::RETRY);
+                state = lock(&self.state).clone();
+            }
+        }
         let wal_frames = state.wal.map_or(0, |w| w.frames);
         if wal_frames >= ctx.settings.checkpoint_frames {
             self.checkpoint(ctx, &mut state)?;
@@ -674,6 +724,50 @@ impl DatabaseLog {
         })();
         let _ = writer.execute_batch("ROLLBACK");
         result
+    }
+
+    /// Starts the history a transfer asked for (`super::history`), everything committed so
+    /// far being stored: the live database vacuumed (no free page or free space carries a
+    /// deleted row on), a generation of it, the history's start recorded in object
+    /// storage (from then on nothing before it is read), then the old history deleted.
+    fn start_history(
+        &self,
+        ctx: &ShipContext<'_>,
+        state: &mut LogState,
+        since_ms: i64,
+    ) -> Result<(), DataError> {
+        if self.is_fenced() {
+            return Err(DataError::Unavailable(
+                "this copy of the database may not write (handed over, or without the node's write lease)".into(),
+            ));
+        }
+        let conn = internal_connection(&self.file)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.execute_batch("VACUUM")?;
+        drop(conn);
+        // Its frames are shipped as the log (replicas apply them like any transaction),
+        // then the snapshot is taken at the head after them.
+        self.snapshot(ctx, state, false)?;
+        let history = super::history::History {
+            start: state.generation_start,
+            created_ms: state.generation_created_ms,
+            since_ms,
+        };
+        ctx.block_on(history.store(ctx.storage, &self.id))?;
+        state.history_start = history.start;
+        state.history_since_ms = since_ms;
+        self.commit_state(state)?;
+        tracing::info!(database_id = %self.id, start = history.start, "a transferred database's history starts anew");
+        // Never read again (`Catalog::load` leaves it out); retention deletes what this
+        // could not.
+        if let Err(e) = ctx.block_on(super::history::delete_older(
+            ctx.storage,
+            &self.id,
+            &history,
+        )) {
+            tracing::warn!(database_id = %self.id, error = %e, "the history before a transfer is left for retention to delete");
+        }
+        Ok(())
     }
 
     /// Starts a generation: a consistent copy of the file as of the durable head, stored

@@ -166,6 +166,7 @@ fn config_with_key(name: &str, key: &SigningKey) -> DatabaseConfig {
         durability: None,
         pitr_retention_days: None,
         config_version: 0,
+        history_starts_at_ms: None,
     }
 }
 

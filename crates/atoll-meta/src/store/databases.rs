@@ -6,7 +6,8 @@ use crate::secrets::{SealedRecord, SecretsKeyring};
 
 const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
      d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
-     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at, d.config_version, d.durability";
+     d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at, d.config_version, d.durability, \
+     d.history_starts_at";
 
 /// A database from its row, its signing key opened.
 fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
@@ -43,6 +44,7 @@ fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
         deleted_at: row.opt_int(20),
         config_version: row.int(21),
         durability: row.opt_text(22),
+        history_starts_at: row.opt_int(23),
     })
 }
 
@@ -405,6 +407,8 @@ impl Store {
     }
 
     /// Moves a database to another organization and group, under its new hostname label.
+    /// Its history starts anew at `now` (`Database::history_starts_at`): nothing of the
+    /// old owner's is restorable by the new one.
     pub async fn move_database(
         &self,
         id: &str,
@@ -419,10 +423,19 @@ impl Store {
             label.to_string(),
         );
         let secrets = self.secrets();
+        let now = crate::now_millis();
         self.write("move_database", move |c| {
             c.execute(
-                "UPDATE databases SET org_id = $2, group_id = $3, label = $4, config_version = config_version + 1 WHERE id = $1",
-                &[(&id).into(), org_id.into(), group_id.into(), label.into()],
+                "UPDATE databases SET org_id = $2, group_id = $3, label = $4, history_starts_at = $5,
+                        config_version = config_version + 1
+                 WHERE id = $1",
+                &[
+                    (&id).into(),
+                    org_id.into(),
+                    group_id.into(),
+                    label.into(),
+                    now.into(),
+                ],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
             database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))

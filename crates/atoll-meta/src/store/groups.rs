@@ -239,9 +239,11 @@ impl Store {
     }
 
     /// Moves a group (with its databases) to another organization and revokes the tokens
-    /// pinned to it.
+    /// pinned to it. The history of each of its databases starts anew at `now`
+    /// (`Database::history_starts_at`).
     pub async fn transfer_group(&self, group_id: &str, to_org_id: &str) -> Result<Group> {
         let (group_id, to_org_id) = (group_id.to_string(), to_org_id.to_string());
+        let now = crate::now_millis();
         let secrets = self.secrets();
         self.write_affecting_credentials("transfer_group", move |c| {
             revoke_group_tokens(c, &group_id)?;
@@ -257,9 +259,10 @@ impl Store {
             // Its databases follow, with hostnames under the new organization's slug.
             c.execute(
                 "UPDATE databases SET org_id = $2, config_version = config_version + 1,
-                        label = name || '-' || (SELECT slug FROM organizations WHERE id = $2)
+                        label = name || '-' || (SELECT slug FROM organizations WHERE id = $2),
+                        history_starts_at = $3
                  WHERE group_id = $1",
-                &[(&group_id).into(), to_org_id.into()],
+                &[(&group_id).into(), to_org_id.into(), now.into()],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;
             group_by_id(c, &group_id, &secrets)?.ok_or(StoreError::NotFound(Entity::Group))

@@ -1,0 +1,211 @@
+//! A transfer starts a database's history anew (docs/STORAGE.md, "Transfers start the
+//! history anew"; docs/SECURITY.md, "Transfers").
+//!
+//! Before a transfer, the log holds every state of the old owner's, deleted rows included:
+//! a point-in-time copy, a restore, an embedded replica pulling frames from the start or a
+//! rebuilt generation would all hand them to the new owner. So when a database's
+//! configuration says its history starts later than the history its log holds (the
+//! store's `history_starts_at`, set by a transfer), the node that holds it:
+//!
+//! 1. ships everything committed so far (the old history is whole: its last frames too are
+//!    in object storage, and are left out with the rest);
+//! 2. runs `VACUUM` on the live database: every page is rewritten from a fresh copy of the
+//!    live rows, so no free page or free space in a page carries a deleted row on;
+//! 3. stores a generation at the new head (its snapshot: the vacuumed file);
+//! 4. records the history's start in `dbs/<id>/history.json` ([`History`]): from then on
+//!    [`super::restore::Catalog::load`] leaves out every generation and segment before
+//!    it, so no reader of object storage (restores, copies, exports, embedded replicas,
+//!    backups listings, rebuilds) ever sees the old history again;
+//! 5. deletes the old history from object storage (retention deletes what is left, should
+//!    this fail).
+//!
+//! Until that is done the database's history is *pending*: whatever serves it (sync,
+//! exports of files and generations, copies, point-in-time restores, backups listings)
+//! answers 503 with `Retry-After`; SQL goes on (it reads live rows only). The shipper's
+//! rounds retry a start that failed.
+
+use super::restore::Catalog;
+use super::{keys, Storage};
+use crate::database::Database;
+use crate::error::DataError;
+use crate::node::Node;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Where a database's current history starts: `dbs/<id>/history.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    /// Its first generation: the vacuumed database as of frame `start`, taken at
+    /// `created_ms`. No frame up to `start` belongs to it.
+    pub start: u64,
+    pub created_ms: i64,
+    /// The transfer it starts at (the store's `history_starts_at`), in ms.
+    pub since_ms: i64,
+}
+
+/// How long a database whose new history could not be started waits before the next try.
+pub(crate) const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Seconds a client is told to wait while a new history is being started.
+const RETRY_AFTER_SECS: u64 = 5;
+
+impl History {
+    /// The history recorded for database `id`; `None` when it was never transferred.
+    pub async fn load(storage: &Storage, id: &str) -> Result<Option<History>, DataError> {
+        let key = keys::history(id);
+        let Some(bytes) = storage.get(&key).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| DataError::Storage(format!("object {key} is not a history record: {e}")))
+    }
+
+    pub(crate) async fn store(&self, storage: &Storage, id: &str) -> Result<(), DataError> {
+        let json =
+            serde_json::to_vec_pretty(self).map_err(|e| DataError::Internal(e.to_string()))?;
+        storage.put(&keys::history(id), Bytes::from(json)).await
+    }
+
+    /// Whether a generation (as `(start, created_ms)`) belongs to this history.
+    pub fn holds_generation(&self, start: u64, created_ms: i64) -> bool {
+        (created_ms, start) >= (self.created_ms, self.start)
+    }
+
+    /// The refusal of a state at `at_ms`, before this history's first state.
+    pub fn refuse_before(&self, at_ms: i64) -> DataError {
+        DataError::BadRequest(format!(
+            "{} is before the database's history: it starts at its transfer to this organization ({}); its first restorable instant is {}",
+            super::restore::rfc3339(at_ms),
+            super::restore::rfc3339(self.since_ms),
+            super::restore::rfc3339(self.created_ms)
+        ))
+    }
+
+    /// Leaves out of `catalog` every generation and segment from before this history.
+    pub fn leave_out_older(&self, catalog: &mut Catalog) {
+        catalog
+            .generations
+            .retain(|g| self.holds_generation(g.start, g.created_ms));
+        catalog.segments.retain(|s| s.last > self.start);
+    }
+}
+
+/// Deletes from object storage what database `id` stored before `history`: its
+/// generations (manifest first, as retention does) and the segments it no longer needs.
+/// Answers the bytes freed.
+pub(crate) async fn delete_older(
+    storage: &Storage,
+    id: &str,
+    history: &History,
+) -> Result<u64, DataError> {
+    let catalog = Catalog::load_everything(storage, id).await?;
+    let mut freed = 0u64;
+    for generation in catalog
+        .generations
+        .iter()
+        .filter(|g| !history.holds_generation(g.start, g.created_ms))
+    {
+        let prefix = keys::generation(id, generation.start, generation.created_ms);
+        storage.delete(&format!("{prefix}manifest.json")).await?;
+        storage.delete(&format!("{prefix}snapshot.db")).await?;
+        freed += generation.bytes;
+    }
+    for segment in catalog.segments.iter().filter(|s| s.last <= history.start) {
+        storage.delete(&segment.key).await?;
+        freed += segment.bytes;
+    }
+    if freed > 0 {
+        tracing::info!(
+            database_id = id,
+            freed,
+            "the history before the database's transfer was deleted"
+        );
+    }
+    Ok(freed)
+}
+
+/// Whether `db`'s configuration asks for a history its log has not started yet.
+pub fn pending(db: &Database) -> bool {
+    db.log().is_some_and(|log| log.history_pending())
+}
+
+/// The first frame of `db`'s current history: frames up to it, and states before it, are
+/// never served (0: its history starts at its creation).
+pub fn first_frame(db: &Database) -> u64 {
+    db.log().map_or(0, |log| log.state().history_start)
+}
+
+/// Refuses what serves `db`'s stored history or its file (sync, exports, copies,
+/// restores, backups listings) while a transfer's new history is being started.
+pub fn ensure_started(db: &Database) -> Result<(), DataError> {
+    if !pending(db) {
+        return Ok(());
+    }
+    Err(DataError::Recovering(
+        format!(
+            "database {} was transferred and its history is being started anew (nothing from before the transfer is served); try again shortly",
+            db.config().name
+        ),
+        RETRY_AFTER_SECS,
+    ))
+}
+
+/// Starts the history `db`'s configuration asks for now, rather than at the shipper's
+/// next round, so a transfer answers once it is done. A failure is logged: the shipper's
+/// rounds try again, and the database's history is refused meanwhile. On a blocking
+/// thread.
+pub(crate) fn start_if_asked(node: &Node, db: &Database) {
+    let (Some(log), Some(storage)) = (db.log(), node.storage()) else {
+        return;
+    };
+    if !log.history_pending() {
+        return;
+    }
+    let result = storage
+        .runtime()
+        .and_then(|runtime| log.ship_round(&storage.context(&runtime)));
+    match result {
+        Ok(()) if !log.history_pending() => {}
+        Ok(()) => {
+            tracing::warn!(database_id = %db.id(), "the new history of a transferred database is not started yet: retrying")
+        }
+        Err(e) => {
+            tracing::warn!(database_id = %db.id(), error = %e, "the new history of a transferred database is not started yet: retrying")
+        }
+    }
+}
+
+/// Refuses a point-in-time seed of database `id` whose history starts at `since_ms` (its
+/// store's `history_starts_at`) as of `timestamp_ms` (`None`: its latest state) when
+/// that instant is before the history, or while object storage does not hold that
+/// history yet.
+pub(crate) async fn check_seed(
+    storage: &Storage,
+    id: &str,
+    since_ms: i64,
+    timestamp_ms: Option<i64>,
+) -> Result<(), DataError> {
+    if let Some(at) = timestamp_ms.filter(|&at| at < since_ms) {
+        return Err(before_history(at, since_ms));
+    }
+    match History::load(storage, id).await? {
+        Some(history) if history.since_ms >= since_ms => match timestamp_ms {
+            Some(at) if at < history.created_ms => Err(history.refuse_before(at)),
+            _ => Ok(()),
+        },
+        _ => Err(DataError::Recovering(
+            "the source database was transferred and its history is being started anew; try again shortly".into(),
+            RETRY_AFTER_SECS,
+        )),
+    }
+}
+
+/// The refusal of a state from before the history (of a copy, a restore).
+pub fn before_history(at_ms: i64, since_ms: i64) -> DataError {
+    DataError::BadRequest(format!(
+        "{} is before the database's history: it starts at its transfer to this organization, at {}",
+        super::restore::rfc3339(at_ms),
+        super::restore::rfc3339(since_ms)
+    ))
+}
