@@ -137,3 +137,30 @@ async fn vector_index_parameters_are_bounded() {
     assert_eq!(found["rows"].as_array().unwrap().len(), 5, "{found}");
     still_serves(&db).await;
 }
+
+// Found by the SQL fuzzer (fuzz/sql-crashes): `libsql_vector_idx` is registered with any
+// number of arguments and read the first of a call with none.
+#[tokio::test]
+async fn libsql_vector_idx_without_arguments_is_an_error_not_a_crash() {
+    let node = start_node().await;
+    let db = vector_db(&node, "marker").await;
+    let reader = db.read_only_token();
+    for statement in [
+        "SELECT libsql_vector_idx()",
+        "SELECT json_quote(1.5), libsql_vector_idx()",
+    ] {
+        let message = error_message(&db, &reader, sql(statement)).await;
+        assert!(
+            message.contains("needs the vector column"),
+            "{statement}: {message}"
+        );
+        still_serves(&db).await;
+    }
+    // Its one use, in an index definition, works as before.
+    let found = db
+        .query(sql(
+            "SELECT libsql_vector_idx(1), libsql_vector_idx('x', 'metric=l2')",
+        ))
+        .await;
+    assert_eq!(found["rows"][0][0]["value"], "1", "{found}");
+}

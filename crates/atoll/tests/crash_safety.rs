@@ -79,6 +79,14 @@ impl Server {
     fn kill(&mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();
+        // The serving process dies with its supervisor, a moment later.
+        for port in [self.port, self.db_port] {
+            let deadline = Instant::now() + PATIENCE;
+            while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "port {port} is still held");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
     }
 
     async fn restart(&mut self) {

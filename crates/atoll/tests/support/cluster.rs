@@ -139,6 +139,17 @@ impl Node {
     /// SIGKILLs it (if it runs) and starts it again on the same directory and ports.
     pub fn restart(&mut self) {
         self.process.kill();
+        for (i, arg) in self.args.iter().enumerate() {
+            if arg == "--listen" || arg == "--admin-listen" {
+                if let Some(port) = self.args[i + 1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                {
+                    super::wait_until_free(port);
+                }
+            }
+        }
         self.process = Process(spawn_node(&self.args));
     }
 }

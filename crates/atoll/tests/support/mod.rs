@@ -20,6 +20,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Waits until `port` on loopback can be bound again: after SIGKILLing an `atoll dev` or
+/// `atoll node` (its supervisor), the serving process it started dies a moment later, still
+/// holding the ports, and may even answer a request or two before it does. A test that
+/// starts the server again, or looks at what the dead one left, waits for this first.
+pub fn wait_until_free(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "port {port} is still held");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A path for a fresh temporary directory (not created). Unique within the process by a
 /// counter: a port alone can come back for two tests at once, and the second would remove
 /// the first's directory under it (a CI run lost `atoll dev`'s `admin.password` so).
@@ -155,6 +167,7 @@ impl Server {
     pub async fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        wait_until_free(self.port);
         self.child = spawn_dev(
             &self.data_dir,
             self.port,
