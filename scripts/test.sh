@@ -42,6 +42,12 @@ echo "==> Rust tests (SQLite backend)"
 cargo test --workspace --exclude atoll-compat-rust --locked
 cargo test -p atoll-compat-rust --locked
 
+echo "==> SQL fuzzer through the sandbox (60 s, fixed seed)"
+# A fixed seed keeps CI reproducible: the same cases, in the same order, as many as fit in
+# 60 s. Random campaigns (new seeds, crash capture into fuzz/sql-crashes/) are run by hand
+# with scripts/fuzz-sql.sh (docs/SECURITY.md, "The SQL fuzzer").
+"$TARGET_DIR/debug/atoll" fuzz-sql --seed 20260026 --duration 60
+
 echo "==> HTTP tests and authorization matrix on PostgreSQL"
 # `--workspace` keeps the same feature set as above, so nothing is rebuilt.
 ATOLL_TEST_BACKEND=postgres cargo test --workspace --locked --test api

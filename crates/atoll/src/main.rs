@@ -4,6 +4,7 @@
 mod bench;
 mod cli;
 mod file_modes;
+mod fuzz_sql;
 mod load;
 mod logging;
 mod node;
@@ -54,6 +55,12 @@ enum Command {
     ///
     /// Example: `atoll bench --only create_database`
     Bench(bench::BenchArgs),
+    /// Fuzz the SQL engine through the tenant sandbox (hidden: for Atoll's developers).
+    /// `scripts/fuzz-sql.sh` runs it in a loop and keeps the cases that crash it.
+    ///
+    /// Example: `atoll fuzz-sql --seed 42 --duration 60`
+    #[command(hide = true)]
+    FuzzSql(fuzz_sql::FuzzSqlArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,6 +78,7 @@ fn main() -> anyhow::Result<()> {
             Command::Node(args) => node::node(args).await,
             Command::Client(command) => cli::run(command).await,
             Command::Bench(args) => bench::bench(args).await,
+            Command::FuzzSql(args) => fuzz_sql::fuzz_sql(args).await,
         }
     })
 }

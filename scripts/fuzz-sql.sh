@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# A SQL fuzzing campaign against the engine, through the tenant sandbox (`atoll fuzz-sql`):
+#
+#   scripts/fuzz-sql.sh [DURATION_SECS]        # default 3600
+#
+# Runs `atoll fuzz-sql` again and again, each run with a new random seed, until
+# DURATION_SECS are over. A run that dies of a signal (SIGSEGV, SIGABRT from glibc's heap
+# checks, …) leaves the case it was running in its work directory's current-case.sql: it is
+# copied to fuzz/sql-crashes/crash-<sha256 prefix>.sql with a header (seed, signal, date,
+# the run's last words on stderr), and the campaign goes on. A statement that outlives its
+# deadline by a minute (a hang: exit code 3) goes to fuzz/sql-hangs/ the same way.
+# `cargo test -p atoll --test sql_crash_corpus` replays fuzz/sql-crashes through a real
+# node; fuzz/sql-crashes/README.md says what to do with a new file.
+#
+# ATOLL_BIN=<path> uses that binary instead of building one (`cargo build --release -p atoll`
+# takes long on two cores; target/debug/atoll fuzzes at the same speed: the engine is built
+# with opt-level 3 in debug builds too). ATOLL_FUZZ_RUN_SECONDS (default 300) is the length
+# of one run: a new seed at least that often.
+#
+# CI runs one short campaign with a fixed seed instead (scripts/test.sh); the random
+# campaigns are run by hand with this script.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+DURATION="${1:-3600}"
+RUN_SECONDS="${ATOLL_FUZZ_RUN_SECONDS:-300}"
+CRASHES="$REPO_ROOT/fuzz/sql-crashes"
+HANGS="$REPO_ROOT/fuzz/sql-hangs"
+
+if [[ -z "${ATOLL_BIN:-}" ]]; then
+  echo "==> cargo build --release -p atoll (ATOLL_BIN=<path> to skip)"
+  cargo build --release -p atoll --locked
+  ATOLL_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/atoll"
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/atoll-fuzz-sql.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+runs=0
+statements=0
+crashes=0
+new_crashes=0
+hangs=0
+started=$SECONDS
+end=$((SECONDS + DURATION))
+
+# Keeps current-case.sql of a run that died: $1 the directory, $2 the file's prefix,
+# $3 what happened, $4 the seed.
+keep_case() {
+  local dir="$1" prefix="$2" what="$3" seed="$4"
+  local case_file="$WORK/current-case.sql"
+  local sha file
+  sha="$(sha256sum "$case_file" | cut -c1-16)"
+  file="$dir/$prefix-$sha.sql"
+  mkdir -p "$dir"
+  if [[ -e "$file" ]]; then
+    echo "    the same case as $file"
+    return 1
+  fi
+  {
+    echo "-- $what"
+    echo "-- seed $seed: atoll fuzz-sql --seed $seed (cases of a seed are the same whatever runs before them)"
+    echo "-- found $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/fuzz-sql.sh ($("$ATOLL_BIN" --version))"
+    echo "-- the last statement below is the one that was running; the run's last words on stderr:"
+    tail -n 5 "$WORK/stderr.txt" | sed 's/^/--   /'
+    cat "$case_file"
+  } >"$file"
+  echo "    kept in $file"
+}
+
+while ((SECONDS < end)); do
+  left=$((end - SECONDS))
+  run_for=$((left < RUN_SECONDS ? left : RUN_SECONDS))
+  ((run_for > 0)) || break
+  seed="$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')"
+  rm -f "$WORK/progress.txt"
+  set +e
+  "$ATOLL_BIN" fuzz-sql --seed "$seed" --duration "$run_for" --work-dir "$WORK" \
+    >"$WORK/stdout.txt" 2>"$WORK/stderr.txt"
+  code=$?
+  set -e
+  runs=$((runs + 1))
+  # The run's statement count: its summary, or (it died) the last case it finished plus
+  # the statements of the one it was running.
+  ran="$(grep -o 'statements=[0-9]*' "$WORK/stdout.txt" | tail -n 1 | cut -d= -f2 || true)"
+  if [[ -z "$ran" ]]; then
+    done_before="$(cat "$WORK/progress.txt" 2>/dev/null || echo 0)"
+    in_case="$(grep -vc '^--' "$WORK/current-case.sql" 2>/dev/null || echo 0)"
+    ran=$((done_before + in_case))
+  fi
+  statements=$((statements + ran))
+  if ((code == 0)); then
+    echo "run $runs: $(grep "statements/s=" "$WORK/stdout.txt" | tail -n 1)"
+  elif ((code > 128)); then
+    signal=$((code - 128))
+    name="SIG$(kill -l "$signal" 2>/dev/null || echo "$signal")"
+    crashes=$((crashes + 1))
+    echo "run $runs (seed $seed): CRASH: killed by $name (signal $signal) after $ran statements"
+    if keep_case "$CRASHES" crash "crash: $name (signal $signal)" "$seed"; then
+      new_crashes=$((new_crashes + 1))
+    fi
+  elif ((code == 3)); then
+    hangs=$((hangs + 1))
+    echo "run $runs (seed $seed): HANG after $ran statements"
+    keep_case "$HANGS" hang "hang: a statement ran a minute past its deadline" "$seed" || true
+  else
+    echo "run $runs (seed $seed): atoll fuzz-sql failed (exit code $code):" >&2
+    cat "$WORK/stderr.txt" >&2
+    exit 1
+  fi
+done
+
+elapsed=$((SECONDS - started))
+echo "==> fuzz-sql campaign: ${elapsed} s, $runs runs, $statements statements ($((statements / (elapsed > 0 ? elapsed : 1))) per second), $crashes crashes ($new_crashes new, in fuzz/sql-crashes/), $hangs hangs"
