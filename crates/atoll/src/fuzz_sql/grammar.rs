@@ -180,7 +180,15 @@ const KNOWN_CRASHES: &[(&str, i32)] = &[
 /// `SELECT k FROM vector_top_k(…)`: reading a hidden parameter column (`idx`, `vector`,
 /// `k`) of the search indexes its result array at -3..-1 (`vectorVtabColumn`), before the
 /// array when the table has no rowid (SIGSEGV). Set to `false` once the engine is fixed.
-const AVOID_VECTOR_TOP_K_HIDDEN_COLUMNS: bool = false;
+const AVOID_VECTOR_TOP_K_HIDDEN_COLUMNS: bool = true;
+
+/// A foreign key whose parent is a shadow table of an fts5 table (`REFERENCES f_data`):
+/// fts5 writes the shadow table with a nested statement, which then needs a statement
+/// savepoint; `sqlite3VtabSavepoint` calls fts5's xSavepoint, which flushes to the shadow
+/// table again with another nested statement, and so on until the stack overflows
+/// (`fts5SavepointMethod` → `sqlite3Fts5FlushToDisk` → `fts5StorageSaveTotals` →
+/// `fts5DataWrite`; SIGSEGV on the guard page). Set to `false` once the engine is fixed.
+const AVOID_FOREIGN_KEYS_TO_FTS5_SHADOW_TABLES: bool = true;
 
 /// Integers around the limits C code computes sizes, offsets and counts with.
 const INTS: &[&str] = &[
@@ -410,6 +418,9 @@ const MALFORMED_VECTORS: &[&str] = &[
     "x'ffffffff'",
     "x'ff0000000003'",
     "x'ff000000000000000005'",
+    // One element longer than the parser's 1,024-character buffer.
+    "('[' || printf('%.*c', 1100, '1') || ']')",
+    "('[1,' || printf('%.*c', 1025, '2') || ',3]')",
     "NULL",
     "1",
     "1.5",
@@ -792,6 +803,21 @@ impl Generator {
             Some(t) if self.chance(0.9) => t.name,
             _ => format!("t{}", self.rng.gen_range(0..6)),
         }
+    }
+
+    /// The parent table of a foreign key: any table, shadow tables included, but for
+    /// the known crash of [`AVOID_FOREIGN_KEYS_TO_FTS5_SHADOW_TABLES`].
+    fn parent_table(&mut self) -> String {
+        let name = self.table_name();
+        let fts5_shadow = self
+            .schema
+            .tables
+            .iter()
+            .any(|t| t.kind == TableKind::Fts5 && name.starts_with(&format!("{}_", t.name)));
+        if AVOID_FOREIGN_KEYS_TO_FTS5_SHADOW_TABLES && fts5_shadow {
+            return "t0".into();
+        }
+        name
     }
 
     fn qualified(&mut self, table: &Table) -> String {
@@ -2484,7 +2510,7 @@ impl Generator {
                 5 => format!("DEFAULT ({})", self.expr(&Scope::default(), 2)),
                 6 => format!("COLLATE {}", self.pick(COLLATIONS)),
                 7 => {
-                    let t = self.table_name();
+                    let t = self.parent_table();
                     format!(
                         "REFERENCES {}({}) ON DELETE CASCADE",
                         ident(&t),
@@ -2534,7 +2560,7 @@ impl Generator {
                 ),
                 2 => format!("CHECK ({})", self.expr(&scope, 2)),
                 _ => {
-                    let t = self.table_name();
+                    let t = self.parent_table();
                     format!(
                         "FOREIGN KEY ({}) REFERENCES {}",
                         self.pick_string(&names),

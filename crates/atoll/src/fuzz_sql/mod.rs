@@ -88,6 +88,9 @@ const MAX_WAL_BYTES: u64 = 1024 * 1024 * 1024;
 /// The file the running case is written to.
 pub const CURRENT_CASE: &str = "current-case.sql";
 
+/// A copy of the case whose statement ran longest past its deadline (over 3 s).
+const SLOWEST_CASE: &str = "slowest-case.sql";
+
 pub async fn fuzz_sql(args: FuzzSqlArgs) -> Result<()> {
     tokio::task::spawn_blocking(move || run(args)).await?
 }
@@ -162,20 +165,23 @@ fn run(args: FuzzSqlArgs) -> Result<()> {
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "fuzz-sql: seed={seed} cases={} statements={} errors={} timeouts={} rows={} seconds={seconds:.1} statements/s={:.1}",
+        "fuzz-sql: seed={seed} cases={} statements={} errors={} timeouts={} rows={} seconds={seconds:.1} statements/s={:.1} rss_mib={} peak_rss_mib={}",
         totals.cases,
         totals.statements,
         totals.errors,
         totals.timeouts,
         totals.rows,
         totals.statements as f64 / seconds.max(0.001),
+        rss_mib(),
+        proc_status_mib("VmHWM:"),
     );
     if totals.slowest.0 > STATEMENT_TIMEOUT * 3 {
         // Not a failure: a statement the progress handler stopped late.
         println!(
-            "fuzz-sql: slowest statement {:.1} s (deadline {} s): {}",
+            "fuzz-sql: slowest statement {:.1} s (deadline {} s; its case: {}): {}",
             totals.slowest.0.as_secs_f64(),
             STATEMENT_TIMEOUT.as_secs(),
+            work_dir.join(SLOWEST_CASE).display(),
             totals.slowest.1
         );
     }
@@ -241,6 +247,7 @@ fn replay(file: &Path, work_dir: &Path) -> Result<()> {
             pragma: line.to_ascii_uppercase().starts_with("PRAGMA"),
         };
         let mut shown = Vec::new();
+        let started = Instant::now();
         let outcome = run_statement(&sandboxed, &statement, |row| {
             if shown.len() < 3 {
                 let values: Vec<String> = (0..row.as_ref().column_count())
@@ -263,7 +270,11 @@ fn replay(file: &Path, work_dir: &Path) -> Result<()> {
             Outcome::Error(message) => println!("   error: {message}"),
             Outcome::Timeout => println!("   interrupted at its deadline"),
         }
-        println!("   (RSS {} MiB)", rss_mib());
+        println!(
+            "   ({:.3} s, RSS {} MiB)",
+            started.elapsed().as_secs_f64(),
+            rss_mib()
+        );
     }
     drop(sandboxed);
     remove_case_files(work_dir);
@@ -274,12 +285,18 @@ fn replay(file: &Path, work_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The process's resident memory, MiB (0 where `/proc` is not there).
+/// The process's resident memory, MiB (0 where `/proc` is not there): what a leak in the
+/// engine would show (every case's connection is closed, so it should stay flat).
 fn rss_mib() -> u64 {
+    proc_status_mib("VmRSS:")
+}
+
+/// A `/proc/self/status` figure in kB, as MiB.
+fn proc_status_mib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let line = status.lines().find(|l| l.starts_with(field))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(0, |kib| kib / 1024)
@@ -470,6 +487,10 @@ impl Case<'_> {
         if took > totals.slowest.0 {
             let sql: String = statement.sql.chars().take(300).collect();
             totals.slowest = (took, sql);
+            if took > STATEMENT_TIMEOUT * 3 {
+                // The case so far, to replay: the statement ran far past its deadline.
+                let _ = std::fs::copy(self.case_file, self.work_dir.join(SLOWEST_CASE));
+            }
         }
         match outcome {
             Outcome::Rows(rows) => totals.rows += rows,
