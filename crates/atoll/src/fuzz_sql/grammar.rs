@@ -190,6 +190,17 @@ const AVOID_VECTOR_TOP_K_HIDDEN_COLUMNS: bool = true;
 /// `fts5DataWrite`; SIGSEGV on the guard page). Set to `false` once the engine is fixed.
 const AVOID_FOREIGN_KEYS_TO_FTS5_SHADOW_TABLES: bool = true;
 
+/// A DiskANN node's neighbour count is read from its blob and trusted
+/// (`nodeBinEdges`): `UPDATE <index>_shadow SET data = randomblob(length(data))`, then a
+/// search, reads neighbours far past the node's buffer (`nodeBinEdge` from
+/// `diskAnnSearchInternal`, SIGSEGV). Set to `false` once the engine is fixed.
+const AVOID_WRITES_TO_VECTOR_INDEX_TABLES: bool = true;
+
+/// The tables of a vector index: its graph and the parameters of every index.
+fn is_vector_index_table(name: &str) -> bool {
+    name.ends_with("_shadow")
+}
+
 /// Integers around the limits C code computes sizes, offsets and counts with.
 const INTS: &[&str] = &[
     "0",
@@ -609,6 +620,7 @@ enum Kind {
     FullText,
     Rtree,
     Printf,
+    CorruptVectorIndex,
 }
 
 const KINDS: &[(u32, Kind)] = &[
@@ -627,10 +639,11 @@ const KINDS: &[(u32, Kind)] = &[
     (4, Kind::Transaction),
     (2, Kind::Maintenance),
     (4, Kind::Pragma),
-    (6, Kind::VectorSearch),
+    (8, Kind::VectorSearch),
     (4, Kind::FullText),
     (2, Kind::Rtree),
     (3, Kind::Printf),
+    (5, Kind::CorruptVectorIndex),
 ];
 
 /// What an expression may refer to.
@@ -795,7 +808,67 @@ impl Generator {
         if !plain.is_empty() && self.chance(0.75) {
             return plain.choose(&mut self.rng).cloned();
         }
+        if AVOID_WRITES_TO_VECTOR_INDEX_TABLES {
+            let safe = self.tables(|t| !is_vector_index_table(&t.name));
+            return safe.choose(&mut self.rng).cloned();
+        }
         self.any_table()
+    }
+
+    /// Writes the tables a DiskANN index keeps its graph in (`<index>_shadow`, one blob a
+    /// node) and its parameters (`libsql_vector_meta_shadow`): plain tables, so a tenant
+    /// may write them, and an uploaded file carries them too.
+    fn corrupt_vector_index(&mut self) -> String {
+        if AVOID_WRITES_TO_VECTOR_INDEX_TABLES {
+            return self.vector_search();
+        }
+        let indexes = self.vector_indexes();
+        let Some(index) = indexes.choose(&mut self.rng).cloned() else {
+            return self.vector_search();
+        };
+        let shadow = ident(&format!("{}_shadow", index.name));
+        if self.chance(0.2) {
+            let blob = self.blob();
+            let metadata = self.pick(&[
+                "randomblob(length(metadata))",
+                "x''",
+                "substr(metadata, 1, length(metadata) - 1)",
+                "metadata || x'00'",
+            ]);
+            let metadata = if self.chance(0.3) {
+                blob.as_str()
+            } else {
+                metadata
+            };
+            return format!(
+                "UPDATE libsql_vector_meta_shadow SET metadata = {metadata} WHERE name = {}",
+                literal(&index.name)
+            );
+        }
+        // A node: rowid (8 bytes), neighbour count (2), its vector, then the neighbours.
+        let data = match self.rng.gen_range(0..7) {
+            0 => "randomblob(length(data))".to_string(),
+            1 => format!(
+                "substr(data, 1, 8) || x'{}' || substr(data, 11)",
+                self.pick(&["ffff", "0001", "4000", "0100", "0000"])
+            ),
+            2 => "zeroblob(length(data))".to_string(),
+            3 => format!("substr(data, 1, {})", self.rng.gen_range(0..64)),
+            4 => "data || randomblob(16)".to_string(),
+            5 => format!(
+                "substr(data, 1, {n}) || randomblob(16) || substr(data, {n} + 17)",
+                n = self.rng.gen_range(0..300)
+            ),
+            _ => {
+                "(SELECT data FROM {shadow} ORDER BY random() LIMIT 1)".replace("{shadow}", &shadow)
+            }
+        };
+        let filter = if self.chance(0.5) {
+            format!(" WHERE rowid % {} = 0", self.rng.gen_range(1..5))
+        } else {
+            String::new()
+        };
+        format!("UPDATE {shadow} SET data = {data}{filter}")
     }
 
     fn table_name(&mut self) -> String {
@@ -1652,6 +1725,7 @@ impl Generator {
             Kind::FullText => Statement::new(self.full_text()),
             Kind::Rtree => Statement::new(self.rtree_query()),
             Kind::Printf => Statement::new(self.printf_barrage()),
+            Kind::CorruptVectorIndex => Statement::new(self.corrupt_vector_index()),
         };
         if !statement.pragma && !statement.vacuum && self.chance(0.03) {
             let prefix = self.pick(&["EXPLAIN ", "EXPLAIN QUERY PLAN "]);
