@@ -9,12 +9,13 @@
 //!
 //! - **Before** a tenant statement is prepared and run, [`CrashJournal::running`] writes
 //!   the database and the statement's [`fingerprint`] into a slot of its own in
-//!   `<data-dir>/crash-journal/slots` (one `pwrite`, no fsync: a process that dies leaves
-//!   its writes in the page cache, and only a crash of the whole machine loses them, when
-//!   nothing is left to protect). Dropping the returned [`Running`] empties the slot.
+//!   `<data-dir>/crash-journal/slots`, mapped into memory ([`mapped`]: a store, no system
+//!   call, no fsync: a process that dies leaves the file's pages in the page cache, and only
+//!   a crash of the whole machine loses them, when nothing is left to protect). Dropping
+//!   the returned [`Running`] empties the slot.
 //! - **When the process dies of a signal** (abort from a corrupted heap, a segmentation
 //!   fault, …), a signal handler ([`signal`]) marks the slot of the thread that died as
-//!   the culprit, again with one `pwrite`, the only thing it does before the default action.
+//!   the culprit, with one store, the only thing it does before the default action.
 //! - **At the next start**, [`CrashJournal::open`] reads the slots: every culprit becomes a
 //!   refused statement (database + fingerprint), kept in `refused.json` beside the slots,
 //!   logged and counted in `/metrics`. A statement only *in flight* at a crash (another
@@ -26,11 +27,11 @@
 //!   fingerprint, and a tenant who keeps finding new ones must not keep crashing the node.
 //!   An operator clears a refusal by removing its line from `refused.json` (OPERATIONS.md).
 
+mod mapped;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod signal;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -84,7 +85,7 @@ struct RefusedFile {
 pub struct CrashJournal {
     /// The test hook [`ABORT_ON_SQL`]: the statement that aborts the process.
     abort_on: Option<String>,
-    slots: File,
+    slots: mapped::MappedSlots,
     free: Mutex<Vec<u32>>,
     refused: RwLock<Refused>,
     refused_path: PathBuf,
@@ -124,27 +125,29 @@ pub fn organization_key(org_id: &str) -> String {
 /// What the journal records for the check of a file an organization supplied.
 pub const FILE_CHECK: &str = "PRAGMA integrity_check of a file the organization supplied";
 
-/// A statement's fingerprint: SHA-256 of its text with letters in lower case and runs of
-/// white space made one space, cut to 64 bits. The same statement sent again, reformatted
-/// or with other keyword case, has the same fingerprint; another literal does not (that is
-/// what [`MAX_CRASHES_PER_DATABASE`] is for).
+/// A statement's fingerprint: FNV-1a (64 bits, stable across builds and versions) of its
+/// text with ASCII letters in lower case and runs of white space made one space. The same
+/// statement sent again, reformatted or with other keyword case, has the same fingerprint;
+/// another literal does not (that is what [`MAX_CRASHES_PER_DATABASE`] is for). Not a
+/// cryptographic hash: it names a statement within one database's own refusals, where a
+/// collision only refuses the colliding statement of that same database.
 pub fn fingerprint(sql: &str) -> u64 {
-    let mut hasher = Sha256::new();
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
     let mut space = false;
-    for c in sql.trim().chars() {
-        if c.is_whitespace() {
+    for byte in sql.trim().bytes() {
+        if byte.is_ascii_whitespace() {
             space = true;
             continue;
         }
         if space {
-            hasher.update(b" ");
+            hash = (hash ^ u64::from(b' ')).wrapping_mul(PRIME);
             space = false;
         }
-        let mut buffer = [0u8; 4];
-        hasher.update(c.to_ascii_lowercase().encode_utf8(&mut buffer).as_bytes());
+        hash = (hash ^ u64::from(byte.to_ascii_lowercase())).wrapping_mul(PRIME);
     }
-    let digest = hasher.finalize();
-    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+    hash
 }
 
 impl CrashJournal {
@@ -166,6 +169,7 @@ impl CrashJournal {
         slots.read_exact_at(&mut previous[..length], 0)?;
         slots.set_len(0)?;
         slots.set_len(size)?;
+        let slots = mapped::MappedSlots::map(slots, size as usize)?;
 
         let now = now_ms();
         let mut findings = Findings::default();
@@ -291,15 +295,14 @@ impl CrashJournal {
             let excerpt = truncate(sql.trim(), EXCERPT_MAX - 1);
             bytes[EXCERPT_AT - 1] = excerpt.len() as u8;
             bytes[EXCERPT_AT..EXCERPT_AT + excerpt.len()].copy_from_slice(excerpt.as_bytes());
-            // Best effort: a journal that cannot be written must not stop the statement.
-            let _ = self.slots.write_all_at(&bytes, offset(slot));
+            self.slots.write(offset(slot), &bytes);
         }
         let running = Running {
             journal: self,
             slot,
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             outer: slot.map_or_else(signal::Current::none, |slot| {
-                signal::Current::enter(&self.slots, offset(slot))
+                signal::Current::enter(self.slots.address(offset(slot)))
             }),
         };
         if self.abort_on.as_deref() == Some(sql) {
@@ -315,7 +318,7 @@ impl Drop for Running<'_> {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         self.outer.leave();
         if let Some(slot) = self.slot {
-            let _ = self.journal.slots.write_all_at(&[EMPTY], offset(slot));
+            self.journal.slots.write(offset(slot), &[EMPTY]);
             self.journal
                 .free
                 .lock()
@@ -325,8 +328,8 @@ impl Drop for Running<'_> {
     }
 }
 
-fn offset(slot: u32) -> u64 {
-    u64::from(slot) * SLOT_BYTES
+fn offset(slot: u32) -> usize {
+    slot as usize * SLOT_BYTES as usize
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -388,8 +391,7 @@ mod tests {
         // What the signal handler does to the slot of the thread that died.
         journal
             .slots
-            .write_all_at(&[CULPRIT], offset(crashing.slot.unwrap()))
-            .unwrap();
+            .write(offset(crashing.slot.unwrap()), &[CULPRIT]);
         std::mem::forget(crashing);
         std::mem::forget(beside);
         drop(journal);
@@ -423,8 +425,7 @@ mod tests {
                 .unwrap();
             journal
                 .slots
-                .write_all_at(&[CULPRIT], offset(running.slot.unwrap()))
-                .unwrap();
+                .write(offset(running.slot.unwrap()), &[CULPRIT]);
             std::mem::forget(running);
         }
         let (journal, findings) = CrashJournal::open(dir.path()).unwrap();

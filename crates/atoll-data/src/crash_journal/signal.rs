@@ -1,25 +1,23 @@
 //! The crash journal's signal handler: when a thread dies of a fatal signal, the slot of the
-//! statement it was running is marked as the culprit, with one `pwrite` (async-signal-safe),
-//! and the signal then takes its default course (`SA_RESETHAND`: the process ends exactly as
-//! it would have, core dump included). This module, `memory` and `storage::wal_insert`
-//! hold the workspace's only `unsafe`.
+//! statement it was running is marked as the culprit, with one store into the journal's
+//! mapping (async-signal-safe), and the signal then takes its default course
+//! (`SA_RESETHAND`: the process ends exactly as it would have, core dump included). This
+//! module, `mapped`, `memory` and `storage::wal_insert` hold the workspace's only `unsafe`.
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::sync::Once;
 
 thread_local! {
-    /// The journal file and slot offset of the statement this thread runs (`-1`: none).
-    /// A constant initialiser with no destructor: reading it in a signal handler allocates
-    /// nothing and takes no lock.
-    static CURRENT: Cell<(i32, u64)> = const { Cell::new((-1, 0)) };
+    /// The address of the state byte of the slot of the statement this thread runs (`0`:
+    /// none). A constant initialiser with no destructor: reading it in a signal handler
+    /// allocates nothing and takes no lock.
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
 }
 
 /// What this thread ran before a statement entered the journal, restored when it leaves.
 pub(super) struct Current {
-    previous: Option<(i32, u64)>,
+    previous: Option<usize>,
 }
 
 impl Current {
@@ -27,8 +25,8 @@ impl Current {
         Current { previous: None }
     }
 
-    pub(super) fn enter(file: &File, offset: u64) -> Current {
-        let previous = CURRENT.with(|current| current.replace((file.as_raw_fd(), offset)));
+    pub(super) fn enter(address: usize) -> Current {
+        let previous = CURRENT.with(|current| current.replace(address));
         Current {
             previous: Some(previous),
         }
@@ -51,15 +49,9 @@ const FATAL: [libc::c_int; 5] = [
 ];
 
 extern "C" fn mark_culprit(_signal: libc::c_int) {
-    let (fd, offset) = CURRENT.with(Cell::get);
-    if fd >= 0 {
-        let byte = super::CULPRIT;
-        // SAFETY: `pwrite` is async-signal-safe; the buffer is one byte on this stack, and
-        // the descriptor is the journal's file, open for the life of the node (a closed
-        // descriptor only makes the write fail).
-        unsafe {
-            libc::pwrite(fd, (&byte as *const u8).cast(), 1, offset as libc::off_t);
-        }
+    let address = CURRENT.with(Cell::get);
+    if address != 0 {
+        super::mapped::mark(address, super::CULPRIT);
     }
     // Returning with SA_RESETHAND set: the signal's default action ends the process (a
     // fault repeats at once; abort raises again).
