@@ -223,3 +223,45 @@ async fn an_fts5_flush_does_not_recurse_into_itself() {
     assert_eq!(rows["rows"][0][0]["value"], "200000", "{rows}");
     assert_eq!(rows["rows"][0][1]["value"], "1", "{rows}");
 }
+
+// Found by the SQL fuzzer: a vector index keeps its nodes in `<index>_shadow` and its
+// parameters in `libsql_vector_meta_shadow`, ordinary tables a full-access token may write.
+// A node blob claiming more neighbours than its block holds sent every search past the
+// buffer (SIGSEGV); parameters describing a node larger than its block would too.
+#[tokio::test]
+async fn a_vector_index_whose_own_tables_were_rewritten_is_an_error_not_a_crash() {
+    let node = start_node().await;
+    let db = node.create_db("rewritten");
+    for statement in [
+        "CREATE TABLE v (id INTEGER PRIMARY KEY, e F32_BLOB(4))",
+        "CREATE INDEX vi ON v(libsql_vector_idx(e))",
+        "INSERT INTO v(e) WITH RECURSIVE s(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM s LIMIT 50) SELECT vector32('[' || x || ',1,2,3]') FROM s",
+        // The neighbour count (after the node's 8-byte rowid) set to 65,535.
+        "UPDATE vi_shadow SET data = substr(data, 1, 8) || x'ffff' || substr(data, 11)",
+    ] {
+        db.query(sql(statement)).await;
+    }
+    for statement in [
+        "SELECT id FROM vector_top_k('vi', vector32('[1,2,3,4]'), 5)",
+        "INSERT INTO v(e) VALUES (vector32('[9,9,9,9]'))",
+        "DELETE FROM v WHERE id = 3",
+    ] {
+        // Answered (the clamped count reads what the block holds), whatever the answer.
+        let _ = db.run(&[sql(statement)]).await;
+    }
+    db.query(sql("SELECT count(*) FROM v")).await;
+    // Parameters that do not describe a node fitting its block: refused when the index opens.
+    db.query(sql(
+        "UPDATE libsql_vector_meta_shadow SET metadata = x'0100000000000000000000000000000001000000000000000000000000000000'",
+    ))
+    .await;
+    let _ = db
+        .run(&[sql(
+            "SELECT id FROM vector_top_k('vi', vector32('[1,2,3,4]'), 5)",
+        )])
+        .await;
+    let _ = db
+        .run(&[sql("INSERT INTO v(e) VALUES (vector32('[8,8,8,8]'))")])
+        .await;
+    db.query(sql("SELECT count(*) FROM v")).await;
+}
