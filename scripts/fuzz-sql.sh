@@ -92,6 +92,8 @@ while ((SECONDS < end)); do
   statements=$((statements + ran))
   if ((code == 0)); then
     echo "run $runs: $(grep "statements/s=" "$WORK/stdout.txt" | tail -n 1)"
+    # A statement that ran far past its deadline: not a crash, but worth a look.
+    grep "slowest statement\|hungriest statement" "$WORK/stdout.txt" | cut -c1-300 | sed 's/^/    /' || true
   elif ((code > 128)); then
     signal=$((code - 128))
     name="SIG$(kill -l "$signal" 2>/dev/null || echo "$signal")"

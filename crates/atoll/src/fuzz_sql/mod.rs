@@ -91,6 +91,13 @@ pub const CURRENT_CASE: &str = "current-case.sql";
 /// A copy of the case whose statement ran longest past its deadline (over 3 s).
 const SLOWEST_CASE: &str = "slowest-case.sql";
 
+/// A copy of the case whose statement raised the process's peak memory most (by at least
+/// [`HUNGRY_MIB`]).
+const HUNGRIEST_CASE: &str = "hungriest-case.sql";
+
+/// A statement that raises the peak resident memory by this much is reported.
+const HUNGRY_MIB: u64 = 256;
+
 pub async fn fuzz_sql(args: FuzzSqlArgs) -> Result<()> {
     tokio::task::spawn_blocking(move || run(args)).await?
 }
@@ -104,6 +111,10 @@ struct Totals {
     rows: u64,
     /// The statement that took longest (past its deadline, it did not stop at once).
     slowest: (Duration, String),
+    /// The process's peak resident memory so far, MiB.
+    peak_mib: u64,
+    /// The statement that raised the peak most, and by how many MiB.
+    hungriest: (u64, String),
 }
 
 fn run(args: FuzzSqlArgs) -> Result<()> {
@@ -141,6 +152,8 @@ fn run(args: FuzzSqlArgs) -> Result<()> {
     );
 
     let progress = work_dir.join("progress.txt");
+    let _ = std::fs::remove_file(work_dir.join(SLOWEST_CASE));
+    let _ = std::fs::remove_file(work_dir.join(HUNGRIEST_CASE));
     let watchdog = Watchdog::start(case_file.clone());
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration);
@@ -175,6 +188,14 @@ fn run(args: FuzzSqlArgs) -> Result<()> {
         rss_mib(),
         proc_status_mib("VmHWM:"),
     );
+    if totals.hungriest.0 >= HUNGRY_MIB {
+        println!(
+            "fuzz-sql: hungriest statement raised the peak memory by {} MiB (its case: {}): {}",
+            totals.hungriest.0,
+            work_dir.join(HUNGRIEST_CASE).display(),
+            totals.hungriest.1
+        );
+    }
     if totals.slowest.0 > STATEMENT_TIMEOUT * 3 {
         // Not a failure: a statement the progress handler stopped late.
         println!(
@@ -484,6 +505,18 @@ impl Case<'_> {
         let outcome = run_statement(sandboxed, statement, |_| {});
         let took = started.elapsed();
         self.watchdog.end();
+        // The process's peak memory only grows: a statement that raised it by much is one
+        // that makes the engine hold that much (a tenant could do it on a node).
+        let peak = proc_status_mib("VmHWM:");
+        let grew = peak.saturating_sub(totals.peak_mib);
+        totals.peak_mib = totals.peak_mib.max(peak);
+        if grew > totals.hungriest.0 {
+            let sql: String = statement.sql.chars().take(300).collect();
+            totals.hungriest = (grew, sql);
+            if grew >= HUNGRY_MIB {
+                let _ = std::fs::copy(self.case_file, self.work_dir.join(HUNGRIEST_CASE));
+            }
+        }
         if took > totals.slowest.0 {
             let sql: String = statement.sql.chars().take(300).collect();
             totals.slowest = (took, sql);
