@@ -173,29 +173,32 @@ impl VectorType {
 /// it with. Remove an entry once the engine's patch fixes it: the corpus test and
 /// `engine_crashes.rs` guard it from then on.
 const KNOWN_CRASHES: &[(&str, i32)] = &[
-    // `SELECT libsql_vector_idx()`: the index marker function returns `argv[0]` without
-    // looking at `argc` (SIGSEGV, `libsqlVectorIdx`).
-    ("libsql_vector_idx", 1),
+    // Fixed (vendor/README.md), kept as an example: `SELECT libsql_vector_idx()` read
+    // `argv[0]` of a call without arguments (SIGSEGV, `libsqlVectorIdx`).
+    // ("libsql_vector_idx", 1),
 ];
 
 /// `SELECT k FROM vector_top_k(…)`: reading a hidden parameter column (`idx`, `vector`,
 /// `k`) of the search indexes its result array at -3..-1 (`vectorVtabColumn`), before the
-/// array when the table has no rowid (SIGSEGV). Set to `false` once the engine is fixed.
-const AVOID_VECTOR_TOP_K_HIDDEN_COLUMNS: bool = true;
+/// array when the table has no rowid (SIGSEGV). Fixed in the engine (`vendor/README.md`): off, so
+/// campaigns check the fix.
+const AVOID_VECTOR_TOP_K_HIDDEN_COLUMNS: bool = false;
 
 /// A foreign key whose parent is a shadow table of an fts5 table (`REFERENCES f_data`):
 /// fts5 writes the shadow table with a nested statement, which then needs a statement
 /// savepoint; `sqlite3VtabSavepoint` calls fts5's xSavepoint, which flushes to the shadow
 /// table again with another nested statement, and so on until the stack overflows
 /// (`fts5SavepointMethod` → `sqlite3Fts5FlushToDisk` → `fts5StorageSaveTotals` →
-/// `fts5DataWrite`; SIGSEGV on the guard page). Set to `false` once the engine is fixed.
-const AVOID_FOREIGN_KEYS_TO_FTS5_SHADOW_TABLES: bool = true;
+/// `fts5DataWrite`; SIGSEGV on the guard page). Fixed in the engine (`vendor/README.md`): off, so
+/// campaigns check the fix.
+const AVOID_FOREIGN_KEYS_TO_FTS5_SHADOW_TABLES: bool = false;
 
 /// A DiskANN node's neighbour count is read from its blob and trusted
 /// (`nodeBinEdges`): `UPDATE <index>_shadow SET data = randomblob(length(data))`, then a
 /// search, reads neighbours far past the node's buffer (`nodeBinEdge` from
-/// `diskAnnSearchInternal`, SIGSEGV). Set to `false` once the engine is fixed.
-const AVOID_WRITES_TO_VECTOR_INDEX_TABLES: bool = true;
+/// `diskAnnSearchInternal`, SIGSEGV). Fixed in the engine (`vendor/README.md`): off, so
+/// campaigns check the fix.
+const AVOID_WRITES_TO_VECTOR_INDEX_TABLES: bool = false;
 
 /// The tables of a vector index: its graph and the parameters of every index.
 fn is_vector_index_table(name: &str) -> bool {
