@@ -265,3 +265,22 @@ async fn a_vector_index_whose_own_tables_were_rewritten_is_an_error_not_a_crash(
         .await;
     db.query(sql("SELECT count(*) FROM v")).await;
 }
+
+// Found by the SQL fuzzer: an EXPLAIN taken from the connection's statement cache after the
+// table it names was dropped listed the freed table (SIGSEGV). EXPLAINs are prepared afresh.
+#[tokio::test]
+async fn a_cached_explain_of_a_dropped_table_is_an_error_not_a_crash() {
+    let node = start_node().await;
+    let db = node.create_db("explain");
+    let results = db
+        .run(&[
+            sql("CREATE TABLE t (a)"),
+            sql("EXPLAIN INSERT INTO t VALUES (1)"),
+            sql("DROP TABLE t"),
+            sql("EXPLAIN INSERT INTO t VALUES (1)"),
+        ])
+        .await;
+    assert_eq!(results[1]["type"], "ok", "{results:?}");
+    assert_eq!(results[3]["type"], "error", "{results:?}");
+    db.query(sql("SELECT 1")).await;
+}
