@@ -47,6 +47,9 @@ struct QueueState {
     started: u64,
     /// The pool was dropped: threads end once nothing is queued.
     closed: bool,
+    /// Threads waiting for a job: a job queued while none waits wakes nobody (every
+    /// thread takes the next job itself when it finishes one).
+    idle: usize,
 }
 
 /// A tenant with jobs waiting or running (forgotten when it has neither).
@@ -141,8 +144,14 @@ impl SqlPool {
     /// Runs `work` for `tenant` (an organization id) on one of the pool's threads, in its
     /// turn among the tenants waiting.
     pub fn spawn_for(&self, tenant: &str, work: impl FnOnce() + Send + 'static) {
-        self.queues.lock().push(tenant, Box::new(work));
-        self.queues.queued.notify_one();
+        let wake = {
+            let mut state = self.queues.lock();
+            state.push(tenant, Box::new(work));
+            state.idle > 0
+        };
+        if wake {
+            self.queues.queued.notify_one();
+        }
     }
 
     /// Runs `work` for `tenant` on the pool and waits for its result.
@@ -189,9 +198,15 @@ impl Queues {
     /// An SQL thread's life: the next job in turn, until the pool is dropped and nothing
     /// is left queued.
     fn work(&self) {
+        // The tenant of the job this thread just ran: counted as finished under the same
+        // lock that takes the next job (one lock per job on a thread, not two).
+        let mut finished: Option<Arc<str>> = None;
         loop {
             let (tenant, job) = {
                 let mut state = self.lock();
+                if let Some(tenant) = finished.take() {
+                    state.finished(&tenant);
+                }
                 loop {
                     if let Some(next) = state.pop() {
                         break next;
@@ -199,13 +214,15 @@ impl Queues {
                     if state.closed {
                         return;
                     }
+                    state.idle += 1;
                     state = self.queued.wait(state).unwrap_or_else(|p| p.into_inner());
+                    state.idle -= 1;
                 }
             };
             // A panicking statement must not take its thread with it: the pool would
             // shrink with every panic.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-            self.lock().finished(&tenant);
+            finished = Some(tenant);
         }
     }
 }
