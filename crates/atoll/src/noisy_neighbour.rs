@@ -71,62 +71,46 @@ pub(crate) async fn run(bench: &Arc<Bench>, duration: Duration) -> anyhow::Resul
         .build()?;
 
     println!("# noisy neighbour: the victim's point selects while another organization abuses the node ({} s each)", duration.as_secs());
-    let quiet = measure(
-        &victim_client,
-        &victim_url,
-        &victim_token,
+    let victim = Victim {
+        client: victim_client,
+        url: victim_url,
+        token: victim_token,
         duration,
-        async {},
-    )
-    .await;
-    report("quiet", &quiet);
-
-    let seen = measure(
-        &victim_client,
-        &victim_url,
-        &victim_token,
-        duration,
-        open_streams(bench, &databases),
-    )
-    .await;
-    report("streams", &seen);
+    };
+    victim.during("quiet", async {}).await;
+    victim
+        .during("streams", open_streams(bench, &databases))
+        .await;
 
     let runaway = runaway_selects(bench, &databases);
-    let seen = measure(
-        &victim_client,
-        &victim_url,
-        &victim_token,
-        duration,
-        async {},
-    )
-    .await;
+    victim.during("runaway_selects", async {}).await;
     abort_all(runaway);
-    report("runaway_selects", &seen);
 
     let held = slowloris(bench).await?;
-    let seen = measure(
-        &victim_client,
-        &victim_url,
-        &victim_token,
-        duration,
-        async {},
-    )
-    .await;
+    victim.during("slowloris", async {}).await;
     drop(held);
-    report("slowloris", &seen);
 
     let uploads = upload_checks(bench, &attacker).await?;
-    let seen = measure(
-        &victim_client,
-        &victim_url,
-        &victim_token,
-        duration,
-        async {},
-    )
-    .await;
+    victim.during("upload_checks", async {}).await;
     abort_all(uploads);
-    report("upload_checks", &seen);
     Ok(())
+}
+
+/// The victim's client, database and token, and how long it measures each abuse.
+struct Victim {
+    client: reqwest::Client,
+    url: String,
+    token: String,
+    duration: Duration,
+}
+
+impl Victim {
+    /// Measures the victim while `abuse` runs (and whatever abuse was started before), and
+    /// prints the line of `name`.
+    async fn during(&self, name: &str, abuse: impl std::future::Future<Output = ()>) {
+        let seen = measure(&self.client, &self.url, &self.token, self.duration, abuse).await;
+        report(name, &seen);
+    }
 }
 
 /// Ends an abuse: its requests are dropped, so the node sees their clients go away.

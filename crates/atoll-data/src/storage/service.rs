@@ -2,7 +2,7 @@
 //! the node's index of its databases in the store, rebuilding databases whose files are
 //! missing or damaged, point-in-time seeds and restores in place, and retention.
 
-use super::restore::{self, Catalog, Target};
+use super::restore::{self, Catalog, GenerationInfo, SegmentInfo, Target};
 use super::shipper::{self, internal_connection, DatabaseLog, ShipContext};
 use super::{keys, now_ms, Storage, StorageSettings};
 use crate::database::Database;
@@ -347,6 +347,29 @@ pub async fn collect_garbage(
 
 /// Retention with the window starting at `cutoff_ms` (or at the start of the database's
 /// current history, when that is later).
+/// Deletes `generations` and `segments` of database `id` from object storage, each
+/// generation's manifest first (a generation without one is never used); answers the bytes
+/// freed. Retention and a transfer's new history delete this way.
+pub(crate) async fn delete_stored<'a>(
+    storage: &Storage,
+    id: &str,
+    generations: impl Iterator<Item = &'a GenerationInfo>,
+    segments: impl Iterator<Item = &'a SegmentInfo>,
+) -> Result<u64, DataError> {
+    let mut freed = 0u64;
+    for generation in generations {
+        let prefix = keys::generation(id, generation.start, generation.created_ms);
+        storage.delete(&format!("{prefix}manifest.json")).await?;
+        storage.delete(&format!("{prefix}snapshot.db")).await?;
+        freed += generation.bytes;
+    }
+    for segment in segments {
+        storage.delete(&segment.key).await?;
+        freed += segment.bytes;
+    }
+    Ok(freed)
+}
+
 pub async fn collect_garbage_before(
     storage: &Storage,
     id: &str,
@@ -366,22 +389,16 @@ pub async fn collect_garbage_before(
     else {
         return Ok(catalog.bytes);
     };
-    let mut freed = 0u64;
-    for generation in catalog
-        .generations
-        .iter()
-        .filter(|g| g.created_ms < keep.created_ms)
-    {
-        let prefix = keys::generation(id, generation.start, generation.created_ms);
-        // The manifest first: a generation without one is never used.
-        storage.delete(&format!("{prefix}manifest.json")).await?;
-        storage.delete(&format!("{prefix}snapshot.db")).await?;
-        freed += generation.bytes;
-    }
-    for segment in catalog.segments.iter().filter(|s| s.last <= keep.start) {
-        storage.delete(&segment.key).await?;
-        freed += segment.bytes;
-    }
+    let freed = delete_stored(
+        storage,
+        id,
+        catalog
+            .generations
+            .iter()
+            .filter(|g| g.created_ms < keep.created_ms),
+        catalog.segments.iter().filter(|s| s.last <= keep.start),
+    )
+    .await?;
     if freed > 0 {
         tracing::info!(
             database_id = id,
