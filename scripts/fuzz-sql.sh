@@ -7,8 +7,11 @@
 # DURATION_SECS are over. A run that dies of a signal (SIGSEGV, SIGABRT from glibc's heap
 # checks, …) leaves the case it was running in its work directory's current-case.sql: it is
 # copied to fuzz/sql-crashes/crash-<sha256 prefix>.sql with a header (seed, signal, date,
-# the run's last words on stderr), and the campaign goes on. A statement that outlives its
-# deadline by a minute (a hang: exit code 3) goes to fuzz/sql-hangs/ the same way.
+# the run's last words on stderr), and the campaign goes on. What is not a crash but a
+# tenant could hold a node with goes to fuzz/sql-findings/ (not replayed by the tests): a
+# statement that outlived its deadline by a minute (a hang: exit code 3, hang-*.sql), and
+# each run's statement that overran its deadline most (slow-*.sql, over 3 s) and that raised
+# the peak memory most (hungry-*.sql, by 256 MiB or more).
 # `cargo test -p atoll --test sql_crash_corpus` replays fuzz/sql-crashes through a real
 # node; fuzz/sql-crashes/README.md says what to do with a new file.
 #
@@ -26,7 +29,7 @@ cd "$REPO_ROOT"
 DURATION="${1:-3600}"
 RUN_SECONDS="${ATOLL_FUZZ_RUN_SECONDS:-300}"
 CRASHES="$REPO_ROOT/fuzz/sql-crashes"
-HANGS="$REPO_ROOT/fuzz/sql-hangs"
+FINDINGS="$REPO_ROOT/fuzz/sql-findings"
 
 if [[ -z "${ATOLL_BIN:-}" ]]; then
   echo "==> cargo build --release -p atoll (ATOLL_BIN=<path> to skip)"
@@ -42,14 +45,15 @@ statements=0
 crashes=0
 new_crashes=0
 hangs=0
+findings=0
 started=$SECONDS
 end=$((SECONDS + DURATION))
 
-# Keeps current-case.sql of a run that died: $1 the directory, $2 the file's prefix,
-# $3 what happened, $4 the seed.
+# Keeps a case of a run: $1 the directory, $2 the file's prefix, $3 what happened, $4 the
+# seed, $5 the case file (default: current-case.sql, the case a dead run was running).
 keep_case() {
   local dir="$1" prefix="$2" what="$3" seed="$4"
-  local case_file="$WORK/current-case.sql"
+  local case_file="${5:-$WORK/current-case.sql}"
   local sha file
   sha="$(sha256sum "$case_file" | cut -c1-16)"
   file="$dir/$prefix-$sha.sql"
@@ -92,8 +96,17 @@ while ((SECONDS < end)); do
   statements=$((statements + ran))
   if ((code == 0)); then
     echo "run $runs: $(grep "statements/s=" "$WORK/stdout.txt" | tail -n 1)"
-    # A statement that ran far past its deadline: not a crash, but worth a look.
-    grep "slowest statement\|hungriest statement" "$WORK/stdout.txt" | cut -c1-300 | sed 's/^/    /' || true
+    # Not crashes, but worth a look: kept in fuzz/sql-findings/.
+    if line="$(grep "slowest statement" "$WORK/stdout.txt")" && [[ -f "$WORK/slowest-case.sql" ]]; then
+      echo "    ${line:0:300}"
+      keep_case "$FINDINGS" slow "slow: ${line:10:120}" "$seed" "$WORK/slowest-case.sql" &&
+        findings=$((findings + 1)) || true
+    fi
+    if line="$(grep "hungriest statement" "$WORK/stdout.txt")" && [[ -f "$WORK/hungriest-case.sql" ]]; then
+      echo "    ${line:0:300}"
+      keep_case "$FINDINGS" hungry "memory: ${line:10:120}" "$seed" "$WORK/hungriest-case.sql" &&
+        findings=$((findings + 1)) || true
+    fi
   elif ((code > 128)); then
     signal=$((code - 128))
     name="SIG$(kill -l "$signal" 2>/dev/null || echo "$signal")"
@@ -105,7 +118,7 @@ while ((SECONDS < end)); do
   elif ((code == 3)); then
     hangs=$((hangs + 1))
     echo "run $runs (seed $seed): HANG after $ran statements"
-    keep_case "$HANGS" hang "hang: a statement ran a minute past its deadline" "$seed" || true
+    keep_case "$FINDINGS" hang "hang: a statement ran a minute past its deadline" "$seed" || true
   else
     echo "run $runs (seed $seed): atoll fuzz-sql failed (exit code $code):" >&2
     cat "$WORK/stderr.txt" >&2
@@ -114,4 +127,4 @@ while ((SECONDS < end)); do
 done
 
 elapsed=$((SECONDS - started))
-echo "==> fuzz-sql campaign: ${elapsed} s, $runs runs, $statements statements ($((statements / (elapsed > 0 ? elapsed : 1))) per second), $crashes crashes ($new_crashes new, in fuzz/sql-crashes/), $hangs hangs"
+echo "==> fuzz-sql campaign: ${elapsed} s, $runs runs, $statements statements ($((statements / (elapsed > 0 ? elapsed : 1))) per second), $crashes crashes ($new_crashes new, in fuzz/sql-crashes/), $hangs hangs, $findings slow or memory-hungry cases (fuzz/sql-findings/)"
