@@ -89,8 +89,8 @@ pub struct Statement {
     pub vacuum: bool,
     /// It may change the schema: read it back after.
     pub changes_schema: bool,
-    /// Prepared afresh, never from the statement cache: pragmas (as the node does) and,
-    /// while [`AVOID_CACHED_EXPLAIN`] stands, EXPLAIN.
+    /// Prepared afresh, never from the statement cache: pragmas and EXPLAIN, as the node
+    /// prepares them.
     pub pragma: bool,
 }
 
@@ -205,11 +205,11 @@ fn is_vector_index_table(name: &str) -> bool {
     name.ends_with("_shadow")
 }
 
-/// An `EXPLAIN` of a write, prepared once (the statement cache, as the node's) and run
-/// again after the table it names was dropped: EXPLAIN never runs `OP_Transaction`, so the
-/// schema change goes unnoticed and listing the program reads the freed `Table`'s name
-/// (`sqlite3VdbeList` → `displayP4`, `P4_TABLE`; SIGSEGV). Set to `false` once fixed.
-const AVOID_CACHED_EXPLAIN: bool = true;
+/// EXPLAIN is prepared afresh, never taken from the statement cache, as the node does since
+/// an `EXPLAIN` of a write, cached and run again after the table it names was dropped,
+/// listed the freed `Table`'s name (EXPLAIN never runs `OP_Transaction`, so the schema
+/// change goes unnoticed: `sqlite3VdbeList` → `displayP4`, `P4_TABLE`; SIGSEGV).
+const EXPLAIN_UNCACHED: bool = true;
 
 /// Integers around the limits C code computes sizes, offsets and counts with.
 const INTS: &[&str] = &[
@@ -1741,8 +1741,8 @@ impl Generator {
             let prefix = self.pick(&["EXPLAIN ", "EXPLAIN QUERY PLAN "]);
             return Statement {
                 sql: format!("{prefix}{}", statement.sql),
-                // Prepared afresh (not cached) while the known crash stands.
-                pragma: AVOID_CACHED_EXPLAIN,
+                // Prepared afresh, as the node does.
+                pragma: EXPLAIN_UNCACHED,
                 ..statement
             };
         }

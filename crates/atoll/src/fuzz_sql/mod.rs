@@ -265,7 +265,10 @@ fn replay(file: &Path, work_dir: &Path) -> Result<()> {
             sql: line.trim_end_matches(';').to_string(),
             vacuum: line.trim_end_matches(';').eq_ignore_ascii_case("VACUUM"),
             changes_schema: false,
-            pragma: line.to_ascii_uppercase().starts_with("PRAGMA"),
+            // As the node: pragmas and EXPLAIN are prepared afresh.
+            pragma: ["PRAGMA", "EXPLAIN"]
+                .iter()
+                .any(|kind| line.to_ascii_uppercase().starts_with(kind)),
         };
         let mut shown = Vec::new();
         let started = Instant::now();
@@ -488,8 +491,8 @@ impl Case<'_> {
         Ok(())
     }
 
-    /// Logs `statement` and runs it as the node does: prepared (cached unless a pragma),
-    /// the deadline armed, every row and value read.
+    /// Logs `statement` and runs it as the node does: prepared (cached unless a pragma or
+    /// an EXPLAIN), the deadline armed, every row and value read.
     fn execute(
         &self,
         sandboxed: &SandboxedConnection,
