@@ -284,3 +284,28 @@ async fn a_cached_explain_of_a_dropped_table_is_an_error_not_a_crash() {
     assert_eq!(results[3]["type"], "error", "{results:?}");
     db.query(sql("SELECT 1")).await;
 }
+
+// Found by the SQL fuzzer: a vector element longer than 1,024 characters filled the
+// parser's buffer without a terminator, and the error message printed the stack bytes
+// after it — memory of the node's process in a tenant's error.
+#[tokio::test]
+async fn a_too_long_vector_element_leaks_nothing_into_its_error() {
+    let node = start_node().await;
+    let db = node.create_db("leak");
+    let error = db
+        .query_error(sql(
+            "SELECT vector32('[' || printf('%.*c', 1100, '1') || ']')",
+        ))
+        .await;
+    let message = error["message"].as_str().unwrap();
+    let quoted = message
+        .split_once("characters: '")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("{message}"));
+    assert_eq!(quoted, format!("{}'", "1".repeat(1024)), "{message}");
+    // 1,024 characters are still a number.
+    db.query(sql(
+        "SELECT vector_extract(vector32('[' || printf('%.*c', 1024, '1') || ']'))",
+    ))
+    .await;
+}

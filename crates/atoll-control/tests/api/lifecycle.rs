@@ -221,8 +221,10 @@ async fn unfinished_uploads_are_reported_and_can_be_cleaned_up() {
 async fn one_replica_at_a_time() {
     let app = app!();
     // The server's own lifecycle job ran when it started and may hold the lease until
-    // then (CI once saw it win that race): the replicas of this test start after it.
-    let now = atoll_meta::now_millis() + LEASE_MS;
+    // then (CI once saw it win that race): the replicas of this test start after it, with a
+    // minute to spare (on a loaded machine the job took the lease after this test read
+    // the clock, and held it a moment past `now + LEASE_MS`).
+    let now = atoll_meta::now_millis() + LEASE_MS + 60_000;
     assert!(run_once(&app.state, "replica-a", now).await.unwrap().ran);
     assert!(
         !run_once(&app.state, "replica-b", now + 1000)
