@@ -41,7 +41,7 @@ pub const PAGE_SIZE: u64 = 4096;
 ///   cache holds anyway.
 /// - `journal_size_limit`: a WAL grown by one large write is truncated back to 64 MiB at
 ///   the next checkpoint rather than keeping its peak size on disk.
-const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+pub const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
      PRAGMA mmap_size = 0; \
      PRAGMA journal_size_limit = 67108864;";
 

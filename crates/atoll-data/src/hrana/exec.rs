@@ -136,7 +136,7 @@ impl<'a> std::ops::DerefMut for Prepared<'a> {
 
 /// Prepared statements kept per open connection. A pooled connection keeps them while it
 /// waits for its next client, so a hot database's statements are compiled once.
-pub(crate) const STATEMENT_CACHE_CAPACITY: usize = 32;
+pub const STATEMENT_CACHE_CAPACITY: usize = 32;
 
 impl<'a> Run<'a> {
     /// Starts a run: reads the configuration and applies its size limit, which a previous

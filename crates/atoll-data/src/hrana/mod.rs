@@ -28,7 +28,7 @@ mod v1;
 mod values;
 mod ws;
 
-pub(crate) use exec::STATEMENT_CACHE_CAPACITY;
+pub use exec::STATEMENT_CACHE_CAPACITY;
 pub use inspect::{inspect_request, RequestKind};
 pub use open_limit::{LimitReached, OpenLimit, Permit};
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};

@@ -68,14 +68,9 @@ const HANG_AFTER: Duration = Duration::from_secs(60);
 /// The exit code of a run that found a hang (a crash is a signal).
 const HANG_EXIT_CODE: i32 = 3;
 
-/// The node's connection pragmas (`atoll_data::database::CONNECTION_PRAGMAS`, private to
-/// that crate: keep the two in step).
-const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-     PRAGMA mmap_size = 0; \
-     PRAGMA journal_size_limit = 67108864;";
-
-/// `atoll_data::hrana::STATEMENT_CACHE_CAPACITY` (crate-private too).
-const STATEMENT_CACHE_CAPACITY: usize = 32;
+/// The node's own connection settings: cases are opened as the node opens a database.
+use atoll_data::database::CONNECTION_PRAGMAS;
+use atoll_data::hrana::STATEMENT_CACHE_CAPACITY;
 
 /// Each case's database has a size limit (as a database created with `size_limit`), which
 /// also bounds the disk a case can fill.
