@@ -749,18 +749,17 @@ impl<'a> Run<'a> {
         stmt.reset_status(StatementStatus::RowsRead);
         stmt.reset_status(StatementStatus::RowsWritten);
         let started = Instant::now();
-        {
+        let first = {
             let mut rows = stmt.raw_query();
             // The columns are read after the first step: a cached statement whose schema
             // changed (ALTER TABLE … ADD) is compiled again by that step, and until then
             // still describes the old columns.
             let first = rows.next().map_err(sqlite_error)?.is_some();
-            let (cols, column_count) = match rows.as_ref() {
-                Some(stmt) => (columns_of(stmt), stmt.column_count()),
-                None => (Vec::new(), 0),
-            };
-            sink.columns(cols)?;
-            if first {
+            // Without a row the finished query has let go of its statement: its columns
+            // are read from the statement itself, below.
+            if let Some(stmt) = rows.as_ref().filter(|_| first) {
+                let column_count = stmt.column_count();
+                sink.columns(columns_of(stmt))?;
                 let mut row = rows.get();
                 while let Some(current) = row {
                     if want_rows {
@@ -776,6 +775,13 @@ impl<'a> Run<'a> {
                     row = rows.next().map_err(sqlite_error)?;
                 }
             }
+            first
+        };
+        if !first {
+            // An empty result still names its columns (clients read a description, or a
+            // row's shape, from it); the step above compiled the statement again if its
+            // schema had changed, so they are the current ones.
+            sink.columns(columns_of(stmt))?;
         }
         let query_duration_ms = started.elapsed().as_micros() as f64 / 1000.0;
         let counter = |status| u64::try_from(stmt.get_status(status)).unwrap_or(0);

@@ -2,6 +2,8 @@
 //! 127.0.0.1 with databases signed by their own keys, and small clients for Hrana.
 #![allow(dead_code)]
 
+pub mod protobuf;
+
 use atoll_data::jwt::{self, Claims};
 use atoll_data::node::{Node, NodeSettings};
 use atoll_data::{DataLimits, DataPlaneState};
