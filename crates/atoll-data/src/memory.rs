@@ -1,4 +1,5 @@
-//! Hands the heap memory a finished burst freed back to the operating system.
+//! The process's heap: memory a finished burst freed goes back to the operating system, and
+//! each tenant statement gets a budget of the engine's heap.
 //!
 //! glibc's allocator keeps what threads free in their arenas for reuse: after 64
 //! concurrent clients the node stayed at the burst's peak resident memory for good, though
@@ -7,7 +8,8 @@
 //! locks while it walks them, so it runs only after the idle sweeper closed connections,
 //! that is when a burst has ended, never per request; and the thresholds glibc would
 //! otherwise raise on its own are pinned at start ([`pin_allocator_thresholds`]). This
-//! module and `storage::wal_insert` hold the workspace's only `unsafe`.
+//! module and `storage::wal_insert` hold the workspace's only `unsafe` (with the engine's
+//! per-statement memory budget below, another call into the engine).
 #![allow(unsafe_code)]
 
 /// The free memory glibc may keep at the top of an arena before it gives it back: its
@@ -39,4 +41,28 @@ pub fn release_free_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+// The engine's per-statement memory budget (an Atoll patch of the engine: `vendor/README.md`).
+extern "C" {
+    fn atoll_memory_budget_start(limit: i64);
+    fn atoll_memory_budget_stop() -> libc::c_int;
+}
+
+/// Gives the statement about to run on this thread at most `limit` bytes of the engine's
+/// heap beyond what the thread holds now: past that, its allocations fail (SQLITE_NOMEM).
+/// SQLite bounds only the whole process's memory; one tenant's sort over large keys took
+/// gigabytes from every tenant (docs/SECURITY.md, "Fair shares"). The node runs one
+/// statement at a time per SQL thread and no engine helper threads, so a budget per
+/// thread is a budget per statement. Ended by [`end_statement_memory_budget`] on the same
+/// thread.
+pub fn start_statement_memory_budget(limit: u64) {
+    // SAFETY: sets three thread-local integers of the engine; no pointers.
+    unsafe { atoll_memory_budget_start(i64::try_from(limit).unwrap_or(i64::MAX)) }
+}
+
+/// Ends this thread's budget; answers whether an allocation was refused for it.
+pub fn end_statement_memory_budget() -> bool {
+    // SAFETY: reads and clears the same thread-local integers.
+    unsafe { atoll_memory_budget_stop() != 0 }
 }

@@ -78,6 +78,9 @@ pub struct SandboxSettings {
     pub max_sql_bytes: usize,
     /// The most the temporary database of one connection may hold.
     pub max_temp_bytes: u64,
+    /// The most of the engine's heap one statement may take (its sorts, windows, grouping
+    /// keys, values; `--max-statement-memory`): past it the statement fails.
+    pub max_statement_memory: u64,
     /// An interactive transaction holding the write lock while another writer waits is
     /// rolled back after this long (`TRANSACTION_TIMEOUT`, as sqld).
     pub transaction_timeout: Duration,
@@ -100,6 +103,7 @@ impl Default for SandboxSettings {
             max_value_bytes: 32 * 1024 * 1024,
             max_sql_bytes: 16 * 1024 * 1024,
             max_temp_bytes: 256 * 1024 * 1024,
+            max_statement_memory: 512 * 1024 * 1024,
             transaction_timeout: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(10),
             page_cache_bytes: 512 * 1024,
@@ -114,6 +118,8 @@ pub enum Interruption {
     Deadline(Duration),
     ClientGone,
     Shutdown,
+    /// The statement needed more of the engine's heap than its budget (in bytes).
+    OutOfMemoryBudget(u64),
 }
 
 impl Interruption {
@@ -126,6 +132,10 @@ impl Interruption {
             Interruption::ClientGone => {
                 "the statement was interrupted: its client went away".to_string()
             }
+            Interruption::OutOfMemoryBudget(limit) => format!(
+                "the statement needed more than {} MiB of memory and was stopped (the node's --max-statement-memory)",
+                limit >> 20
+            ),
             Interruption::Shutdown => {
                 "the statement was interrupted: the server is shutting down".to_string()
             }
@@ -186,6 +196,8 @@ impl Drop for CancelOnDrop {
 /// the executor that runs statements on it.
 pub struct Control {
     mode: Mode,
+    /// The engine heap each statement may take ([`SandboxSettings::max_statement_memory`]).
+    statement_memory: u64,
     shutdown: Arc<AtomicBool>,
     state: Mutex<ControlState>,
 }
@@ -265,20 +277,28 @@ impl Control {
 
     /// Starts the clock of a statement: it is interrupted after `timeout`, when `cancel` is
     /// raised, or when the node shuts down.
+    /// Its memory is budgeted too (until [`Control::disarm`], which must be called on the
+    /// same thread: the budget is the thread's).
     pub fn arm(&self, timeout: Duration, cancel: Option<&CancelToken>) {
         let mut state = self.lock();
         state.deadline = Some((Instant::now() + timeout, timeout));
         state.cancel = cancel.cloned();
         state.interrupted = None;
+        crate::memory::start_statement_memory_budget(self.statement_memory);
     }
 
     /// Stops the clock (between statements, a connection waiting for its client is not
     /// running anything).
     pub fn disarm(&self) -> Option<Interruption> {
+        let over_memory = crate::memory::end_statement_memory_budget();
         let mut state = self.lock();
         state.deadline = None;
         state.cancel = None;
-        state.interrupted.take()
+        let interrupted = state.interrupted.take();
+        match interrupted {
+            None if over_memory => Some(Interruption::OutOfMemoryBudget(self.statement_memory)),
+            interrupted => interrupted,
+        }
     }
 
     /// Runs `work` (statements that only read) with a budget of running time: a statement
@@ -291,9 +311,14 @@ impl Control {
             state.budget = Some((Instant::now() + budget, budget));
             state.over_budget = false;
         }
+        crate::memory::start_statement_memory_budget(self.statement_memory);
         let result = work();
+        // Over its memory, the work is run again elsewhere too, where the statement's
+        // own budget stops it with the error that says why.
+        let over_memory = crate::memory::end_statement_memory_budget();
         let mut state = self.lock();
         state.budget = None;
+        state.over_budget |= over_memory;
         (result, std::mem::take(&mut state.over_budget))
     }
 
@@ -593,6 +618,7 @@ pub fn open(
     crate::write_lock::install_busy_handler(&conn)?;
     let control = Arc::new(Control {
         mode,
+        statement_memory: settings.max_statement_memory,
         shutdown: Arc::clone(shutdown),
         state: Mutex::new(ControlState::default()),
     });

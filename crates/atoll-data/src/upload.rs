@@ -1169,13 +1169,20 @@ pub(crate) fn integrity_check(
     sandboxed
         .conn
         .progress_handler(CHECK_PROGRESS_INTERVAL, Some(move || watch.should_stop()));
+    crate::memory::start_statement_memory_budget(bounds.settings.max_statement_memory);
     let verdict: Result<Vec<String>, rusqlite::Error> = sandboxed
         .conn
         .prepare("PRAGMA integrity_check(5)")
         .and_then(|mut stmt| stmt.query_map([], |row| row.get::<_, String>(0))?.collect());
+    let over_memory = crate::memory::end_statement_memory_budget();
     let refusal = sandboxed.control.take_refusal();
     drop(sandboxed);
-    let stopped = *stopped.lock().unwrap_or_else(|p| p.into_inner());
+    let stopped = stopped
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .or(over_memory.then_some(Interruption::OutOfMemoryBudget(
+            bounds.settings.max_statement_memory,
+        )));
     if let Some(why) = stopped {
         return Err(check_stopped(why, what, &bounds.settings));
     }
@@ -1240,6 +1247,10 @@ fn check_stopped(why: Interruption, what: &str, settings: &SandboxSettings) -> D
         )),
         Interruption::Shutdown => DataError::Unavailable(format!(
             "the check of {what} was interrupted: the server is shutting down; send it again"
+        )),
+        Interruption::OutOfMemoryBudget(limit) => DataError::BadRequest(format!(
+            "{what} could not be checked, so it was refused: its own SQL (CHECK constraints, generated columns, index expressions) needed more than {} MiB of memory on a row (the node's --max-statement-memory)",
+            limit >> 20
         )),
     }
 }

@@ -317,6 +317,10 @@ pub struct DbLimitArgs {
     /// Largest temporary database (temp tables) of one connection, in bytes (SQLITE_FULL).
     #[arg(long, env = "ATOLL_MAX_TEMP_SIZE", default_value_t = SandboxSettings::default().max_temp_bytes)]
     max_temp_size: u64,
+    /// Most memory of the SQL engine one statement may take (its sorts, windows, grouping
+    /// keys, values), in bytes; past it the statement fails (SQLITE_NOMEM).
+    #[arg(long, env = "ATOLL_MAX_STATEMENT_MEMORY", default_value_t = SandboxSettings::default().max_statement_memory)]
+    max_statement_memory: u64,
     /// SQLite page cache of each database connection, in bytes.
     #[arg(long, env = "ATOLL_PAGE_CACHE_SIZE", default_value_t = SandboxSettings::default().page_cache_bytes)]
     page_cache_size: u64,
@@ -376,6 +380,8 @@ impl DbLimitArgs {
                         + std::time::Duration::from_secs(1),
                     max_value_bytes: self.max_value_size,
                     max_temp_bytes: self.max_temp_size.max(atoll_data::database::PAGE_SIZE),
+                    // A statement's reads fill its connection's page cache from this budget too.
+                    max_statement_memory: self.max_statement_memory.max(4 << 20),
                     page_cache_bytes: self.page_cache_size.max(1024),
                     max_idle_connections: self.max_idle_connections,
                     ..SandboxSettings::default()

@@ -13,7 +13,7 @@ use crate::auth::DbAccess;
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::node::Node;
-use crate::sandbox::{CancelToken, Control, Mode, SandboxedConnection};
+use crate::sandbox::{CancelToken, Control, Interruption, Mode, SandboxedConnection};
 use crate::write_lock::WaitScope;
 use atoll_types::node::DatabaseConfig;
 use fallible_streaming_iterator::FallibleStreamingIterator;
@@ -583,6 +583,10 @@ impl<'a> Run<'a> {
         let outcome = match (outcome, self.control.disarm()) {
             (Err(error), Some(why)) if error.code == "SQLITE_INTERRUPT" => {
                 Err(hrana_error("SQLITE_INTERRUPT", why.message()))
+            }
+            // The engine's "out of memory" is the statement's budget here, not the node's.
+            (Err(error), Some(why @ Interruption::OutOfMemoryBudget(_))) => {
+                Err(hrana_error(&error.code, why.message()))
             }
             (outcome, _) => outcome,
         };
