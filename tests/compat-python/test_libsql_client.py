@@ -119,6 +119,18 @@ class LibsqlClientTest(unittest.TestCase):
         self.assertEqual(rs.rows[0].astuple(), (1, "two"))
         self.assertEqual(rs.rows[0]["two"], "two")
 
+    def test_an_empty_result_still_names_its_columns(self) -> None:
+        # Issue 32: a query without rows answered no columns (dbapi2's description is
+        # built from them).
+        self.client.execute("CREATE TABLE e (a TEXT, b INTEGER)")
+        rs = self.client.execute("SELECT a, b FROM e")
+        self.assertEqual(rs.columns, ("a", "b"))
+        self.assertEqual(len(rs.rows), 0)
+        rs = self.client.execute("SELECT 1 AS one WHERE 0 = 1")
+        self.assertEqual(rs.columns, ("one",))
+        [batched] = self.client.batch(["SELECT a, b FROM e"])
+        self.assertEqual(batched.columns, ("a", "b"))
+
     def test_every_value_type_round_trips(self) -> None:
         self.client.execute("CREATE TABLE v (id INTEGER PRIMARY KEY, v)")
         big = secrets.token_bytes(64 * 1024)

@@ -182,6 +182,24 @@ describe('execute', () => {
     assert.deepEqual(rs.rows.map((r) => r.x), ['first']);
   });
 
+  test('an empty result still names its columns and their declared types (HTTP and WebSocket)', async () => {
+    // Issue 32: a query without rows answered no columns, so queryRow() without a row and
+    // schema introspection lost them.
+    const { db, url, token } = await freshDb();
+    await db.execute('CREATE TABLE e (a TEXT, b INTEGER, c)');
+    for (const c of [db, client(url.replace(/^http/, 'ws'), token)]) {
+      const rs = await c.execute('SELECT a, b, c FROM e');
+      assert.deepEqual(rs.rows, []);
+      assert.deepEqual(rs.columns, ['a', 'b', 'c']);
+      assert.deepEqual(rs.columnTypes, ['TEXT', 'INTEGER', '']);
+      const none = await c.execute('SELECT 1 AS one WHERE 0 = 1');
+      assert.deepEqual(none.columns, ['one']);
+      const [batched] = await c.batch(['SELECT a, b, c FROM e'], 'read');
+      assert.deepEqual(batched.columns, ['a', 'b', 'c']);
+      assert.deepEqual(batched.columnTypes, ['TEXT', 'INTEGER', '']);
+    }
+  });
+
   test('every value type round-trips exactly (intMode "bigint")', async () => {
     const { db } = await freshDb();
     await db.execute('CREATE TABLE v (id INTEGER PRIMARY KEY, v)');
