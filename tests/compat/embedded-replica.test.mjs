@@ -103,6 +103,25 @@ test('an embedded replica syncs, syncs incrementally, and reads its own writes',
   remote.close();
 });
 
+test('an embedded replica takes the client URL, trailing slash and all, as its sync URL', async () => {
+  // Issue 32: the replica appends `/info` to the URL it is given; with the URL the CLI
+  // prints that is `…//info`, which the server answered 404.
+  const db = await newDatabase(`er-${RUN}-slash`);
+  const remote = createClient({ url: db.url, authToken: db.token });
+  await remote.batch(['CREATE TABLE s (x)', 'INSERT INTO s VALUES (1), (2)']);
+  const dir = await localDir();
+  assert.ok(db.url.endsWith('/'), db.url);
+  const replica = createClient({
+    url: `file:${join(dir, 'slash.db')}`,
+    syncUrl: db.url,
+    authToken: db.token,
+  });
+  await replica.sync();
+  assert.equal(await count(replica, 's'), 2);
+  replica.close();
+  remote.close();
+});
+
 test('offline writes: the replica writes locally, sync() pushes them, a conflict pushes nothing', async () => {
   const db = await newDatabase(`er-${RUN}-4`);
   const remote = createClient({ url: db.url, authToken: db.token });

@@ -11,7 +11,10 @@ pub struct PathLabel(pub String);
 
 /// Rewrites `/db/<label>/rest` to `/rest` and remembers the label, so every data-plane
 /// route also works behind a path prefix (Node clients on machines without wildcard DNS).
+/// Doubled slashes are one: clients append `/info`, `/v2/pipeline`, … to the URL they
+/// were given, and the URL the CLI prints ends with a slash.
 pub fn strip_db_prefix(mut request: Request) -> Request {
+    collapse_slashes(&mut request);
     let path = request.uri().path();
     let Some(rest) = path.strip_prefix("/db/") else {
         return request;
@@ -33,6 +36,29 @@ pub fn strip_db_prefix(mut request: Request) -> Request {
         request.extensions_mut().insert(PathLabel(label));
     }
     request
+}
+
+/// `//info` → `/info`: runs of slashes in the path become one (the query is kept).
+fn collapse_slashes(request: &mut Request) {
+    let path = request.uri().path();
+    if !path.contains("//") {
+        return;
+    }
+    let mut collapsed = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && collapsed.ends_with('/')) {
+            collapsed.push(c);
+        }
+    }
+    if let Some(query) = request.uri().query() {
+        collapsed.push('?');
+        collapsed.push_str(query);
+    }
+    let mut parts = request.uri().clone().into_parts();
+    parts.path_and_query = collapsed.parse().ok();
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
 }
 
 /// The label of the database the request names, if it names one.
@@ -99,6 +125,32 @@ mod tests {
             request.extensions().get::<PathLabel>().unwrap().0,
             "my-db-acme"
         );
+        // The client URL ends with a slash, and clients append `/…` to it.
+        for (uri, path, label) in [
+            ("/db/my-db-acme//info", "/info", Some("my-db-acme")),
+            (
+                "/db/my-db-acme//wal_log.ReplicationLog/Hello",
+                "/wal_log.ReplicationLog/Hello",
+                Some("my-db-acme"),
+            ),
+            ("//v2//pipeline?x=1//", "/v2/pipeline", None),
+            ("/db/my-db-acme/", "/", Some("my-db-acme")),
+        ] {
+            let request = Request::builder()
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let request = strip_db_prefix(request);
+            assert_eq!(request.uri().path(), path, "{uri}");
+            assert_eq!(
+                request
+                    .extensions()
+                    .get::<PathLabel>()
+                    .map(|l| l.0.as_str()),
+                label,
+                "{uri}"
+            );
+        }
         let request = Request::builder()
             .uri("/v2/pipeline")
             .body(axum::body::Body::empty())

@@ -315,3 +315,80 @@ async fn close_http_stream(db: &TestDb, version: &str, baton: &str) {
         .await;
     assert_eq!(body["results"][0]["type"], "ok", "{body}");
 }
+
+/// The URL the CLI prints ends with a slash (`…/db/<db>-<org>/`), and clients append their
+/// routes with one of their own: `…//info` (embedded replicas), `…//v2/pipeline`. Doubled
+/// slashes in a path are one.
+#[tokio::test]
+async fn a_database_url_with_a_trailing_slash_works() {
+    let node = start_node().await;
+    let db = empty_table(&node, "slashed").await;
+    let label = &db.config.label;
+    let base = format!("http://{}/db/{label}/", db.addr);
+    for route in ["/v2/pipeline", "/v3/pipeline"] {
+        let response = db
+            .http
+            .post(format!("{base}{route}"))
+            .bearer_auth(db.token())
+            .json(&json!({"requests": [
+                {"type": "execute", "stmt": sql("SELECT count(*) FROM t")},
+                {"type": "close"}
+            ]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{route}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["results"][0]["response"]["result"]["rows"][0][0],
+            integer(0),
+            "{route}: {body}"
+        );
+    }
+    let response = db
+        .http
+        .post(format!("{base}/v1/execute"))
+        .bearer_auth(db.token())
+        .json(&json!({"stmt": sql("SELECT count(*) FROM t")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // What an embedded replica asks first, and a version probe.
+    for route in ["/info", "/v3"] {
+        let response = db
+            .http
+            .get(format!("{base}{route}"))
+            .bearer_auth(db.token())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{route}");
+    }
+    // Without the path prefix (the database named by a header), the same.
+    let response = db
+        .http
+        .post(format!("http://{}//v2//pipeline", db.addr))
+        .header("x-namespace", label)
+        .bearer_auth(db.token())
+        .json(
+            &json!({"requests": [{"type": "execute", "stmt": sql("SELECT 1")}, {"type": "close"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // The WebSocket URL is the client URL itself.
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/db/{label}/",
+            db.addr
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", "hrana3".parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
+    assert_eq!(receive(&mut socket).await, json!({"type": "hello_ok"}));
+}

@@ -228,9 +228,10 @@ async fn a_remote_replica_syncs_and_reads_its_own_writes_and_read_only_tokens_ma
     db.sync().await.unwrap();
     assert_eq!(local_count(&conn, "notes").await, 2);
 
-    // A read-only token syncs; writing through it is refused by the server.
+    // A read-only token syncs; writing through it is refused by the server. Its URL is the
+    // one the CLI prints, with the trailing slash: the client asks for `…//info`.
     let read_only = read_only_token(&server, "notes").await;
-    let ro = Builder::new_synced_database(dir.join("notes-ro.db"), url.clone(), read_only)
+    let ro = Builder::new_synced_database(dir.join("notes-ro.db"), format!("{url}/"), read_only)
         .connector(connector())
         .remote_writes(true)
         .build()
@@ -757,6 +758,16 @@ async fn a_replica_over_the_grpc_protocol_snapshots_then_follows_the_log() {
     };
     let db = open("ledger.db").await.unwrap();
     db.sync().await.unwrap();
+    // The URL the CLI prints, with its trailing slash, works too (the client calls
+    // `…//wal_log.ReplicationLog/Hello`).
+    let slashed =
+        Builder::new_remote_replica(dir.join("slashed.db"), format!("{url}/"), token.clone())
+            .connector(connector())
+            .sync_protocol(libsql::SyncProtocol::V1)
+            .build()
+            .await
+            .unwrap();
+    slashed.sync().await.unwrap();
     let sum = |db: &libsql::Database| {
         let conn = db.connect().unwrap();
         async move {
@@ -769,6 +780,7 @@ async fn a_replica_over_the_grpc_protocol_snapshots_then_follows_the_log() {
         }
     };
     assert_eq!(sum(&db).await, (40, 820));
+    assert_eq!(sum(&slashed).await, (40, 820));
 
     let before_more = rfc3339_now();
     tokio::time::sleep(Duration::from_millis(50)).await;
