@@ -40,6 +40,9 @@ pub enum DataPlane {
         /// When this process started: a node's silence counts only once this replica has
         /// been up long enough to have heard from it (see `crate::failover`).
         started: std::time::Instant,
+        /// Nodes an order could not reach (refused, timed out), with when: placement passes
+        /// them over until they send a heartbeat again ([`DataPlane::answers`]).
+        unanswered: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     },
 }
 
@@ -52,6 +55,37 @@ pub struct RemoteNode {
 
 /// The name the in-process node is recorded under.
 const IN_PROCESS_NODE: &str = "local";
+
+/// How long an order to a node may take: most touch one database's files or the node's
+/// memory and answer in milliseconds, so a node that has not answered in this long is
+/// hung or cut off, and whoever waits on it (the reconciler, an API request) moves on.
+pub const ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long creating an empty database may take: a file, its first generation and index
+/// entry in object storage.
+pub const CREATE_ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How long an order that copies a whole database may take: a seeded create (a copy, a
+/// dump, a point in time), a restore in place, a move's hand-over or adopt, a rebuild from
+/// object storage.
+pub const LONG_ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The timeout of an order to a node's admin API, by what it asks.
+fn order_timeout(method: &reqwest::Method, path: &str) -> std::time::Duration {
+    let long = (*method == reqwest::Method::POST && path == "/v1/databases")
+        || ["/restore", "/adopt", "/hand-over"]
+            .iter()
+            .any(|step| path.ends_with(step));
+    if long {
+        LONG_ORDER_TIMEOUT
+    } else {
+        ORDER_TIMEOUT
+    }
+}
+
+/// A node whose last heartbeat is older than this (two missed) is passed over by
+/// placement while another node of its location is on time.
+const HEARTBEAT_LATE_MS: i64 = 2 * 1000 * wire::HEARTBEAT_INTERVAL_SECS as i64;
 
 /// A node a replica reached this recently is healthy (3 reconcile passes at the default
 /// interval): placement prefers healthy nodes. A node that sends heartbeats is healthy
@@ -108,9 +142,10 @@ impl DataPlane {
         store: &Store,
         store_id: &str,
     ) -> Result<DataPlane, ApiError> {
+        // Each order has a timeout of its own (`order_timeout`); this is the longest.
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(5))
-            .timeout(std::time::Duration::from_secs(120))
+            .timeout(LONG_ORDER_TIMEOUT)
             .build()
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         let recorded = store.nodes().await?;
@@ -120,6 +155,7 @@ impl DataPlane {
             let answer = send::<wire::NodeInfo>(
                 client
                     .get(format!("{admin_url}/v1/node"))
+                    .timeout(ORDER_TIMEOUT)
                     .bearer_auth(secret)
                     .header(wire::STORE_ID_HEADER, store_id),
             )
@@ -178,6 +214,7 @@ impl DataPlane {
             store_id: store_id.to_string(),
             failover_after: None,
             started: std::time::Instant::now(),
+            unanswered: std::sync::Mutex::default(),
         })
     }
 
@@ -221,8 +258,10 @@ impl DataPlane {
                 ..
             } => {
                 let remote = self.remote_node(node_name)?;
+                let timeout = order_timeout(&method, path);
                 Ok(client
                     .request(method, format!("{}{path}", remote.admin_url))
+                    .timeout(timeout)
                     .bearer_auth(secret)
                     .header(wire::STORE_ID_HEADER, store_id.as_str()))
             }
@@ -346,11 +385,57 @@ impl DataPlane {
         {
             candidates.retain(|c| record(c).is_some_and(|r| r.is_healthy(now)));
         }
+        // Healthy by the store, but not answering: its heartbeats are late, or an order of
+        // this replica could not reach it since the last one. Passed over while another
+        // node of the location answers (a create would wait on it, then fail).
+        let answering = |c: &&str| record(c).is_some_and(|r| self.answers(r, now));
+        if candidates.iter().any(answering) {
+            candidates.retain(answering);
+        }
         Ok(candidates
             .into_iter()
             .min_by_key(|name| (count(name), *name))
             .map(str::to_string)
             .unwrap_or_default())
+    }
+
+    /// Records that an order could not reach `node` (refused or timed out): placement
+    /// passes it over until it sends a heartbeat again.
+    pub(crate) fn note_unanswered(&self, node: &str) {
+        if let DataPlane::Remote { unanswered, .. } = self {
+            unanswered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(node.to_string(), atoll_meta::now_millis());
+        }
+    }
+
+    /// Records that `node` answered an order.
+    pub(crate) fn note_answered(&self, node: &str) {
+        if let DataPlane::Remote { unanswered, .. } = self {
+            unanswered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(node);
+        }
+    }
+
+    /// Whether the node of `record` can be expected to answer an order now: its heartbeats
+    /// are on time (when it sends them), and none of this replica's orders failed to reach
+    /// it since the last one.
+    pub(crate) fn answers(&self, record: &atoll_meta::NodeRecord, now: i64) -> bool {
+        let DataPlane::Remote { unanswered, .. } = self else {
+            return true;
+        };
+        if record.heartbeat_at > 0 && now - record.heartbeat_at > HEARTBEAT_LATE_MS {
+            return false;
+        }
+        let failed_at = unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&record.name)
+            .copied();
+        failed_at.is_none_or(|at| record.heartbeat_at.max(record.last_seen_at) > at)
     }
 
     /// The database's hostname: `<db>-<org>.<suffix of its node>`.
@@ -402,7 +487,10 @@ impl DataPlane {
                 blocking(move || node.create_database(request).map(|_| ())).await
             }
             DataPlane::Remote { .. } => {
-                let order = self.order(reqwest::Method::POST, node_name, "/v1/databases")?;
+                let mut order = self.order(reqwest::Method::POST, node_name, "/v1/databases")?;
+                if matches!(request.seed, wire::Seed::Empty | wire::Seed::Upload) {
+                    order = order.timeout(CREATE_ORDER_TIMEOUT);
+                }
                 let _: serde_json::Value = send(order.json(&request)).await?;
                 Ok(())
             }
@@ -696,7 +784,9 @@ impl DataPlane {
     /// - a database a node holds that the store does not know is quarantined, never
     ///   deleted.
     ///
-    /// A node that cannot be reached is reported and skipped; the next pass retries.
+    /// Nodes are converged concurrently, each order with its own timeout; a node that
+    /// cannot be reached (or stops answering midway) is reported and skipped, and the next
+    /// pass retries.
     pub async fn reconcile(
         &self,
         store: &Store,
@@ -710,11 +800,9 @@ impl DataPlane {
         }
         // Nodes other replicas recorded, or that registered since the last pass.
         self.refresh_nodes(store).await?;
-        let mut report = ReconcileReport {
-            // Lost nodes first: their databases are placed anew before anything else.
-            failed_over: self.fail_over_lost_nodes(store).await?,
-            ..ReconcileReport::default()
-        };
+        // Lost nodes are failed over on a schedule of their own (`crate::failover`), never
+        // behind a pass that waits on a node.
+        let mut report = ReconcileReport::default();
         let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
         for db in store.databases_in_state(DatabaseState::Creating).await? {
             if db.created_at > now.saturating_sub(grace_ms) {
@@ -731,26 +819,28 @@ impl DataPlane {
                 }
             }
         }
+        // Every node on its own and all at once: a node that hangs holds up its own work
+        // only (until its orders time out), never another node's.
+        let names = self.node_names();
+        let passes = names
+            .iter()
+            .map(|name| Box::pin(self.reconcile_reachable(store, name)))
+            .collect();
         let mut reachable = Vec::new();
-        for node_name in self.node_names() {
-            let held = match self.held_databases(&node_name).await {
-                Ok(held) => {
-                    if let DataPlane::Remote { .. } = self {
-                        store
-                            .node_seen(&node_name, atoll_meta::now_millis())
-                            .await?;
-                    }
-                    held
+        let mut failed = None;
+        let outcomes = all(passes).await;
+        for (name, outcome) in names.iter().zip(outcomes) {
+            match outcome {
+                Ok(Some(node_report)) => {
+                    report.add(node_report);
+                    reachable.push(name.clone());
                 }
-                Err(e) => {
-                    tracing::warn!(node = %node_name, error = %e, "data node unreachable: skipped by this reconcile pass");
-                    report.unreachable_nodes.push(node_name);
-                    continue;
-                }
-            };
-            self.reconcile_node(store, &node_name, &held, &mut report)
-                .await?;
-            reachable.push(node_name);
+                Ok(None) => report.unreachable_nodes.push(name.clone()),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         if let DataPlane::Remote { .. } = self {
             self.converge_replicas(store, &reachable).await?;
@@ -760,6 +850,46 @@ impl DataPlane {
 }
 
 impl DataPlane {
+    /// Converges node `node_name` to the store when it answers (`None` when it does not:
+    /// skipped by this pass).
+    async fn reconcile_reachable(
+        &self,
+        store: &Store,
+        node_name: &str,
+    ) -> Result<Option<ReconcileReport>, ApiError> {
+        let held = match self.held_databases(node_name).await {
+            Ok(held) => {
+                if let DataPlane::Remote { .. } = self {
+                    self.note_answered(node_name);
+                    store.node_seen(node_name, atoll_meta::now_millis()).await?;
+                }
+                held
+            }
+            Err(e) => {
+                tracing::warn!(node = %node_name, error = %e, "data node unreachable: skipped by this reconcile pass");
+                if let ApiError::NodeUnavailable(_) = e {
+                    self.note_unanswered(node_name);
+                }
+                return Ok(None);
+            }
+        };
+        let mut report = ReconcileReport::default();
+        self.reconcile_node(store, node_name, &held, &mut report)
+            .await?;
+        Ok(Some(report))
+    }
+
+    /// Whether `error` of an order to `node` says the node stopped answering (refused or
+    /// timed out): the rest of its work waits for the next pass instead of each order
+    /// waiting out its own timeout.
+    fn stopped_answering(&self, node: &str, error: &ApiError) -> bool {
+        let stopped = matches!(error, ApiError::NodeUnavailable(_));
+        if stopped {
+            self.note_unanswered(node);
+        }
+        stopped
+    }
+
     /// Converges one reachable node, which holds `held`, to the store.
     async fn reconcile_node(
         &self,
@@ -801,7 +931,10 @@ impl DataPlane {
                         .push((node_name.to_string(), copy.id.clone()));
                 }
                 Err(e) => {
-                    tracing::warn!(node = %node_name, database = %copy.id, error = %e, "cannot finish an abandoned move yet")
+                    tracing::warn!(node = %node_name, database = %copy.id, error = %e, "cannot finish an abandoned move yet");
+                    if self.stopped_answering(node_name, &e) {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -811,6 +944,9 @@ impl DataPlane {
             if held_version(&tombstone.id).is_some() {
                 if let Err(e) = self.delete_database(node_name, &tombstone.id).await {
                     tracing::warn!(node = %node_name, database = %tombstone.id, error = %e, "cannot finish a delete yet");
+                    if self.stopped_answering(node_name, &e) {
+                        return Ok(());
+                    }
                     continue;
                 }
                 report.deleted.push(tombstone.id.clone());
@@ -852,7 +988,10 @@ impl DataPlane {
                     {
                         Ok(()) => report.configured.push(db.id.clone()),
                         Err(e) => {
-                            tracing::warn!(node = %node_name, database = %db.id, error = %e, "cannot push a configuration yet")
+                            tracing::warn!(node = %node_name, database = %db.id, error = %e, "cannot push a configuration yet");
+                            if self.stopped_answering(node_name, &e) {
+                                return Ok(());
+                            }
                         }
                     }
                 }
@@ -908,7 +1047,10 @@ impl DataPlane {
                 // Gone in the meantime (deleted by whoever forgot it): nothing to keep.
                 Err(ApiError::NotFound(..)) => {}
                 Err(e) => {
-                    tracing::warn!(node = %node_name, database = %held.id, error = %e, "cannot quarantine an unknown database")
+                    tracing::warn!(node = %node_name, database = %held.id, error = %e, "cannot quarantine an unknown database");
+                    if self.stopped_answering(node_name, &e) {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -988,8 +1130,54 @@ pub struct ReconcileReport {
     pub rebuilt: Vec<(String, String)>,
     /// (node, database) pairs of moves a dead control plane left half-done, finished.
     pub moves_finished: Vec<(String, String)>,
-    /// Databases given a new primary because their node was lost (`crate::failover`).
-    pub failed_over: usize,
+}
+
+impl ReconcileReport {
+    /// Adds what the pass did on one node.
+    fn add(&mut self, node: ReconcileReport) {
+        let ReconcileReport {
+            configured,
+            deleted,
+            missing,
+            abandoned_creates,
+            quarantined,
+            unreachable_nodes,
+            rebuilt,
+            moves_finished,
+        } = node;
+        self.configured.extend(configured);
+        self.deleted.extend(deleted);
+        self.missing.extend(missing);
+        self.abandoned_creates.extend(abandoned_creates);
+        self.quarantined.extend(quarantined);
+        self.unreachable_nodes.extend(unreachable_nodes);
+        self.rebuilt.extend(rebuilt);
+        self.moves_finished.extend(moves_finished);
+    }
+}
+
+/// Runs `futures` concurrently on the current task, answering their outputs in order.
+async fn all<F: std::future::Future>(mut futures: Vec<std::pin::Pin<Box<F>>>) -> Vec<F::Output> {
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_some() {
+                continue;
+            }
+            match future.as_mut().poll(cx) {
+                std::task::Poll::Ready(value) => *output = Some(value),
+                std::task::Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 pub(crate) fn read(

@@ -15,7 +15,8 @@
 //! - `POST …/groups/{g}/failover {location}` (`atoll group failover`): the group's primary
 //!   location becomes `location`; each database whose node is up *moves* there (hand-over:
 //!   no write lost in either durability), each whose node is lost is *taken over*.
-//! - automatically, each reconcile pass: a node silent for `--failover-after-secs` has its
+//! - automatically, every [`CHECK_INTERVAL`] on a schedule of its own (never behind a
+//!   reconcile pass that waits on a hung node): a node silent for `--failover-after-secs` has its
 //!   databases taken over by another node of its location, or, when its location has no
 //!   other healthy node, by the group's next location with one (the group fails over).
 //!   A replica fails nothing over before it has been up that long itself: after an outage
@@ -23,6 +24,7 @@
 
 use crate::data_plane::{database_config, send, DataPlane};
 use crate::error::ApiError;
+use crate::server::AppState;
 use atoll_meta::{Database, DatabaseState, Group, GroupChanges, NodeRecord, Store};
 use atoll_types::groups::FailedOver;
 use atoll_types::node as wire;
@@ -37,6 +39,70 @@ pub const LEASE_MARGIN_MS: i64 = 10_000;
 
 /// The shortest `--failover-after-secs`: a node must be given the time to lose its lease.
 pub const MIN_FAILOVER_AFTER_SECS: u64 = (wire::WRITE_LEASE_MS / 1000) + 15;
+
+/// How often a replica looks for lost nodes: a failover comes at most this long after a
+/// node's databases may be taken over.
+pub const CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The lease one replica at a time looks for lost nodes under, and how long it runs:
+/// renewed every [`CHECK_INTERVAL`] while a failover rebuilds databases, so a replica that
+/// dies holding it delays the next check by this much at most.
+const LEASE: &str = "failover";
+const LEASE_MS: i64 = 15_000;
+
+/// Looks for lost nodes every [`CHECK_INTERVAL`] and fails their databases over, apart
+/// from reconcile passes (`crate::reconciler`), as a holder unique to this replica. Nothing
+/// runs without `--failover-after-secs`.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    let holder = uuid::Uuid::new_v4().to_string();
+    tokio::spawn(async move {
+        if state.data_plane.failover_after().is_none() {
+            return;
+        }
+        let mut ticker = tokio::time::interval(CHECK_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match check_once(&state, &holder).await {
+                Ok(0) => {}
+                Ok(done) => tracing::warn!(databases = done, "lost nodes failed over"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot check for lost nodes; retrying at the next tick")
+                }
+            }
+        }
+    })
+}
+
+/// One check for lost nodes as `holder`, unless another replica holds the lease (then 0).
+async fn check_once(state: &AppState, holder: &str) -> Result<usize, ApiError> {
+    let take = || async {
+        let now = atoll_meta::now_millis();
+        state
+            .store
+            .acquire_lease(LEASE, holder, now, now + LEASE_MS)
+            .await
+    };
+    if !take().await? {
+        return Ok(0);
+    }
+    // Nodes that registered through another replica since the last check.
+    state.data_plane.refresh_nodes(&state.store).await?;
+    let work = state.data_plane.fail_over_lost_nodes(&state.store);
+    tokio::pin!(work);
+    let mut renew = tokio::time::interval(CHECK_INTERVAL);
+    renew.tick().await;
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            _ = renew.tick() => {
+                if let Err(e) = take().await {
+                    tracing::warn!(error = %e, "cannot renew the failover lease");
+                }
+            }
+        }
+    }
+}
 
 /// What a group failover did.
 #[derive(Debug, Default)]
@@ -239,7 +305,7 @@ impl DataPlane {
         }
     }
 
-    /// The automatic part, run by every reconcile pass: each node silent for longer than
+    /// The automatic part, run every [`CHECK_INTERVAL`]: each node silent for longer than
     /// `--failover-after-secs` whose lease ran out has its databases taken over. Answers
     /// how many databases got a new primary.
     pub async fn fail_over_lost_nodes(&self, store: &Store) -> Result<usize, ApiError> {

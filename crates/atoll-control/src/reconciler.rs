@@ -6,7 +6,9 @@
 //! does is [`crate::data_plane::DataPlane::reconcile`]: push every configuration a node is
 //! behind on, finish deletes from their tombstones, finish what dead control planes
 //! abandoned, and quarantine (never delete) what the store does not know. A failed node
-//! call asks for a pass at once ([`request_pass`]).
+//! call asks for a pass at once ([`request_pass`]). Nodes are worked on concurrently, each
+//! order with a timeout suited to it (`crate::data_plane::ORDER_TIMEOUT`), so one hung node
+//! delays its own work only; lost nodes are failed over apart (`crate::failover::spawn`).
 
 use crate::data_plane::ReconcileReport;
 use crate::error::ApiResult;
@@ -58,6 +60,9 @@ pub async fn run_once(
 pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
     let holder = uuid::Uuid::new_v4().to_string();
     tokio::spawn(async move {
+        // Lost nodes are looked for on a schedule of their own, so a pass that waits on a
+        // hung node never delays a failover; stopped with the reconciler.
+        let _failover = AbortOnDrop(crate::failover::spawn(state.clone()));
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -76,4 +81,13 @@ pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()>
             }
         }
     })
+}
+
+/// Aborts a task when dropped (its owner's task was aborted).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
