@@ -268,10 +268,30 @@ fn map_error(e: tokio_postgres::Error) -> StoreError {
     }
     // `Display` of a server error is only "db error": say which.
     match e.as_db_error() {
+        // The server ended the connection or cannot take one now (a restart, a failover,
+        // `pg_terminate_backend`): a retry on a new connection may well succeed (503).
+        Some(db) if ends_the_connection(db.code()) => {
+            StoreError::Unreachable(format!("{e}: {} ({})", db.message(), db.code().code()))
+        }
         Some(db) => {
             StoreError::Unavailable(format!("{e}: {} ({})", db.message(), db.code().code()))
         }
         // Not an answer of the server: the connection is gone (or never was).
         None => StoreError::Unreachable(e.to_string()),
     }
+}
+
+/// Whether a server error says the connection is gone or none can be had now, rather than
+/// that the statement is wrong: class 08 (connection exception), `admin_shutdown` (57P01,
+/// what a restart, a failover or `pg_terminate_backend` sends), `crash_shutdown`,
+/// `cannot_connect_now` (starting up or in recovery) and `too_many_connections`.
+fn ends_the_connection(code: &SqlState) -> bool {
+    code.code().starts_with("08")
+        || [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ]
+        .contains(code)
 }

@@ -456,102 +456,31 @@ pub(super) async fn create(
             ));
         }
     }
-    let exists = || {
-        ApiError::Conflict(
-            ErrorCode::DatabaseAlreadyExists,
-            format!("database with name {} already exists", request.name),
-        )
-    };
-    let node = state
-        .data_plane
-        .place(&state.store, &group.primary_location)
-        .await?;
-    let PlannedSeed {
-        seed,
-        parent,
-        dump_id,
-    } = seed_for(&state, &access, &request, &node).await?;
     let group = group_with_key(&state, group).await?;
-    let (signing_key, key_id) = new_signing_key();
-    let final_state = if seed == Seed::Upload {
-        DatabaseState::AwaitingUpload
-    } else {
-        DatabaseState::Active
-    };
-    let label = format!("{}-{}", request.name, org.slug);
-    let record = Database {
-        id: uuid::Uuid::new_v4().to_string(),
-        org_id: org.id.clone(),
-        group_id: group.id.clone(),
-        name: request.name.clone(),
-        label,
-        state: DatabaseState::Creating,
-        location: group.primary_location.clone(),
-        node: node.clone(),
-        size_limit: limit,
-        block_reads: false,
-        block_writes: false,
-        delete_protection: false,
-        allow_attach: false,
-        allowed_ips: vec![],
-        parent,
-        signing_key,
-        key_id,
-        created_at: 0,
-        deleted_at: None,
-        config_version: 1,
-        durability: None,
-        history_starts_at: None,
-    };
-
-    // Recorded as `creating` first: a crash before the node has it leaves a record the
-    // next start removes, never a database the store does not know. A taken name and the
-    // plan's limit are checked by the insert itself, so two concurrent creates cannot
-    // both pass either.
-    let plan_limit = crate::quotas::database_limit(&state, &org);
-    let record = match state
-        .store
-        .insert_database_within(record, plan_limit)
-        .await
-        .map_err(|e| match e {
-            StoreError::AlreadyExists(_) => exists(),
-            other => other.into(),
-        })? {
-        DatabaseInsert::Inserted(record) => *record,
-        DatabaseInsert::LimitReached => {
-            return Err(crate::quotas::database_limit_reached(
-                &org,
-                plan_limit.unwrap_or_default(),
-            ))
+    // A create that cannot reach its node (refused, timed out) is undone there and tried
+    // on another node of the location that answers: placement passes the first over now.
+    let mut tried: Vec<String> = Vec::new();
+    let mut unreachable = None;
+    let (record, dump_id) = loop {
+        let node = state
+            .data_plane
+            .place(&state.store, &group.primary_location)
+            .await?;
+        if tried.contains(&node) {
+            return Err(unreachable.unwrap_or_else(|| {
+                ApiError::NodeUnavailable(format!("data node {node} did not answer"))
+            }));
+        }
+        match create_on(&state, &access, &request, &group, limit, &node).await {
+            Ok(created) => break created,
+            Err(e @ ApiError::NodeUnavailable(_)) => {
+                tracing::warn!(node = %node, error = %e, "a create could not reach its node: trying another node of the location");
+                tried.push(node);
+                unreachable = Some(e);
+            }
+            Err(e) => return Err(e),
         }
     };
-    let mut config =
-        crate::data_plane::database_config(&state.store, &record, &group, &org).await?;
-    config.state = match final_state {
-        DatabaseState::AwaitingUpload => atoll_types::node::DatabaseState::AwaitingUpload,
-        _ => config.state,
-    };
-    if let Err(e) = state
-        .data_plane
-        .create_database(&node, CreateDatabase { config, seed })
-        .await
-    {
-        // Nothing half-created stays behind.
-        if let Err(cleanup) = state.store.delete_database(&record.id).await {
-            tracing::error!(error = %cleanup, database = %record.id, "could not remove a failed database");
-        }
-        return Err(e);
-    }
-    let record = state
-        .store
-        .update_database(
-            &record.id,
-            DatabaseChanges {
-                state: Some(final_state),
-                ..Default::default()
-            },
-        )
-        .await?;
     if let Some(id) = dump_id {
         // A dump seeds one database: forgetting it now frees the organization's allowance
         // (a failed create keeps it, to be fixed and retried until it expires).
@@ -593,6 +522,192 @@ pub(super) async fn create(
         }
     }
     Ok(Json(response))
+}
+
+/// Creates database `request` on `node`: recorded as `creating`, created on the node,
+/// then recorded in its final state; answers the record and the dump it used. Whatever
+/// fails after the record is written is undone ([`undo_create`]), so a failed create
+/// leaves nothing: no record, no files.
+async fn create_on(
+    state: &AppState,
+    access: &Access,
+    request: &CreateDatabaseRequest,
+    group: &atoll_meta::Group,
+    limit: Option<i64>,
+    node: &str,
+) -> ApiResult<(Database, Option<String>)> {
+    let org = access.org().clone();
+    let PlannedSeed {
+        seed,
+        parent,
+        dump_id,
+    } = seed_for(state, access, request, node).await?;
+    let (signing_key, key_id) = new_signing_key();
+    let final_state = if seed == Seed::Upload {
+        DatabaseState::AwaitingUpload
+    } else {
+        DatabaseState::Active
+    };
+    let label = format!("{}-{}", request.name, org.slug);
+    let record = Database {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: org.id.clone(),
+        group_id: group.id.clone(),
+        name: request.name.clone(),
+        label,
+        state: DatabaseState::Creating,
+        location: group.primary_location.clone(),
+        node: node.to_string(),
+        size_limit: limit,
+        block_reads: false,
+        block_writes: false,
+        delete_protection: false,
+        allow_attach: false,
+        allowed_ips: vec![],
+        parent,
+        signing_key,
+        key_id,
+        created_at: 0,
+        deleted_at: None,
+        config_version: 1,
+        durability: None,
+        history_starts_at: None,
+    };
+
+    // Recorded as `creating` first: a crash before the node has it leaves a record the
+    // next start removes, never a database the store does not know. A taken name and the
+    // plan's limit are checked by the insert itself, so two concurrent creates cannot
+    // both pass either.
+    let plan_limit = crate::quotas::database_limit(state, &org);
+    let record = match state
+        .store
+        .insert_database_within(record, plan_limit)
+        .await
+        .map_err(|e| match e {
+            StoreError::AlreadyExists(_) => ApiError::Conflict(
+                ErrorCode::DatabaseAlreadyExists,
+                format!("database with name {} already exists", request.name),
+            ),
+            other => other.into(),
+        })? {
+        DatabaseInsert::Inserted(record) => *record,
+        DatabaseInsert::LimitReached => {
+            return Err(crate::quotas::database_limit_reached(
+                &org,
+                plan_limit.unwrap_or_default(),
+            ))
+        }
+    };
+    let mut config =
+        match crate::data_plane::database_config(&state.store, &record, group, &org).await {
+            Ok(config) => config,
+            Err(e) => {
+                undo_create(state, &record).await;
+                return Err(e);
+            }
+        };
+    config.state = match final_state {
+        DatabaseState::AwaitingUpload => atoll_types::node::DatabaseState::AwaitingUpload,
+        _ => config.state,
+    };
+    if let Err(e) = state
+        .data_plane
+        .create_database(node, CreateDatabase { config, seed })
+        .await
+    {
+        if let ApiError::NodeUnavailable(_) = e {
+            state.data_plane.note_unanswered(node);
+        }
+        // Nothing half-created stays behind: a node that timed out may have created it.
+        undo_create(state, &record).await;
+        return Err(e);
+    }
+    match state
+        .store
+        .update_database(
+            &record.id,
+            DatabaseChanges {
+                state: Some(final_state),
+                ..Default::default()
+            },
+        )
+        .await
+    {
+        Ok(record) => Ok((record, dump_id)),
+        // The store failed (PostgreSQL restarting, a connection ended): the database is on
+        // its node but not recorded as created, unless the commit landed and only its
+        // answer was lost, which the undo finds out.
+        Err(e) => match undo_create(state, &record).await {
+            Some(finished) => Ok((finished, dump_id)),
+            None => Err(e.into()),
+        },
+    }
+}
+
+/// How long a request waits for the store to take back a failed create before answering;
+/// the undo goes on in its task meanwhile.
+const UNDO_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Undoes a create whose `creating` record the store holds: forgets the record (with a
+/// tombstone, so the reconciler deletes whatever the node keeps), then deletes its copy on
+/// the node. The store may be failing right now (that may be why the create failed), so
+/// the undo retries in a task of its own until the store answers, for up to
+/// `--creating-grace-secs` (after which the reconciler removes the record anyway); the
+/// request waits [`UNDO_WAIT`] at most for the store's part. A record that is no longer
+/// `creating` was finished after all (a commit whose answer was lost): answered, kept.
+async fn undo_create(state: &AppState, record: &Database) -> Option<Database> {
+    let (decided, decision) = tokio::sync::oneshot::channel();
+    let (store, data_plane) = (
+        state.store.clone(),
+        std::sync::Arc::clone(&state.data_plane),
+    );
+    let patience = state.config.creating_grace;
+    let id = record.id.clone();
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut delay = std::time::Duration::from_millis(100);
+        let mut decided = Some(decided);
+        let forgotten = loop {
+            let outcome = match store.database_by_id(&id).await {
+                Ok(Some(db)) if db.state != DatabaseState::Creating => Ok(Some(db)),
+                Ok(Some(_)) => match store.delete_database(&id).await {
+                    Ok(db) => break Some(db),
+                    Err(StoreError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                },
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(finished) => {
+                    if let Some(decided) = decided.take() {
+                        let _ = decided.send(finished);
+                    }
+                    break None;
+                }
+                Err(e) if started.elapsed() < patience => {
+                    tracing::warn!(database = %id, error = %e, "cannot undo a failed create yet: retrying");
+                }
+                Err(e) => {
+                    tracing::error!(database = %id, error = %e, "could not undo a failed create: the reconciler removes it past --creating-grace-secs");
+                    break None;
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(std::time::Duration::from_secs(2));
+        };
+        if let Some(db) = forgotten {
+            if let Some(decided) = decided.take() {
+                let _ = decided.send(None);
+            }
+            tracing::warn!(database = %db.id, node = %db.node, "undid a failed create");
+            data_plane.drop_forgotten(&store, &[db]).await;
+        }
+    });
+    match tokio::time::timeout(UNDO_WAIT, decision).await {
+        Ok(Ok(finished)) => finished,
+        _ => None,
+    }
 }
 
 /// Whether a create's `remote_encryption` asks for anything: `null`, `{}` and empty

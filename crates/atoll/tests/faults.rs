@@ -1,0 +1,400 @@
+//! Faults without surprises (issue 28), with processes on PostgreSQL:
+//!
+//! - a node paused with SIGSTOP (it accepts connections and never answers) is failed over
+//!   within `--failover-after-secs` and a few seconds, however long orders to it wait, and a
+//!   create placed on it while it still looks healthy goes to another node of the location;
+//! - a create whose node was just SIGKILLed goes to another node of the location, leaving
+//!   nothing behind;
+//! - PostgreSQL ending the server's connections (`pg_terminate_backend`, 57P01, as a
+//!   restart or a failover of PostgreSQL does) in the middle of creates: every create
+//!   answers 200 or 503 `store_unavailable` with `Retry-After`, never 500, and none leaves
+//!   a database in `creating` or files on the node.
+//!
+//! Skips (loudly) without PostgreSQL.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::cluster::{
+    create_db, execute, ids, nodes, start_replica_with, wait_healthy, Api, Node, Process, EAST,
+};
+use support::{free_port, temp_dir, BIN};
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`) to the process of `node`.
+fn signal(node: &Node, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &node.process.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal}");
+}
+
+/// The store's rows, read with a connection of the test's own (its schema is in `url`).
+fn store_query(
+    url: &str,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Vec<postgres::Row> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client.query(sql, params).unwrap()
+}
+
+/// The node the store places database `name` on, and its state.
+async fn placed(url: &str, name: &str) -> Option<(String, String)> {
+    let (url, name) = (url.to_string(), name.to_string());
+    tokio::task::spawn_blocking(move || {
+        store_query(
+            &url,
+            "SELECT node, state FROM databases WHERE name = $1 AND deleted_at IS NULL",
+            &[&name],
+        )
+        .first()
+        .map(|row| (row.get(0), row.get(1)))
+    })
+    .await
+    .unwrap()
+}
+
+/// How many databases the store holds in `creating`.
+async fn creating(url: &str) -> i64 {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        store_query(
+            &url,
+            "SELECT count(*) FROM databases WHERE state = 'creating'",
+            &[],
+        )[0]
+        .get(0)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_node_fails_over_on_time_and_creates_go_around_dead_nodes() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let root = temp_dir("faults-nodes");
+    std::fs::create_dir_all(&root).unwrap();
+    let storage = format!("file://{}", root.join("storage").display());
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let failover_after = 30;
+    let control = start_replica_with(
+        &database_url,
+        &secrets_key,
+        &root.join("serve"),
+        free_port(),
+        &["--failover-after-secs", &failover_after.to_string()],
+    );
+    wait_healthy(&control.url).await;
+    let replicas = [control.url.as_str()];
+    // One process per node (no supervisor), so the signals reach the one that serves.
+    let sync = ["--durability", "sync", "--no-supervise"];
+    let started: Vec<Node> = ["east-a", "east-b", "east-c"]
+        .iter()
+        .map(|name| Node::start_with(name, EAST, &root.join(name), &storage, &replicas, &sync))
+        .collect();
+    for node in &started {
+        wait_healthy(&node.url).await;
+    }
+    let [a, b, c] = <[Node; 3]>::try_from(started).ok().unwrap();
+    let api = Api::login(&control.url).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes(&api, &control.url).await.len() < 3 {
+        assert!(Instant::now() < deadline, "the nodes did not register");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = api
+        .post(
+            format!("{}/v1/groups", control.url),
+            json!({"name": "g", "location": EAST}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // One database on each node (placement: the fewest, ties by name).
+    let first = create_db(&api, &control.url, "da", "g").await;
+    for name in ["db", "dc"] {
+        create_db(&api, &control.url, name, "g").await;
+    }
+    assert_eq!(placed(&database_url, "da").await.unwrap().0, "east-a");
+    let client = reqwest::Client::new();
+    let sql = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'kept')";
+    for statement in sql.split("; ") {
+        execute(&client, &a.url, &first.label, &first.token, statement)
+            .await
+            .unwrap();
+    }
+
+    // Paused: it takes connections and answers nothing.
+    signal(&a, "STOP");
+    let paused_at = Instant::now();
+    // It still looks healthy (its last heartbeat is fresh) and ties for the fewest
+    // databases: the create tries it, then another node of the location.
+    let (status, body) = api
+        .post(
+            format!("{}/v1/databases", control.url),
+            json!({"name": "x1", "group": "g"}),
+        )
+        .await;
+    assert_eq!(status, 200, "a create while a node is paused: {body}");
+    let created_in = paused_at.elapsed();
+    let (node, state) = placed(&database_url, "x1").await.unwrap();
+    assert_ne!(node, "east-a");
+    assert_eq!(state, "active");
+
+    // Failed over by itself: the lease (15 s) and its margin (10 s) after the last
+    // heartbeat, and --failover-after-secs, not the 120 s an order to it waited before.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while placed(&database_url, "da").await.unwrap().0 == "east-a" {
+        assert!(
+            Instant::now() < deadline,
+            "the paused node's database was not failed over (see {})",
+            root.join("serve.log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let failed_over_in = paused_at.elapsed();
+    assert!(
+        failed_over_in < Duration::from_secs(failover_after + 15),
+        "failed over {:.1} s after the pause (--failover-after-secs {failover_after})",
+        failed_over_in.as_secs_f64()
+    );
+    let through_b = ids(&client, &b.url, &first.label, &first.token).await;
+    assert_eq!(through_b, BTreeSet::from([1]));
+
+    // SIGKILLed: the node placement chooses next refuses connections at once, and the
+    // create goes to the other one.
+    let counts = |name: &'static str| {
+        let url = database_url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || -> i64 {
+                store_query(
+                    &url,
+                    "SELECT count(*) FROM databases WHERE node = $1",
+                    &[&name],
+                )[0]
+                .get(0)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let (on_b, on_c) = (counts("east-b").await, counts("east-c").await);
+    let (mut doomed, survivor) = if on_b <= on_c { (b, c) } else { (c, b) };
+    let survivor_name = if on_b <= on_c { "east-c" } else { "east-b" };
+    signal(&doomed, "KILL");
+    let _ = doomed.process.0.wait();
+    let killed_at = Instant::now();
+    let (status, body) = api
+        .post(
+            format!("{}/v1/databases", control.url),
+            json!({"name": "x2", "group": "g"}),
+        )
+        .await;
+    assert_eq!(status, 200, "a create right after its node died: {body}");
+    let created_after_kill_in = killed_at.elapsed();
+    assert_eq!(
+        placed(&database_url, "x2").await.unwrap(),
+        (survivor_name.to_string(), "active".to_string())
+    );
+    assert_eq!(creating(&database_url).await, 0, "nothing left in creating");
+    let (status, listed) = api.get(format!("{}/v1/databases", control.url)).await;
+    assert_eq!(status, 200, "{listed}");
+    let names: Vec<&str> = listed["databases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["Name"].as_str())
+        .filter(|n| n.starts_with('x'))
+        .collect();
+    assert_eq!(names.len(), 2, "{listed}");
+    eprintln!(
+        "faults: a create with a node paused {:.1} s, failover of the paused node {:.1} s after SIGSTOP (--failover-after-secs {failover_after}), a create right after a SIGKILL {:.1} s",
+        created_in.as_secs_f64(),
+        failed_over_in.as_secs_f64(),
+        created_after_kill_in.as_secs_f64()
+    );
+    signal(&a, "CONT");
+    drop(survivor);
+    doomed.process.kill();
+}
+
+/// Kills every connection of the server (named by `application_name`) every few tens of
+/// milliseconds until `stop`, answering how many it ended.
+fn spawn_connection_killer(
+    url: String,
+    application_name: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut ended = 0;
+        let mut round = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let rows = client
+                .query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()
+                       AND application_name = $1",
+                    &[&application_name],
+                )
+                .unwrap();
+            ended += rows.len();
+            round += 1;
+            std::thread::sleep(Duration::from_millis(20 + (round * 37) % 90));
+        }
+        ended
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_ending_connections_mid_create_never_half_creates_and_answers_503() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    // The server's connections carry a name of their own: only they are ended.
+    let application_name = format!("atoll_faults_{}", free_port());
+    let server_url = format!("{database_url}&application_name={application_name}");
+    let data_dir = temp_dir("faults-store");
+    let port = free_port();
+    let log = std::fs::File::create(data_dir.with_extension("log")).unwrap();
+    let child = Command::new(BIN)
+        .args(["serve", "--database-url", &server_url])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--data-dir", data_dir.to_str().unwrap()])
+        .args(["--db-listen", &format!("127.0.0.1:{}", free_port())])
+        .env("ATOLL_NODE_SECRET", support::cluster::SECRET)
+        .env(
+            "ATOLL_SECRETS_KEY",
+            atoll_meta::SecretsKey::generate_base64(),
+        )
+        .env("ATOLL_USERNAME", "root")
+        .env("ATOLL_PASSWORD", "a-long-password")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _serve = Process(child);
+    let url = format!("http://127.0.0.1:{port}");
+    wait_healthy(&url).await;
+    let api = Arc::new(Api::login(&url).await);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = spawn_connection_killer(
+        database_url.clone(),
+        application_name.clone(),
+        Arc::clone(&stop),
+    );
+    let next = Arc::new(AtomicUsize::new(0));
+    let total = 48;
+    let mut creators = Vec::new();
+    for _ in 0..4 {
+        let (api, url, next) = (Arc::clone(&api), url.clone(), Arc::clone(&next));
+        creators.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= total {
+                    return answers;
+                }
+                let name = format!("blip-{i}");
+                let response = api
+                    .client
+                    .post(format!("{url}/v1/databases"))
+                    .bearer_auth(&api.token)
+                    .json(&json!({"name": name}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                let retry_after = response.headers().contains_key("retry-after");
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                answers.push((name, status, retry_after, body));
+            }
+        }));
+    }
+    let mut answers = Vec::new();
+    for creator in creators {
+        answers.extend(creator.await.unwrap());
+    }
+    stop.store(true, Ordering::SeqCst);
+    let ended = killer.join().unwrap();
+    assert!(ended > 0, "no connection of the server was ended");
+
+    let mut created = BTreeSet::new();
+    let mut refused = Vec::new();
+    for (name, status, retry_after, body) in &answers {
+        match status {
+            200 => {
+                created.insert(name.clone());
+            }
+            503 => {
+                assert_eq!(body["code"], "store_unavailable", "{name}: {body}");
+                assert!(retry_after, "{name}: 503 without Retry-After");
+                refused.push(name.clone());
+            }
+            other => panic!("{name}: {other} {body}"),
+        }
+    }
+
+    // Nothing half-created: no record left in `creating`, and the node holds exactly the
+    // databases the store knows (a failed create's files are deleted).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let known: BTreeSet<String> = {
+            let url = database_url.clone();
+            tokio::task::spawn_blocking(move || {
+                store_query(&url, "SELECT id FROM databases", &[])
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect()
+            })
+            .await
+            .unwrap()
+        };
+        let on_node: BTreeSet<String> = std::fs::read_dir(data_dir.join("dbs"))
+            .unwrap()
+            .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        let left = creating(&database_url).await;
+        if left == 0 && known == on_node {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} left in creating; the store knows {known:?}, the node holds {on_node:?} (see {})",
+            data_dir.with_extension("log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, listed) = api.get(format!("{url}/v1/databases")).await;
+    assert_eq!(status, 200, "{listed}");
+    let listed: BTreeSet<String> = listed["databases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["Name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(listed, created, "the list is what was acknowledged");
+    // A refused create can be sent again: its name is free.
+    for name in refused.iter().take(5) {
+        let (status, body) = api
+            .post(format!("{url}/v1/databases"), json!({"name": name}))
+            .await;
+        assert_eq!(status, 200, "{name} again: {body}");
+    }
+    eprintln!(
+        "faults: {} creates under {ended} ended connections: {} created, {} answered 503 store_unavailable, none left in creating",
+        answers.len(),
+        created.len(),
+        refused.len()
+    );
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
