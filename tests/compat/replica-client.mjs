@@ -19,6 +19,12 @@ if (!url || !authToken) {
 const client = createClient({ url, authToken });
 const count = async () => Number((await client.execute('SELECT count(*) AS n FROM t')).rows[0].n);
 
+// An empty result still names its columns and their types (issue 32), read on the replica.
+const empty = await client.execute('SELECT id, v FROM t WHERE id < 0');
+assert.deepEqual(empty.rows, []);
+assert.deepEqual(empty.columns, ['id', 'v']);
+assert.deepEqual(empty.columnTypes, ['INTEGER', 'TEXT']);
+
 const before = await count();
 for (let i = 0; i < 10; i += 1) {
   const inserted = await client.execute({
