@@ -18,7 +18,10 @@
 # ATOLL_BIN=<path> uses that binary instead of building one (`cargo build --release -p atoll`
 # takes long on two cores; target/debug/atoll fuzzes at the same speed: the engine is built
 # with opt-level 3 in debug builds too). ATOLL_FUZZ_RUN_SECONDS (default 300) is the length
-# of one run: a new seed at least that often.
+# of one run: a new seed at least that often. ATOLL_FUZZ_STATEMENT_MEMORY=<bytes> gives each
+# statement that budget of the engine's heap instead of the node's default (512 MiB): a few
+# MiB make the engine's out-of-memory paths run all the time (a tenant reaches them at will
+# by sizing its statement); a crash found so is replayed with the same `--statement-memory`.
 #
 # CI runs one short campaign with a fixed seed instead (scripts/test.sh); the random
 # campaigns are run by hand with this script.
@@ -64,7 +67,7 @@ keep_case() {
   fi
   {
     echo "-- $what"
-    echo "-- seed $seed: atoll fuzz-sql --seed $seed (cases of a seed are the same whatever runs before them)"
+    echo "-- seed $seed: atoll fuzz-sql --seed $seed${ATOLL_FUZZ_STATEMENT_MEMORY:+ --statement-memory $ATOLL_FUZZ_STATEMENT_MEMORY} (cases of a seed are the same whatever runs before them)"
     echo "-- found $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/fuzz-sql.sh ($("$ATOLL_BIN" --version))"
     echo "-- the last statement below is the one that was running; the run's last words on stderr:"
     tail -n 5 "$WORK/stderr.txt" | sed 's/^/--   /'
@@ -81,6 +84,7 @@ while ((SECONDS < end)); do
   rm -f "$WORK/progress.txt"
   set +e
   "$ATOLL_BIN" fuzz-sql --seed "$seed" --duration "$run_for" --work-dir "$WORK" \
+    ${ATOLL_FUZZ_STATEMENT_MEMORY:+--statement-memory "$ATOLL_FUZZ_STATEMENT_MEMORY"} \
     >"$WORK/stdout.txt" 2>"$WORK/stderr.txt"
   code=$?
   set -e

@@ -312,9 +312,27 @@ pub async fn serve_router(
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    while connections.join_next().await.is_some() {}
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            grace_secs = SHUTDOWN_GRACE.as_secs(),
+            "requests still running when the shutdown's grace ended: their connections are closed"
+        );
+        connections.shutdown().await;
+    }
     Ok(())
 }
+
+/// How long a stopping server lets the requests in flight finish before it closes their
+/// connections. Statements in flight are interrupted at once (the node's shutdown flag), so
+/// what outlives this is a response its client does not read (a streamed dump, export or
+/// cursor) or a long poll; waiting for those kept a stopping node from exiting until its
+/// supervisor killed it 10 s after SIGTERM. Shorter than that, so the process ends on its own.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves HTTP/1 (with upgrades: Hrana WebSockets) on one connection until it closes, or
 /// until `stop` is set and the request in flight is answered.
@@ -441,6 +459,46 @@ mod tests {
                 other => panic!("the closed connection's place was never freed: {other:?}"),
             }
         }
+    }
+
+    /// A stopping server closes connections whose request is still running after
+    /// [`SHUTDOWN_GRACE`] (a client that does not read its streamed response, a long poll)
+    /// instead of waiting for them for ever.
+    #[tokio::test]
+    async fn a_request_that_never_ends_does_not_hold_the_shutdown() {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let app = Router::new().route(
+            "/forever",
+            get(|| async {
+                std::future::pending::<()>().await;
+                "never"
+            }),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_router(
+            Listener::new(tcp, None),
+            app,
+            Duration::from_secs(30),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /forever HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        // The request is in flight once the server has read it; give it a moment.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.send(()).unwrap();
+        tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(30), server)
+            .await
+            .expect("the server waited for the request that never ends")
+            .unwrap()
+            .unwrap();
+        let mut rest = Vec::new();
+        let _ = client.read_to_end(&mut rest).await;
     }
 
     /// A connection that never sends a byte is closed after the header timeout too, like

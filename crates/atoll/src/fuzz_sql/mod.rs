@@ -55,6 +55,11 @@ pub struct FuzzSqlArgs {
     /// outcome: to reproduce and shrink a crash.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["seed", "cases"])]
     replay: Option<PathBuf>,
+    /// Each statement's budget of the engine's heap, in bytes (the node's
+    /// `--max-statement-memory`). A small one (a few MiB) makes the engine's out-of-memory
+    /// paths, which a tenant reaches at will by sizing its statement, run all the time.
+    #[arg(long, default_value_t = SandboxSettings::default().max_statement_memory)]
+    statement_memory: u64,
 }
 
 /// The deadline of each statement: the node's is 30 s (`--statement-timeout`); a short one
@@ -127,7 +132,7 @@ fn run(args: FuzzSqlArgs) -> Result<()> {
     };
     let case_file = work_dir.join(CURRENT_CASE);
     if let Some(file) = &args.replay {
-        return replay(file, &work_dir);
+        return replay(file, &work_dir, args.statement_memory);
     }
     println!(
         "fuzz-sql: seed {seed} (again: atoll fuzz-sql --seed {seed}); the running case is in {}",
@@ -137,6 +142,7 @@ fn run(args: FuzzSqlArgs) -> Result<()> {
 
     let settings = SandboxSettings {
         statement_timeout: STATEMENT_TIMEOUT,
+        max_statement_memory: args.statement_memory,
         ..SandboxSettings::default()
     };
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -236,12 +242,13 @@ fn remove_case_files(work_dir: &Path) {
 }
 
 /// `--replay`: the statements of `file`, one by one, with their outcomes.
-fn replay(file: &Path, work_dir: &Path) -> Result<()> {
+fn replay(file: &Path, work_dir: &Path, statement_memory: u64) -> Result<()> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let storage = text.contains("wal_autocheckpoint = 0");
     let settings = SandboxSettings {
         statement_timeout: STATEMENT_TIMEOUT,
+        max_statement_memory: statement_memory,
         ..SandboxSettings::default()
     };
     let shutdown = Arc::new(AtomicBool::new(false));
