@@ -323,10 +323,6 @@ async fn postgres_ending_connections_mid_create_never_half_creates_and_answers_5
     for creator in creators {
         answers.extend(creator.await.unwrap());
     }
-    stop.store(true, Ordering::SeqCst);
-    let ended = killer.join().unwrap();
-    assert!(ended > 0, "no connection of the server was ended");
-
     let mut created = BTreeSet::new();
     let mut refused = Vec::new();
     for (name, status, retry_after, body) in &answers {
@@ -342,6 +338,30 @@ async fn postgres_ending_connections_mid_create_never_half_creates_and_answers_5
             other => panic!("{name}: {other} {body}"),
         }
     }
+    // Deletes under the same blips: done (200) or refused (503), never 500.
+    let mut deleted = BTreeSet::new();
+    for name in created.iter().take(12) {
+        let response = api
+            .client
+            .delete(format!("{url}/v1/databases/{name}"))
+            .bearer_auth(&api.token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        match status {
+            200 => {
+                deleted.insert(name.clone());
+            }
+            503 => assert_eq!(body["code"], "store_unavailable", "delete {name}: {body}"),
+            other => panic!("delete {name}: {other} {body}"),
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let ended = killer.join().unwrap();
+    assert!(ended > 0, "no connection of the server was ended");
+    let created: BTreeSet<String> = created.difference(&deleted).cloned().collect();
 
     // Nothing half-created: no record left in `creating`, and the node holds exactly the
     // databases the store knows (a failed create's files are deleted).
@@ -382,7 +402,10 @@ async fn postgres_ending_connections_mid_create_never_half_creates_and_answers_5
         .iter()
         .filter_map(|d| d["Name"].as_str().map(str::to_string))
         .collect();
-    assert_eq!(listed, created, "the list is what was acknowledged");
+    assert_eq!(
+        listed, created,
+        "the list is what was acknowledged (created, not deleted)"
+    );
     // A refused create can be sent again: its name is free.
     for name in refused.iter().take(5) {
         let (status, body) = api
@@ -391,10 +414,11 @@ async fn postgres_ending_connections_mid_create_never_half_creates_and_answers_5
         assert_eq!(status, 200, "{name} again: {body}");
     }
     eprintln!(
-        "faults: {} creates under {ended} ended connections: {} created, {} answered 503 store_unavailable, none left in creating",
+        "faults: {} creates and 12 deletes under {ended} ended connections: {} created, {} answered 503 store_unavailable, none left in creating; {} deleted",
         answers.len(),
-        created.len(),
-        refused.len()
+        created.len() + deleted.len(),
+        refused.len(),
+        deleted.len()
     );
     let _ = std::fs::remove_dir_all(&data_dir);
 }

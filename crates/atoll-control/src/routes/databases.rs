@@ -1036,18 +1036,7 @@ pub(super) async fn delete(
     if restore_enabled(access.org()) && db.state != DatabaseState::AwaitingUpload {
         // Kept, refusing queries, until it is restored or its window ends.
         let deleted = state.store.soft_delete_database(&db.id).await?;
-        crate::data_plane::converge(
-            &state.data_plane,
-            &deleted.node,
-            crate::data_plane::database_config(
-                &state.store,
-                &deleted,
-                access.group(),
-                access.org(),
-            )
-            .await?,
-        )
-        .await;
+        push_config(&state, &deleted, access.group(), access.org()).await;
         audit::record(
             &state,
             &access,
@@ -1082,6 +1071,25 @@ pub(super) async fn delete(
     Ok(Json(DeletedDatabase {
         database: db.name.clone(),
     }))
+}
+
+/// Pushes `db`'s configuration, as the store holds it, to its node after a change the
+/// store has recorded. The change is done whatever happens here: a store that fails to
+/// read the configuration (a blip) or a node that does not take it leaves the push to the
+/// reconciler, asked for a pass now, and the request answers as done.
+async fn push_config(
+    state: &AppState,
+    db: &Database,
+    group: &atoll_meta::Group,
+    org: &atoll_meta::Organization,
+) {
+    match crate::data_plane::database_config(&state.store, db, group, org).await {
+        Ok(config) => crate::data_plane::converge(&state.data_plane, &db.node, config).await,
+        Err(e) => {
+            tracing::warn!(database = %db.id, error = %e, "cannot read a changed configuration to push: the reconciler will");
+            crate::reconciler::request_pass();
+        }
+    }
 }
 
 fn configuration_of(db: &Database) -> DatabaseConfiguration {
@@ -1170,13 +1178,7 @@ async fn configure(
         ..Default::default()
     };
     let updated = state.store.update_database(&db.id, changes).await?;
-    crate::data_plane::converge(
-        &state.data_plane,
-        &updated.node,
-        crate::data_plane::database_config(&state.store, &updated, access.group(), access.org())
-            .await?,
-    )
-    .await;
+    push_config(&state, &updated, access.group(), access.org()).await;
     let group = &access.group().name;
     if updated.delete_protection != db.delete_protection {
         let (code, verb) = if updated.delete_protection {
@@ -1403,26 +1405,14 @@ async fn transfer(
         Ok(moved) => moved,
         Err(e) => {
             // It stays, with its new key: its node must learn that key all the same.
-            let config = crate::data_plane::database_config(
-                &state.store,
-                &rotated,
-                access.group(),
-                access.org(),
-            )
-            .await?;
-            crate::data_plane::converge(&state.data_plane, &rotated.node, config).await;
+            push_config(&state, &rotated, access.group(), access.org()).await;
             return Err(match e {
                 StoreError::AlreadyExists(_) => exists(),
                 other => other.into(),
             });
         }
     };
-    crate::data_plane::converge(
-        &state.data_plane,
-        &moved.node,
-        crate::data_plane::database_config(&state.store, &moved, &group, &target).await?,
-    )
-    .await;
+    push_config(&state, &moved, &group, &target).await;
     let source = access.org();
     audit::record(
         &state,
@@ -1485,13 +1475,7 @@ pub(super) async fn create_token(
 async fn rotate(State(state): State<AppState>, access: Access) -> ApiResult<Json<Empty>> {
     let db = access.database();
     let updated = rotate_database_key(&state, &db.id).await?;
-    crate::data_plane::converge(
-        &state.data_plane,
-        &updated.node,
-        crate::data_plane::database_config(&state.store, &updated, access.group(), access.org())
-            .await?,
-    )
-    .await;
+    push_config(&state, &updated, access.group(), access.org()).await;
     audit::record(
         &state,
         &access,
@@ -1594,12 +1578,7 @@ pub(super) async fn restore(
             ),
             other => other.into(),
         })?;
-    crate::data_plane::converge(
-        &state.data_plane,
-        &restored.node,
-        crate::data_plane::database_config(&state.store, &restored, &group, org).await?,
-    )
-    .await;
+    push_config(&state, &restored, &group, org).await;
     audit::record(
         &state,
         &access,
