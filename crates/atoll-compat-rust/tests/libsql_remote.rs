@@ -357,3 +357,22 @@ async fn an_auth_providers_jwt_queries_through_the_official_client() {
         .await
         .is_err());
 }
+
+/// Issue 32: a query without rows still names its columns (the crate reads them from the
+/// cursor's `step_begin`), and the URL as the API gives it, trailing slash included, works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_result_names_its_columns_and_the_url_may_end_with_a_slash() {
+    let server = start().await;
+    let url = server.database("hollow").await;
+    let token = server.token("hollow", "").await;
+    let db = remote!(format!("{url}/"), token).build().await.unwrap();
+    let conn = db.connect().unwrap();
+    conn.execute("CREATE TABLE e (a TEXT, b INTEGER)", ())
+        .await
+        .unwrap();
+    let mut rows = conn.query("SELECT a, b FROM e", ()).await.unwrap();
+    assert_eq!(rows.column_count(), 2);
+    assert_eq!(rows.column_name(0), Some("a"));
+    assert_eq!(rows.column_name(1), Some("b"));
+    assert!(rows.next().await.unwrap().is_none());
+}

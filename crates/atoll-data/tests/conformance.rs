@@ -392,3 +392,126 @@ async fn a_database_url_with_a_trailing_slash_works() {
     send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
     assert_eq!(receive(&mut socket).await, json!({"type": "hello_ok"}));
 }
+
+/// sqld's rules for the counters of a result (`libsql-server/src/connection/program.rs`,
+/// `query_analysis.rs`): `affected_row_count` is SQLite's `changes()` for an INSERT,
+/// UPDATE or DELETE (REPLACE, `WITH … INSERT` and an upsert are INSERTs; rows a trigger
+/// writes are not counted) and 0 for anything else; `last_insert_rowid` is set for an
+/// INSERT only (the connection's last rowid, even when this INSERT added no row), `null`
+/// otherwise. The same on every path: `execute`, a batch's steps, a cursor's `step_end`,
+/// Hrana 1.
+#[tokio::test]
+async fn result_counters_follow_sqlds_rules() {
+    let node = start_node().await;
+    let setup = [
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)",
+        "CREATE TABLE log (x)",
+        "CREATE TRIGGER logged AFTER INSERT ON t BEGIN INSERT INTO log VALUES (new.id); INSERT INTO log VALUES (-new.id); END",
+    ];
+    // (statement, affected_row_count, last_insert_rowid)
+    let cases: [(&str, u64, Option<&str>); 12] = [
+        ("INSERT INTO t (v) VALUES ('a'), ('b')", 2, Some("2")),
+        ("REPLACE INTO t (id, v) VALUES (1, 'a2')", 1, Some("1")),
+        (
+            "WITH n(x) AS (VALUES ('c')) INSERT INTO t (v) SELECT x FROM n",
+            1,
+            Some("3"),
+        ),
+        ("INSERT OR IGNORE INTO t (v) VALUES ('c')", 0, Some("3")),
+        (
+            "INSERT INTO t (v) VALUES ('c') ON CONFLICT (v) DO UPDATE SET v = 'c2'",
+            1,
+            Some("3"),
+        ),
+        ("INSERT INTO t (v) VALUES ('d') RETURNING id", 1, Some("4")),
+        (
+            "/* comment */ UPDATE t SET v = v || '!' WHERE id <= 2",
+            2,
+            None,
+        ),
+        ("SELECT count(*) FROM t", 0, None),
+        ("CREATE TABLE copy AS SELECT * FROM t", 0, None),
+        // `copy` has rowids of its own: four from CREATE … AS, then these two.
+        (
+            "INSERT INTO copy SELECT * FROM t WHERE id > 2",
+            2,
+            Some("6"),
+        ),
+        ("DELETE FROM t WHERE id > 2", 2, None),
+        ("DELETE FROM log", 10, None),
+    ];
+    let expected: Vec<(u64, Option<String>)> = cases
+        .iter()
+        .map(|(_, affected, rowid)| (*affected, rowid.map(str::to_string)))
+        .collect();
+    let counters = |result: &Value| {
+        (
+            result["affected_row_count"].as_u64().unwrap(),
+            result["last_insert_rowid"].as_str().map(str::to_string),
+        )
+    };
+    let fresh = |name: &str| {
+        let db = node.create_db(name);
+        async move {
+            db.run(&setup.map(sql)).await;
+            db
+        }
+    };
+
+    let db = fresh("counted-execute").await;
+    let results = db
+        .run(&cases.iter().map(|(text, ..)| sql(text)).collect::<Vec<_>>())
+        .await;
+    let seen: Vec<_> = results
+        .iter()
+        .map(|r| counters(&r["response"]["result"]))
+        .collect();
+    assert_eq!(seen, expected, "execute");
+    let returning = &results[5]["response"]["result"];
+    assert_eq!(
+        returning["cols"],
+        json!([{"name": "id", "decltype": "INTEGER"}])
+    );
+    assert_eq!(returning["rows"], json!([[integer(4)]]));
+
+    let db = fresh("counted-batch").await;
+    let steps: Vec<Value> = cases
+        .iter()
+        .map(|(text, ..)| json!({"stmt": sql(text)}))
+        .collect();
+    let body = db
+        .pipeline(
+            "v3",
+            json!({"requests": [{"type": "batch", "batch": {"steps": steps}}, {"type": "close"}]}),
+        )
+        .await;
+    let step_results = body["results"][0]["response"]["result"]["step_results"]
+        .as_array()
+        .unwrap();
+    let seen: Vec<_> = step_results.iter().map(counters).collect();
+    assert_eq!(seen, expected, "batch: {body}");
+
+    let db = fresh("counted-cursor").await;
+    let response = db
+        .post("/v3/cursor", json!({"batch": {"steps": steps}}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let seen: Vec<_> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|entry| entry["type"] == "step_end")
+        .map(|entry| counters(&entry))
+        .collect();
+    assert_eq!(seen, expected, "cursor: {text}");
+
+    let db = fresh("counted-v1").await;
+    let mut seen = Vec::new();
+    for (text, ..) in cases {
+        let response = db.post("/v1/execute", json!({"stmt": sql(text)})).await;
+        assert_eq!(response.status(), 200, "{text}");
+        let body: Value = response.json().await.unwrap();
+        seen.push(counters(&body["result"]));
+    }
+    assert_eq!(seen, expected, "Hrana 1");
+}
