@@ -165,6 +165,30 @@ async fn libsql_vector_idx_without_arguments_is_an_error_not_a_crash() {
     assert_eq!(found["rows"][0][0]["value"], "1", "{found}");
 }
 
+// Found by the SQL fuzzer (a campaign with a small statement memory budget; it crashes
+// without one): an index on `libsql_vector_idx()` called without arguments read the count
+// of an argument list that does not exist (a null pointer) while CREATE INDEX was prepared.
+#[tokio::test]
+async fn a_vector_index_without_arguments_is_an_error_not_a_crash() {
+    let node = start_node().await;
+    let db = vector_db(&node, "marker-index").await;
+    for statement in [
+        "CREATE INDEX i0 ON vv(libsql_vector_idx())",
+        "CREATE INDEX i1 ON vv((libsql_vector_idx()) ASC) WHERE id > 0",
+        "CREATE INDEX i2 ON vv(libsql_vector_idx(*))",
+    ] {
+        let message = error_message(&db, &db.token(), sql(statement)).await;
+        assert!(
+            message.contains("must contain at least one argument"),
+            "{statement}: {message}"
+        );
+        still_serves(&db).await;
+    }
+    // With its column it still makes an index.
+    db.query(sql("CREATE INDEX i3 ON vv(libsql_vector_idx(e))"))
+        .await;
+}
+
 // Found by the SQL fuzzer: `vector_top_k`'s hidden columns (`idx`, `vector`, `k`) were read
 // at negative offsets of its result rows; on a table whose key is not its rowid that was a
 // wild pointer (SIGSEGV).
