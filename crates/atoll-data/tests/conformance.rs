@@ -393,6 +393,47 @@ async fn a_database_url_with_a_trailing_slash_works() {
     assert_eq!(receive(&mut socket).await, json!({"type": "hello_ok"}));
 }
 
+/// A statement that fails as it runs (not as it is prepared) has begun: sqld describes
+/// its columns before the first step, so a cursor shows its `step_begin`, then the error.
+#[tokio::test]
+async fn a_cursor_step_that_fails_as_it_runs_begins_first() {
+    let node = start_node().await;
+    let db = empty_table(&node, "failing").await;
+    let response = db
+        .post(
+            "/v3/cursor",
+            json!({"batch": {"steps": [
+                {"stmt": sql("SELECT abs(-9223372036854775807 - 1) AS a")},
+                {"stmt": sql("SELECT * FROM nowhere")}
+            ]}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        lines[1],
+        json!({"type": "step_begin", "step": 0, "cols": [{"name": "a", "decltype": null}]}),
+        "{text}"
+    );
+    assert_eq!(lines[2]["type"], "step_error", "{text}");
+    assert_eq!(lines[2]["step"], 0, "{text}");
+    assert!(
+        lines[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("integer overflow"),
+        "{text}"
+    );
+    // A statement that does not prepare never began.
+    assert_eq!(lines[3]["type"], "step_error", "{text}");
+    assert_eq!(lines[3]["step"], 1, "{text}");
+    assert_eq!(lines.len(), 4, "{text}");
+}
+
 /// sqld's rules for the counters of a result (`libsql-server/src/connection/program.rs`,
 /// `query_analysis.rs`): `affected_row_count` is SQLite's `changes()` for an INSERT,
 /// UPDATE or DELETE (REPLACE, `WITH … INSERT` and an upsert are INSERTs; rows a trigger

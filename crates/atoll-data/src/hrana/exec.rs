@@ -758,7 +758,17 @@ impl<'a> Run<'a> {
             // The columns are read after the first step: a cached statement whose schema
             // changed (ALTER TABLE … ADD) is compiled again by that step, and until then
             // still describes the old columns.
-            let first = rows.next().map_err(sqlite_error)?.is_some();
+            let first = match rows.next() {
+                Ok(row) => row.is_some(),
+                Err(error) => {
+                    drop(rows);
+                    // As sqld, which describes the columns before it steps: a cursor's
+                    // `step_begin` comes before the error of a statement that fails as it
+                    // runs (the Rust client's `query()` answers, its first `next()` fails).
+                    sink.columns(columns_of(stmt))?;
+                    return Err(sqlite_error(error));
+                }
+            };
             // Without a row the finished query has let go of its statement: its columns
             // are read from the statement itself, below.
             if let Some(stmt) = rows.as_ref().filter(|_| first) {
