@@ -1002,6 +1002,16 @@ pub(crate) fn sqlite_error(error: rusqlite::Error) -> proto::Error {
             "SQL_INPUT_ERROR",
             format!("SQL input error: {msg} (at offset {offset})"),
         ),
+        // Only Atoll's commit hook refuses commits: the node lost the database's write
+        // lease, or the database is moving (docs/STORAGE.md, "Failover").
+        rusqlite::Error::SqliteFailure(error, _)
+            if error.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_COMMITHOOK =>
+        {
+            hrana_error(
+                "WRITE_NOT_APPLIED",
+                "the write was not applied: this node does not hold the database's write lease now (it lost contact with the control plane, or the database is moving to another node); nothing was committed, and retrying the transaction will work once the database's node holds its lease again (usually within seconds)",
+            )
+        }
         rusqlite::Error::SqliteFailure(error, message) => hrana_error(
             sqlite_code(error.code),
             format!(
