@@ -1438,3 +1438,79 @@ pub async fn push_org_databases(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote() -> DataPlane {
+        DataPlane::Remote {
+            nodes: std::sync::RwLock::default(),
+            secret_digest: [0; 32],
+            client: reqwest::Client::new(),
+            secret: String::new(),
+            store_id: String::new(),
+            failover_after: None,
+            started: std::time::Instant::now(),
+            unanswered: std::sync::Mutex::default(),
+        }
+    }
+
+    fn node(heartbeat_at: i64) -> atoll_meta::NodeRecord {
+        atoll_meta::NodeRecord {
+            name: "east-1".into(),
+            location: "east".into(),
+            admin_url: String::new(),
+            http_url: String::new(),
+            hostname_suffix: String::new(),
+            registered_at: 0,
+            last_seen_at: 0,
+            heartbeat_at,
+            draining: false,
+            capacity: 0,
+            direct_url: String::new(),
+            leased_until: 0,
+        }
+    }
+
+    #[test]
+    fn a_node_answers_while_its_heartbeats_are_on_time_and_no_order_failed_since() {
+        let plane = remote();
+        let now = atoll_meta::now_millis();
+        assert!(plane.answers(&node(now - 1_000), now));
+        assert!(
+            !plane.answers(&node(now - HEARTBEAT_LATE_MS - 1), now),
+            "two heartbeats missed (still healthy for the store: 15 s)"
+        );
+        plane.note_unanswered("east-1");
+        assert!(
+            !plane.answers(&node(now - 1_000), now),
+            "an order failed since"
+        );
+        assert!(
+            plane.answers(&node(atoll_meta::now_millis() + 1), now),
+            "a heartbeat after the failure"
+        );
+        plane.note_unanswered("east-1");
+        plane.note_answered("east-1");
+        assert!(plane.answers(&node(now - 1_000), now));
+    }
+
+    #[test]
+    fn orders_time_out_by_what_they_ask() {
+        use reqwest::Method;
+        assert_eq!(order_timeout(&Method::GET, "/v1/databases"), ORDER_TIMEOUT);
+        assert_eq!(
+            order_timeout(&Method::PUT, "/v1/databases/x/config"),
+            ORDER_TIMEOUT
+        );
+        for (method, path) in [
+            (Method::POST, "/v1/databases"),
+            (Method::POST, "/v1/databases/x/adopt"),
+            (Method::POST, "/v1/databases/x/hand-over"),
+            (Method::POST, "/v1/databases/x/restore"),
+        ] {
+            assert_eq!(order_timeout(&method, path), LONG_ORDER_TIMEOUT, "{path}");
+        }
+    }
+}
