@@ -579,17 +579,26 @@ async fn create_on(
     // plan's limit are checked by the insert itself, so two concurrent creates cannot
     // both pass either.
     let plan_limit = crate::quotas::database_limit(state, &org);
-    let record = match state
+    let inserted = match state
         .store
-        .insert_database_within(record, plan_limit)
+        .insert_database_within(record.clone(), plan_limit)
         .await
-        .map_err(|e| match e {
-            StoreError::AlreadyExists(_) => ApiError::Conflict(
+    {
+        Ok(inserted) => inserted,
+        Err(StoreError::AlreadyExists(_)) => {
+            return Err(ApiError::Conflict(
                 ErrorCode::DatabaseAlreadyExists,
                 format!("database with name {} already exists", request.name),
-            ),
-            other => other.into(),
-        })? {
+            ))
+        }
+        // The connection ended around the commit: the record may be there all the same.
+        Err(e @ StoreError::Unreachable(_)) => {
+            undo_create(state, &record).await;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let record = match inserted {
         DatabaseInsert::Inserted(record) => *record,
         DatabaseInsert::LimitReached => {
             return Err(crate::quotas::database_limit_reached(
