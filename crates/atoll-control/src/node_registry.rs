@@ -8,8 +8,9 @@
 //! `GET /v1/internal/routes/{label}` which node holds a database they were asked for and do
 //! not hold, to forward the request there (stable endpoints, rule 7).
 
-use crate::data_plane::{read, DataPlane, RemoteNode};
+use crate::data_plane::{node_config, org_credentials, read, DataPlane, RemoteNode};
 use crate::error::ApiError;
+use atoll_meta::DatabaseState;
 use atoll_meta::Store;
 use atoll_types::node as wire;
 use atoll_types::ErrorCode;
@@ -131,6 +132,75 @@ impl DataPlane {
                 .into_iter()
                 .map(|db| db.id)
                 .collect(),
+        })
+    }
+
+    /// What the store wants of each database node `name` holds (`held`), read now: the
+    /// node installs it before it serves them (after it starts, or reconnects after its
+    /// heartbeats failed), so nothing changed while it was away is served stale.
+    pub async fn desired_state(
+        &self,
+        store: &Store,
+        name: &str,
+        held: &[String],
+    ) -> Result<wire::DesiredState, ApiError> {
+        let placed: std::collections::HashMap<String, atoll_meta::Database> = store
+            .databases_on_node(name)
+            .await?
+            .into_iter()
+            .map(|db| (db.id.clone(), db))
+            .collect();
+        let mut groups = std::collections::HashMap::new();
+        let mut orgs = std::collections::HashMap::new();
+        let mut databases = Vec::with_capacity(held.len());
+        for id in held {
+            let placement = match placed.get(id) {
+                Some(db) if db.state == DatabaseState::Creating => wire::DesiredPlacement::Creating,
+                Some(db) => {
+                    if !groups.contains_key(&db.group_id) {
+                        let group = store.group_by_id(&db.group_id).await?;
+                        groups.insert(db.group_id.clone(), group);
+                    }
+                    if !orgs.contains_key(&db.org_id) {
+                        let org = store.org_by_id(&db.org_id).await?;
+                        let credentials = org_credentials(store, &db.org_id).await?;
+                        orgs.insert(db.org_id.clone(), org.map(|org| (org, credentials)));
+                    }
+                    match (groups.get(&db.group_id), orgs.get(&db.org_id)) {
+                        (Some(Some(group)), Some(Some((org, credentials)))) => {
+                            wire::DesiredPlacement::Here {
+                                config: Box::new(node_config(db, group, org, credentials)),
+                            }
+                        }
+                        // Its group or organization is gone (deleted with it a moment
+                        // ago): nothing of it is served.
+                        _ => wire::DesiredPlacement::Deleted,
+                    }
+                }
+                None => match store.database_by_id(id).await? {
+                    Some(db) => wire::DesiredPlacement::Elsewhere {
+                        node: Some(db.node),
+                    },
+                    None if store.is_tombstoned(id).await? => wire::DesiredPlacement::Deleted,
+                    None => wire::DesiredPlacement::Elsewhere { node: None },
+                },
+            };
+            databases.push(wire::DesiredDatabase {
+                id: id.clone(),
+                placement,
+            });
+        }
+        let replicas = match self {
+            DataPlane::Remote { .. } => self
+                .wanted_replicas(store)
+                .await?
+                .remove(name)
+                .unwrap_or_default(),
+            DataPlane::InProcess { .. } => Vec::new(),
+        };
+        Ok(wire::DesiredState {
+            databases,
+            replicas,
         })
     }
 

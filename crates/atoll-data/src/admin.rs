@@ -367,7 +367,10 @@ async fn resume(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, DataError> {
     let node = Arc::clone(&state.node);
-    blocking(move || crate::moves::resume(&node, &id)).await?;
+    let resumed = id.clone();
+    blocking(move || crate::moves::resume(&node, &resumed)).await?;
+    // The control plane places it here as of now: its configuration is confirmed.
+    state.node.confirm(&id);
     Ok(Json(serde_json::json!({})))
 }
 

@@ -48,6 +48,9 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
                     .map(|replica| Arc::clone(&replica.0.db))
             })
             .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;
+        // Before its credentials: a node that cannot confirm the database's keys must not
+        // judge a token by the old ones (`crate::convergence`).
+        db.ensure_confirmed()?;
         check_client_address(&db, parts)?;
         refuse_encryption_key(&parts.headers)?;
         // A token when one is sent; otherwise the TLS client certificate, if any.

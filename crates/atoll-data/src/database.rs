@@ -78,6 +78,10 @@ pub struct Database {
     /// Until when (`write_lock::now_ms`) its reads are not tried on the async worker that
     /// received them, because one of them ran over the budget there (`hrana::http`).
     inline_paused_until_ms: AtomicU64,
+    /// Its node's convergence with the control plane (`crate::convergence`), set when the
+    /// node registers it, and the epoch in which its desired state was last confirmed.
+    convergence: std::sync::OnceLock<Arc<crate::convergence::Convergence>>,
+    confirmed_epoch: AtomicU64,
 }
 
 impl Database {
@@ -112,6 +116,33 @@ impl Database {
             hand_over_lock: Mutex::new(None),
             inline_paused_until_ms: AtomicU64::new(0),
             replica: AtomicBool::new(false),
+            convergence: std::sync::OnceLock::new(),
+            confirmed_epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// Ties it to its node's convergence (`crate::convergence`); the first call counts.
+    pub(crate) fn attach_convergence(&self, convergence: &Arc<crate::convergence::Convergence>) {
+        let _ = self.convergence.set(Arc::clone(convergence));
+    }
+
+    /// The epoch in which its desired state was last confirmed (0: never).
+    pub(crate) fn confirmed_epoch(&self) -> u64 {
+        self.confirmed_epoch.load(Ordering::Acquire)
+    }
+
+    /// Its desired state is confirmed in `epoch` (never moved back to an older one).
+    pub(crate) fn confirm(&self, epoch: u64) {
+        self.confirmed_epoch.fetch_max(epoch, Ordering::AcqRel);
+    }
+
+    /// Refuses every request, before its credentials are even checked, while its node
+    /// cannot confirm its desired state with the control plane (it started, or lost touch):
+    /// a 503 that says to retry, never its old configuration (`crate::convergence`).
+    pub fn ensure_confirmed(&self) -> Result<(), DataError> {
+        match self.convergence.get() {
+            Some(convergence) => convergence.check(self.confirmed_epoch(), &self.config().name),
+            None => Ok(()),
         }
     }
 
@@ -273,6 +304,7 @@ impl Database {
 
     /// Refuses queries unless the database is active, saying what to do.
     pub fn ensure_queryable(&self) -> Result<(), DataError> {
+        self.ensure_confirmed()?;
         self.ensure_held()?;
         let config = self.config();
         match config.state {

@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod convergence;
 pub mod crash_journal;
 pub mod database;
 pub mod dump;

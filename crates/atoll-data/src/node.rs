@@ -49,6 +49,9 @@ pub struct Node {
     /// Which tenant statement was running when the engine crashed the process, and the
     /// statements refused since (`crate::crash_journal`).
     crash_journal: crate::crash_journal::CrashJournal,
+    /// Whether its databases' desired state is confirmed with the control plane
+    /// (`crate::convergence`).
+    convergence: Arc<crate::convergence::Convergence>,
 }
 
 /// How a node runs tenant SQL.
@@ -106,6 +109,7 @@ impl Node {
             replicas: Default::default(),
             lease,
             crash_journal,
+            convergence: Arc::default(),
         };
         for entry in std::fs::read_dir(&dbs)? {
             let dir = entry?.path();
@@ -149,6 +153,19 @@ impl Node {
             }
         }
         Ok(node)
+    }
+
+    /// Its convergence with the control plane (`crate::convergence`).
+    pub fn convergence(&self) -> &Arc<crate::convergence::Convergence> {
+        &self.convergence
+    }
+
+    /// Database `id`'s desired state is confirmed in the current epoch: the control plane
+    /// just created it here, or handed it over to this node.
+    pub fn confirm(&self, id: &str) {
+        if let Some(db) = self.by_id(id) {
+            db.confirm(self.convergence.epoch());
+        }
     }
 
     /// The node's lease on writing (`crate::lease`).
@@ -308,7 +325,12 @@ impl Node {
         if let Some(storage) = &self.storage {
             storage.config_changed(db.id());
         }
+        db.attach_convergence(&self.convergence);
         let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+        // A rebuilt copy replaces the one it was rebuilt for: confirmed as that one was.
+        if let Some(replaced) = registry.by_id.get(db.id()) {
+            db.confirm(replaced.confirmed_epoch());
+        }
         // A deleted database keeps its files (it may be restored) but not its hostname,
         // which a new database may take.
         if config.state != DatabaseState::Deleted {
@@ -498,6 +520,8 @@ impl Node {
         let log = self.new_log(&config.id, &dir);
         let db = Arc::new(Database::new(dir, config, log));
         self.insert(Arc::clone(&db));
+        // Its configuration is the control plane's of this moment.
+        db.confirm(self.convergence.epoch());
         Ok(db)
     }
 

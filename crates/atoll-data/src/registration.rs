@@ -3,14 +3,25 @@
 //! reached and how many databases it takes, with the node secret, to the first control-plane
 //! replica that answers. The answer names the replica's metadata store: a node stamped with
 //! another store (`crate::identity`) refuses it, as it refuses that store's orders.
+//!
+//! It also keeps the node converged (`crate::convergence`): after the first heartbeat
+//! answered, and after every one answered once the node had lost touch, it asks the
+//! control plane for the desired state of every database it holds and applies it before
+//! they are served; after a heartbeat that failed it asks again (serving meanwhile), so a
+//! configuration pushed while it was briefly unreachable is not left to the reconciler.
 
 use crate::admin::AdminState;
+use crate::error::DataError;
 use crate::identity::StoreStamp;
 use atoll_types::node::{
-    Heartbeat, HeartbeatAccepted, NodeInfo, PlacedDatabases, HEARTBEAT_INTERVAL_SECS,
+    DesiredPlacement, DesiredState, Heartbeat, HeartbeatAccepted, HeldDatabaseIds, NodeInfo,
+    PlacedDatabases, HEARTBEAT_INTERVAL_SECS,
 };
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How soon a node that serves nothing (out of touch, or not confirmed) tries again.
+const RETRY_OUT_OF_TOUCH: Duration = Duration::from_secs(1);
 
 /// What a node tells the control plane about itself.
 #[derive(Debug, Clone)]
@@ -26,6 +37,8 @@ pub struct Registration {
 /// Sends heartbeats until the process ends. The node's admin state holds its store stamp:
 /// one stamp for the orders it takes and the control planes it registers with.
 pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task::JoinHandle<()> {
+    // Before the node serves anything: its databases wait for their confirmation.
+    admin.node.convergence().require();
     tokio::spawn(async move {
         let client = match reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
@@ -42,6 +55,8 @@ pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task:
         let mut ticker = tokio::time::interval(Duration::from_secs(HEARTBEAT_INTERVAL_SECS));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut registered = false;
+        // A heartbeat failed since the last confirmation: ask for the desired state again.
+        let mut missed = false;
         loop {
             ticker.tick().await;
             let mut beat = Heartbeat {
@@ -62,6 +77,27 @@ pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task:
                     {
                         tracing::warn!(error = %e, "the write lease was not renewed; retrying with the next heartbeat");
                     }
+                    let (epoch, new_epoch) = admin.node.convergence().heartbeat_answered(sent_at);
+                    if new_epoch || missed || unconfirmed(&admin, epoch) {
+                        match confirm(&client, &registration, &admin, &url, epoch).await {
+                            Ok(report) => {
+                                missed = false;
+                                if new_epoch || !report.is_empty() {
+                                    tracing::info!(
+                                        configured = report.configured,
+                                        deleted = report.deleted,
+                                        quarantined = report.quarantined,
+                                        replicas = report.replicas,
+                                        "desired state confirmed with the control plane: serving"
+                                    );
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot confirm the desired state of this node's databases yet (they answer 503); retrying");
+                                ticker.reset_after(RETRY_OUT_OF_TOUCH);
+                            }
+                        }
+                    }
                 }
                 Err(why) => {
                     // Loud on the first failure after a success, then at debug level: a
@@ -72,10 +108,165 @@ pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task:
                         tracing::debug!(error = %why, "no control plane took the heartbeat; retrying");
                     }
                     registered = false;
+                    missed = true;
+                    // Out of touch, the node serves nothing: try again sooner than the next
+                    // heartbeat (a resumed process's heartbeat in flight fails at once).
+                    if !admin.node.convergence().is_in_touch() {
+                        ticker.reset_after(RETRY_OUT_OF_TOUCH);
+                    }
                 }
             }
         }
     })
+}
+
+/// Whether a database the node serves is not confirmed in `epoch` (one installed since
+/// the last confirmation: rebuilt at start from the node's index, or one whose
+/// configuration could not be applied).
+fn unconfirmed(admin: &AdminState, epoch: u64) -> bool {
+    admin
+        .node
+        .databases()
+        .iter()
+        .any(|db| db.handed_over_at().is_none() && db.confirmed_epoch() < epoch)
+}
+
+/// What one confirmation changed.
+#[derive(Debug, Default)]
+struct Confirmed {
+    configured: usize,
+    deleted: usize,
+    quarantined: usize,
+    replicas: usize,
+}
+
+impl Confirmed {
+    fn is_empty(&self) -> bool {
+        self.configured + self.deleted + self.quarantined == 0
+    }
+}
+
+/// Asks `control_plane` for the desired state of every database the node holds and
+/// applies it: newer configurations installed, databases deleted while the node was away
+/// removed, copies placed elsewhere (failed over, moved) quarantined, the replica set
+/// replaced; each database applied is confirmed in `epoch` and served from then on.
+async fn confirm(
+    client: &reqwest::Client,
+    registration: &Registration,
+    admin: &Arc<AdminState>,
+    control_plane: &str,
+    epoch: u64,
+) -> Result<Confirmed, String> {
+    let node = &admin.node;
+    // A copy handed over (a move) serves nothing and is its move's business.
+    let held: Vec<String> = node
+        .databases()
+        .into_iter()
+        .filter(|db| db.handed_over_at().is_none())
+        .map(|db| db.id().to_string())
+        .collect();
+    let response = client
+        .post(format!(
+            "{control_plane}/v1/internal/nodes/{}/desired-state",
+            registration.info.name
+        ))
+        .bearer_auth(&registration.secret)
+        .json(&HeldDatabaseIds { ids: held.clone() })
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if matches!(
+        response.status(),
+        reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::METHOD_NOT_ALLOWED
+    ) {
+        // A control plane older than this node: it cannot say; the node serves what it
+        // holds, as nodes did before (upgrade control planes first).
+        tracing::warn!(control_plane, "the control plane cannot tell the desired state of this node's databases (an older version): serving what this node holds");
+        for id in &held {
+            if let Some(db) = node.by_id(id) {
+                db.confirm(epoch);
+            }
+        }
+        return Ok(Confirmed::default());
+    }
+    let desired: DesiredState = response
+        .error_for_status()
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let admin = Arc::clone(admin);
+    tokio::task::spawn_blocking(move || apply(&admin, desired, epoch))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+/// Applies a desired state (on a blocking thread: configurations are written and synced).
+fn apply(admin: &AdminState, desired: DesiredState, epoch: u64) -> Result<Confirmed, String> {
+    let node = &admin.node;
+    let mut report = Confirmed::default();
+    let mut failed = Vec::new();
+    for wanted in desired.databases {
+        let Some(db) = node.by_id(&wanted.id) else {
+            continue;
+        };
+        if db.handed_over_at().is_some() {
+            continue;
+        }
+        let id = wanted.id;
+        match wanted.placement {
+            DesiredPlacement::Here { config } => {
+                let newer = config.config_version > db.config().config_version;
+                match node.configure(*config) {
+                    Ok(db) => {
+                        db.confirm(epoch);
+                        if newer {
+                            tracing::info!(database = %id, "configuration changed while this node was away: installed before serving");
+                            report.configured += 1;
+                        }
+                    }
+                    Err(DataError::UnknownDatabase(_)) => {}
+                    Err(e) => failed.push(format!("{id}: {e}")),
+                }
+            }
+            DesiredPlacement::Creating => db.confirm(epoch),
+            DesiredPlacement::Deleted => match node.delete_database(&id) {
+                Ok(()) | Err(DataError::UnknownDatabase(_)) => {
+                    tracing::warn!(database = %id, "deleted while this node was away: removed, not served");
+                    report.deleted += 1;
+                }
+                Err(e) => failed.push(format!("{id}: {e}")),
+            },
+            DesiredPlacement::Elsewhere { node: placed_on } => {
+                match crate::quarantine::quarantine(
+                    node,
+                    &id,
+                    admin.quarantine_retention,
+                    crate::storage::now_ms(),
+                ) {
+                    Ok(_) | Err(DataError::UnknownDatabase(_)) => {
+                        tracing::warn!(database = %id, placed_on = placed_on.as_deref().unwrap_or("nowhere"), "placed elsewhere (or unknown to the store) while this node was away: quarantined, not served");
+                        report.quarantined += 1;
+                    }
+                    Err(e) => failed.push(format!("{id}: {e}")),
+                }
+            }
+        }
+    }
+    report.replicas = desired.replicas.len();
+    if let Err(e) =
+        crate::replication::follow::Replicas::converge(&admin.node, desired.replicas.clone())
+    {
+        // A node without object storage holds no replicas: nothing to confirm then.
+        if !desired.replicas.is_empty() {
+            failed.push(format!("replicas: {e}"));
+        }
+    }
+    if failed.is_empty() {
+        Ok(report)
+    } else {
+        Err(failed.join("; "))
+    }
 }
 
 /// Takes the write lease a heartbeat's answer grants (or the word that none is needed).

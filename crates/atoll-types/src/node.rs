@@ -295,6 +295,52 @@ pub struct PlacedDatabases {
     pub ids: Vec<String>,
 }
 
+/// `POST /v1/internal/nodes/{name}/desired-state` of the control plane: the databases a
+/// node holds, whose desired state it asks for before it serves them (when it starts, and
+/// when it reconnects after its heartbeats failed; docs/ARCHITECTURE.md, "Nodes converge
+/// before they serve").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HeldDatabaseIds {
+    pub ids: Vec<String>,
+}
+
+/// The control plane's answer to [`HeldDatabaseIds`]: what the store wants of each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DesiredState {
+    pub databases: Vec<DesiredDatabase>,
+    /// Every replica the node is to hold (as `PUT /v1/replicas` sends them).
+    #[serde(default)]
+    pub replicas: Vec<ReplicaSpec>,
+}
+
+/// What the store wants of one database a node holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DesiredDatabase {
+    pub id: String,
+    #[serde(flatten)]
+    pub placement: DesiredPlacement,
+}
+
+/// Where the store places a database a node holds, and so what the node does with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "placement", rename_all = "snake_case")]
+pub enum DesiredPlacement {
+    /// Placed on this node: it installs this configuration (unless it has a newer one)
+    /// and serves it.
+    Here { config: Box<DatabaseConfig> },
+    /// Placed on this node, its create still in progress: the creator configures it.
+    Creating,
+    /// Deleted for good while the node was away: the node removes it (its history stays
+    /// in object storage, as a delete by the reconciler leaves it).
+    Deleted,
+    /// Placed on another node (failed over or moved while this one was away) or unknown
+    /// to the store: quarantined, never served.
+    Elsewhere {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
+}
+
 /// `GET /v1/internal/routes/{label}` of the control plane: where a node forwards a request
 /// for a database it does not hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

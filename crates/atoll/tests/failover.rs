@@ -8,8 +8,9 @@
 //!   serves it) and holds the replica.
 //! - `atoll group failover` moves the primary back while both nodes are up (a hand-over:
 //!   nothing lost).
-//! - A node that no control plane answers stops committing once its lease runs out (reads
-//!   go on), and commits again when one answers.
+//! - A node that no control plane answers stops committing once its lease runs out, and
+//!   serving reads (503: it cannot confirm its databases' state), and commits again when
+//!   one answers.
 //!
 //! Skips (loudly) without PostgreSQL.
 
@@ -273,7 +274,7 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
     assert!(audit.to_string().contains("group-failover"), "{audit}");
 
     // Cut off: with no control plane to answer its heartbeats, a node stops committing
-    // once its lease ran out; reads go on. It commits again once one answers.
+    // once its lease ran out, and reading 10 s later. It commits again once one answers.
     control.process.kill();
     tokio::time::sleep(Duration::from_secs(17)).await;
     let refused = execute(
@@ -292,8 +293,15 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
             && refused.contains("retrying"),
         "{refused}"
     );
-    let during = ids(&client, &east.url, &db.label, &db.token).await;
-    assert!(!during.contains(&200_000));
+    // Nor, once 25 s passed since its last heartbeat was answered, does it serve reads: it
+    // cannot confirm the database's state (docs/ARCHITECTURE.md, "Nodes converge before
+    // they serve").
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    let read = execute(&client, &east.url, &db.label, &db.token, "SELECT id FROM t").await;
+    assert!(
+        read.as_ref().is_err_and(|e| e.starts_with("503")),
+        "a node cut off from its control plane served a read: {read:?}"
+    );
     control = start_replica_with(
         &database_url,
         &secrets_key,
@@ -321,8 +329,7 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert!(ids(&client, &east.url, &db.label, &db.token)
-        .await
-        .contains(&200_001));
+    let after = ids(&client, &east.url, &db.label, &db.token).await;
+    assert!(after.contains(&200_001) && !after.contains(&200_000));
     drop(control);
 }

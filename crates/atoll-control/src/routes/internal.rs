@@ -7,7 +7,9 @@ use crate::auth::Action;
 use crate::body::LenientJson;
 use crate::error::ApiResult;
 use crate::server::AppState;
-use atoll_types::node::{DatabaseRoute, Heartbeat, HeartbeatAccepted, PlacedDatabases};
+use atoll_types::node::{
+    DatabaseRoute, DesiredState, Heartbeat, HeartbeatAccepted, HeldDatabaseIds, PlacedDatabases,
+};
 use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::Json;
@@ -39,7 +41,29 @@ pub fn routes() -> Vec<Route> {
             placed,
         )
         .response::<PlacedDatabases>(),
+        Route::new(
+            Method::POST,
+            "/v1/internal/nodes/{node}/desired-state",
+            Action::ReadNodePlacement,
+            "What the store wants of the databases a node holds, for a node that starts or reconnects: it serves them only once it has applied this (node secret)",
+            desired_state,
+        )
+        .request::<HeldDatabaseIds>(),
     ]
+}
+
+async fn desired_state(
+    State(state): State<AppState>,
+    _node: NodeCaller,
+    Path(node): Path<String>,
+    LenientJson(held): LenientJson<HeldDatabaseIds>,
+) -> ApiResult<Json<DesiredState>> {
+    Ok(Json(
+        state
+            .data_plane
+            .desired_state(&state.store, &node, &held.ids)
+            .await?,
+    ))
 }
 
 async fn placed(

@@ -301,7 +301,7 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         ("GET", "/v1/admin/nodes" | "/v1/admin/quarantine")
         | ("POST", "/v1/admin/quarantine/purge")
         | ("POST" | "DELETE", "/v1/admin/nodes/{node}/drain") => InstanceAdminOnly,
-        ("POST", "/v1/internal/nodes/heartbeat")
+        ("POST", "/v1/internal/nodes/heartbeat" | "/v1/internal/nodes/{node}/desired-state")
         | ("GET", "/v1/internal/routes/{label}" | "/v1/internal/nodes/{node}/databases") => {
             NodeOnly
         }
@@ -815,6 +815,11 @@ async fn prepare(
         ("GET", "/v1/internal/nodes/{node}/databases") => {
             Cell::new(spec, path.replace("{node}", "local"), None)
         }
+        ("POST", "/v1/internal/nodes/{node}/desired-state") => Cell::new(
+            spec,
+            path.replace("{node}", "local"),
+            Some(json!({"ids": []})),
+        ),
         ("POST", "/v1/admin/users") => Cell::new(
             spec,
             path,

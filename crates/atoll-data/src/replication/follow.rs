@@ -141,6 +141,13 @@ impl Replicas {
                 }
             }
         }
+        // What the control plane sends is its state of this moment: confirmed
+        // (`crate::convergence`).
+        let epoch = node.convergence().epoch();
+        for replica in current.values() {
+            replica.db.attach_convergence(node.convergence());
+            replica.db.confirm(epoch);
+        }
         let labels = current
             .values()
             .map(|r| (r.db.config().label.clone(), Arc::clone(r)))

@@ -242,6 +242,7 @@ fn authorize(state: &DataPlaneState, parts: &Parts) -> Result<Arc<Database>, Grp
         .node
         .by_label(&label)
         .ok_or_else(|| GrpcError(9, "NAMESPACE_DOESNT_EXIST".into()))?;
+    db.ensure_confirmed()?;
     check_client_address(&db, parts)?;
     refuse_encryption_key(&parts.headers)?;
     let header = parts
