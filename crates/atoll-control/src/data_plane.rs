@@ -820,30 +820,32 @@ impl DataPlane {
             }
         }
         // Every node on its own and all at once: a node that hangs holds up its own work
-        // only (until its orders time out), never another node's.
+        // only (until its orders time out), never another node's, its replicas included.
+        let mut replicas = match self {
+            DataPlane::Remote { .. } => Some(self.wanted_replicas(store).await?),
+            DataPlane::InProcess { .. } => None,
+        };
         let names = self.node_names();
         let passes = names
             .iter()
-            .map(|name| Box::pin(self.reconcile_reachable(store, name)))
+            .map(|name| {
+                let replicas = replicas
+                    .as_mut()
+                    .map(|wanted| wanted.remove(name).unwrap_or_default());
+                Box::pin(self.reconcile_reachable(store, name, replicas))
+            })
             .collect();
-        let mut reachable = Vec::new();
         let mut failed = None;
         let outcomes = all(passes).await;
         for (name, outcome) in names.iter().zip(outcomes) {
             match outcome {
-                Ok(Some(node_report)) => {
-                    report.add(node_report);
-                    reachable.push(name.clone());
-                }
+                Ok(Some(node_report)) => report.add(node_report),
                 Ok(None) => report.unreachable_nodes.push(name.clone()),
                 Err(e) => failed = Some(e),
             }
         }
         if let Some(e) = failed {
             return Err(e);
-        }
-        if let DataPlane::Remote { .. } = self {
-            self.converge_replicas(store, &reachable).await?;
         }
         Ok(report)
     }
@@ -852,10 +854,12 @@ impl DataPlane {
 impl DataPlane {
     /// Converges node `node_name` to the store when it answers (`None` when it does not:
     /// skipped by this pass).
+    /// `replicas`: the node's whole list of replicas, sent once it is converged.
     async fn reconcile_reachable(
         &self,
         store: &Store,
         node_name: &str,
+        replicas: Option<Vec<wire::ReplicaSpec>>,
     ) -> Result<Option<ReconcileReport>, ApiError> {
         let held = match self.held_databases(node_name).await {
             Ok(held) => {
@@ -876,6 +880,14 @@ impl DataPlane {
         let mut report = ReconcileReport::default();
         self.reconcile_node(store, node_name, &held, &mut report)
             .await?;
+        if let Some(replicas) = replicas {
+            let order = self
+                .order(reqwest::Method::PUT, node_name, "/v1/replicas")?
+                .json(&wire::ReplicaSet { replicas });
+            if let Err(e) = send::<wire::ReplicaStatuses>(order).await {
+                tracing::warn!(node = %node_name, error = %e, "cannot send the node its replicas yet");
+            }
+        }
         Ok(Some(report))
     }
 

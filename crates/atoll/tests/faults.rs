@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::cluster::{
     create_db, execute, ids, nodes, start_replica_with, wait_healthy, Api, Node, Process, EAST,
+    WEST,
 };
 use support::{free_port, temp_dir, BIN};
 
@@ -100,13 +101,15 @@ async fn a_paused_node_fails_over_on_time_and_creates_go_around_dead_nodes() {
         .iter()
         .map(|name| Node::start_with(name, EAST, &root.join(name), &storage, &replicas, &sync))
         .collect();
-    for node in &started {
+    let west_dir = root.join("west-a");
+    let west = Node::start_with("west-a", WEST, &west_dir, &storage, &replicas, &sync);
+    for node in started.iter().chain([&west]) {
         wait_healthy(&node.url).await;
     }
     let [a, b, c] = <[Node; 3]>::try_from(started).ok().unwrap();
     let api = Api::login(&control.url).await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes(&api, &control.url).await.len() < 3 {
+    while nodes(&api, &control.url).await.len() < 4 {
         assert!(Instant::now() < deadline, "the nodes did not register");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -119,9 +122,8 @@ async fn a_paused_node_fails_over_on_time_and_creates_go_around_dead_nodes() {
     assert_eq!(status, 200, "{body}");
     // One database on each node (placement: the fewest, ties by name).
     let first = create_db(&api, &control.url, "da", "g").await;
-    for name in ["db", "dc"] {
-        create_db(&api, &control.url, name, "g").await;
-    }
+    let second = create_db(&api, &control.url, "db", "g").await;
+    create_db(&api, &control.url, "dc", "g").await;
     assert_eq!(placed(&database_url, "da").await.unwrap().0, "east-a");
     let client = reqwest::Client::new();
     let sql = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'kept')";
@@ -147,6 +149,29 @@ async fn a_paused_node_fails_over_on_time_and_creates_go_around_dead_nodes() {
     let (node, state) = placed(&database_url, "x1").await.unwrap();
     assert_ne!(node, "east-a");
     assert_eq!(state, "active");
+
+    // Work for the other nodes goes on: a location added to the group gets its replicas
+    // from the next reconcile passes, which no longer wait on the paused node.
+    let added_at = Instant::now();
+    let (status, body) = api
+        .post(
+            format!("{}/v1/groups/g/locations/{WEST}", control.url),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let replica = west_dir.join("replicas").join(&second.id).join("data");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !replica.exists() {
+        assert!(Instant::now() < deadline, "no replica of db in {WEST}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let replica_in = added_at.elapsed();
+    assert!(
+        replica_in < Duration::from_secs(25),
+        "the replica came {:.1} s after the location was added, behind the paused node",
+        replica_in.as_secs_f64()
+    );
 
     // Failed over by itself: the lease (15 s) and its margin (10 s) after the last
     // heartbeat, and --failover-after-secs, not the 120 s an order to it waited before.
@@ -215,13 +240,15 @@ async fn a_paused_node_fails_over_on_time_and_creates_go_around_dead_nodes() {
         .collect();
     assert_eq!(names.len(), 2, "{listed}");
     eprintln!(
-        "faults: a create with a node paused {:.1} s, failover of the paused node {:.1} s after SIGSTOP (--failover-after-secs {failover_after}), a create right after a SIGKILL {:.1} s",
+        "faults: a create with a node paused {:.1} s, a replica for another node's database {:.1} s after its location was added, failover of the paused node {:.1} s after SIGSTOP (--failover-after-secs {failover_after}), a create right after a SIGKILL {:.1} s",
         created_in.as_secs_f64(),
+        replica_in.as_secs_f64(),
         failed_over_in.as_secs_f64(),
         created_after_kill_in.as_secs_f64()
     );
     signal(&a, "CONT");
     drop(survivor);
+    drop(west);
     doomed.process.kill();
 }
 
