@@ -183,7 +183,7 @@ async fn dump_sql(
             let result = conn
                 .control
                 .trusted(|| dump::write_dump(&conn.conn, out, options));
-            node.pool.checkin(db.id(), conn);
+            node.pool.checkin(&db, conn);
             result
         },
     )
@@ -222,7 +222,7 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
     let copied = (|| {
         let source = node.pool.checkout(db, Mode::ReadOnly)?;
         let result = backup_into(&source.conn, &path);
-        node.pool.checkin(db.id(), source);
+        node.pool.checkin(db, source);
         result
     })();
     if let Err(e) = copied {

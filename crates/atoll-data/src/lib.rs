@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod moves;
 pub mod namespace;
 pub mod node;
+pub mod pool;
 pub mod quarantine;
 pub mod rate_limit;
 pub mod registration;

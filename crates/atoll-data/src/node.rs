@@ -3,17 +3,18 @@
 
 use crate::database::Database;
 use crate::error::DataError;
-use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
+use crate::pool::ConnectionPool;
+use crate::sandbox::{Mode, SandboxSettings};
 use crate::sql_pool::SqlPool;
 use crate::storage::service::{NodeStorage, StorageConfig};
 use crate::storage::shipper::LogState;
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, DatabaseStats, Seed};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Idle connections kept for reuse across all databases of a node. Each is a few hundred
 /// KiB at most (page cache), so this bounds the memory idle databases hold.
@@ -756,7 +757,8 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), DataError> {
 }
 
 /// How long a pooled connection may stay unused before the sweeper closes it
-/// ([`ConnectionPool::close_unused`]); opening one again costs well under a millisecond.
+/// ([`crate::pool::ConnectionPool::close_unused`]); opening one again costs well under a
+/// millisecond.
 pub const UNUSED_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
 impl Node {
@@ -787,155 +789,5 @@ impl Node {
                 }
             }
         });
-    }
-}
-
-/// Idle connections by database and sandbox mode, least recently used evicted first.
-/// Read-only and read-write connections are kept apart: statements are cached per
-/// connection under the rules of its mode.
-pub struct ConnectionPool {
-    max_idle: usize,
-    sandbox: SandboxSettings,
-    shutdown: Arc<AtomicBool>,
-    inner: Mutex<PoolInner>,
-}
-
-type PoolKey = (String, Mode);
-
-#[derive(Default)]
-struct PoolInner {
-    by_db: HashMap<PoolKey, Vec<(u64, SandboxedConnection)>>,
-    /// Least recently returned first, with when each was returned.
-    order: BTreeMap<u64, (PoolKey, Instant)>,
-    next: u64,
-}
-
-impl PoolInner {
-    /// Takes the least recently returned idle connection out of the pool.
-    fn pop_oldest(&mut self) -> Option<SandboxedConnection> {
-        let (seq, (key, _)) = self.order.pop_first()?;
-        let idle = self.by_db.get_mut(&key)?;
-        let taken = idle
-            .iter()
-            .position(|(s, _)| *s == seq)
-            .map(|pos| idle.remove(pos).1);
-        if idle.is_empty() {
-            self.by_db.remove(&key);
-        }
-        taken
-    }
-}
-
-impl ConnectionPool {
-    pub fn new(
-        max_idle: usize,
-        sandbox: SandboxSettings,
-        shutdown: Arc<AtomicBool>,
-    ) -> ConnectionPool {
-        ConnectionPool {
-            max_idle,
-            sandbox,
-            shutdown,
-            inner: Mutex::new(PoolInner::default()),
-        }
-    }
-
-    /// An idle connection to `db` for `mode`, or a new one.
-    pub fn checkout(&self, db: &Database, mode: Mode) -> Result<SandboxedConnection, DataError> {
-        match self.checkout_idle(db, mode) {
-            Some(conn) => Ok(conn),
-            None => db.open_connection(mode, &self.sandbox, &self.shutdown),
-        }
-    }
-
-    /// An idle connection to `db` for `mode`, if there is one (never opens a file).
-    pub fn checkout_idle(&self, db: &Database, mode: Mode) -> Option<SandboxedConnection> {
-        let key = (db.id().to_string(), mode);
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let idle = inner.by_db.get_mut(&key)?;
-        let (seq, conn) = idle.pop()?;
-        if idle.is_empty() {
-            inner.by_db.remove(&key);
-        }
-        inner.order.remove(&seq);
-        Some(conn)
-    }
-
-    /// Returns a connection for reuse. One inside a transaction is closed instead (which
-    /// rolls the transaction back).
-    pub fn checkin(&self, db_id: &str, conn: SandboxedConnection) {
-        if !conn.conn.is_autocommit() {
-            return;
-        }
-        let key = (db_id.to_string(), conn.control.mode());
-        let evicted = {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let seq = inner.next;
-            inner.next += 1;
-            inner
-                .by_db
-                .entry(key.clone())
-                .or_default()
-                .push((seq, conn));
-            inner.order.insert(seq, (key, Instant::now()));
-            let mut evicted = Vec::new();
-            while inner.order.len() > self.max_idle {
-                evicted.extend(inner.pop_oldest());
-            }
-            evicted
-        };
-        // Closing runs outside the lock (it may checkpoint).
-        drop(evicted);
-    }
-
-    /// Drops the idle connections of a database (its limits changed, or it is going away).
-    pub fn forget(&self, db_id: &str) {
-        let dropped = {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let mut dropped = Vec::new();
-            for mode in [Mode::ReadWrite, Mode::ReadOnly, Mode::DumpLoader] {
-                let idle = inner
-                    .by_db
-                    .remove(&(db_id.to_string(), mode))
-                    .unwrap_or_default();
-                for (seq, _) in &idle {
-                    inner.order.remove(seq);
-                }
-                dropped.extend(idle);
-            }
-            dropped
-        };
-        drop(dropped);
-    }
-
-    /// Closes the connections nobody used for `unused_for`. A burst of concurrent clients
-    /// leaves one idle connection per client behind, each with its page cache (up to
-    /// `--page-cache-size`) and SQLite's own allocations: once the burst is over they are
-    /// given back instead of kept until the node stops. Returns how many were closed.
-    /// Closing may checkpoint: call it where blocking is allowed.
-    pub fn close_unused(&self, unused_for: Duration) -> usize {
-        let closed = {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let mut closed = Vec::new();
-            while inner
-                .order
-                .first_key_value()
-                .is_some_and(|(_, (_, since))| since.elapsed() >= unused_for)
-            {
-                closed.extend(inner.pop_oldest());
-            }
-            closed
-        };
-        let count = closed.len();
-        drop(closed);
-        count
-    }
-
-    pub fn idle_count(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .order
-            .len()
     }
 }

@@ -36,7 +36,7 @@
 //! - **Read-only tokens cannot write**: their connections run with `query_only`, so not
 //!   even `BEGIN IMMEDIATE` (which takes the write lock) or `PRAGMA optimize` (which writes
 //!   `sqlite_stat1`) gets through, whatever the statement's text looks like. Read-only and
-//!   read-write connections are pooled apart (`node::ConnectionPool`).
+//!   read-write connections are pooled apart (`pool::ConnectionPool`).
 //! - **Statements end** ([`Control::arm`]): a per-statement deadline, the client's
 //!   cancellation (it went away) and the node's shutdown interrupt a running statement
 //!   through the progress handler.

@@ -756,3 +756,44 @@ async fn the_page_cache_is_the_nodes_setting() {
     let error = refused(&db, &db.token(), "PRAGMA cache_size = -1000000").await;
     assert_eq!(error_code(&error), "SQLITE_AUTH", "{error}");
 }
+
+/// The warm pool has fair shares: a tenant cycling through many of its own databases
+/// evicts its own idle connections once it holds more than its share, not a neighbour's.
+/// Before, the pool closed the least recently used connection of the node whoever held it,
+/// so one tenant touching 600 databases turned every other tenant's next query into a cold
+/// open. Alone on the node, a tenant may still fill the whole pool.
+#[tokio::test]
+async fn one_tenant_cycling_its_databases_keeps_its_neighbours_warm() {
+    let mut settings = NodeSettings::default();
+    settings.sandbox.max_idle_connections = 8;
+    let node = start_node_with_settings(DataLimits::default(), settings).await;
+    let in_org = |org: &'static str| {
+        move |config: &mut atoll_types::node::DatabaseConfig| {
+            config.org_id = org.into();
+        }
+    };
+    // Alone, the first tenant fills the pool.
+    let mut greedy = Vec::new();
+    for i in 0..12 {
+        let db = node.create_db_with(&format!("greedy{i}"), in_org("org-greedy"));
+        db.query(sql("SELECT 1")).await;
+        greedy.push(db);
+    }
+    assert_eq!(node.node.pool.idle_count_of("org-greedy"), 8);
+    // A neighbour's two databases get warm…
+    let quiet: Vec<_> = (0..2)
+        .map(|i| node.create_db_with(&format!("quiet{i}"), in_org("org-quiet")))
+        .collect();
+    for db in &quiet {
+        db.query(sql("SELECT 1")).await;
+    }
+    // …and stay warm while the first tenant goes through all of its own again and again.
+    for _ in 0..3 {
+        for db in &greedy {
+            db.query(sql("SELECT 1")).await;
+        }
+    }
+    assert_eq!(node.node.pool.idle_count_of("org-quiet"), 2);
+    assert_eq!(node.node.pool.idle_count_of("org-greedy"), 6);
+    assert_eq!(node.node.pool.idle_count(), 8);
+}

@@ -1222,10 +1222,13 @@ impl ClientConnection {
         true
     }
 
-    /// Returns the connection to the pool if it can be reused, else closes it.
+    /// Returns the connection to the pool if it can be reused, else closes it (also when
+    /// its database is gone).
     pub(crate) fn give_back(self, node: &Node, db_id: &str) {
         if !self.altered.get() {
-            node.pool.checkin(db_id, self.sandboxed);
+            if let Some(db) = node.by_id(db_id) {
+                node.pool.checkin(&db, self.sandboxed);
+            }
         }
     }
 }

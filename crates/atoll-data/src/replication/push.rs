@@ -433,7 +433,7 @@ fn check_candidate(
         }
         let source = node.pool.checkout(db, crate::sandbox::Mode::ReadOnly)?;
         let copied = crate::export::backup_into(&source.conn, &path);
-        node.pool.checkin(db.id(), source);
+        node.pool.checkin(db, source);
         copied?;
         let after = current_head(log)?;
         if after != expected_head {
