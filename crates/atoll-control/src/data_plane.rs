@@ -67,13 +67,13 @@ pub const CREATE_ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_
 
 /// How long an order that copies a whole database may take: a seeded create (a copy, a
 /// dump, a point in time), a restore in place, a move's hand-over or adopt, a rebuild from
-/// object storage.
+/// object storage; and the listing of what object storage holds of a database.
 pub const LONG_ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The timeout of an order to a node's admin API, by what it asks.
 fn order_timeout(method: &reqwest::Method, path: &str) -> std::time::Duration {
     let long = (*method == reqwest::Method::POST && path == "/v1/databases")
-        || ["/restore", "/adopt", "/hand-over"]
+        || ["/restore", "/adopt", "/hand-over", "/backups"]
             .iter()
             .any(|step| path.ends_with(step));
     if long {
@@ -1521,6 +1521,7 @@ mod tests {
             (Method::POST, "/v1/databases/x/adopt"),
             (Method::POST, "/v1/databases/x/hand-over"),
             (Method::POST, "/v1/databases/x/restore"),
+            (Method::GET, "/v1/databases/x/backups"),
         ] {
             assert_eq!(order_timeout(&method, path), LONG_ORDER_TIMEOUT, "{path}");
         }
