@@ -105,6 +105,18 @@ impl Convergence {
         (self.epoch(), lost)
     }
 
+    /// A control plane answered the heartbeat sent at `sent_at` that its metadata store is
+    /// unavailable. No change can be made while it is (every change is a store write), so a
+    /// node still in touch stays in touch: its databases are served on (writes stop with its
+    /// lease, when it needs one). A node already out of touch is not helped: it may have
+    /// missed changes made before the store went down, and cannot ask for them.
+    pub fn store_down_answered(&self, sent_at: Instant) {
+        if self.in_touch(sent_at) {
+            self.contact_ms
+                .fetch_max(monotonic_ms(sent_at), Ordering::AcqRel);
+        }
+    }
+
     /// Whether a database confirmed in epoch `confirmed` may be served now; the 503 to
     /// answer if not.
     pub fn check(&self, confirmed: u64, name: &str) -> Result<(), DataError> {
@@ -159,6 +171,23 @@ mod tests {
         // In touch all along: the same epoch.
         assert_eq!(c.heartbeat_answered(Instant::now()), (epoch, false));
         assert!(c.check(epoch, "db").is_ok());
+    }
+
+    #[test]
+    fn a_store_down_answer_keeps_a_node_in_touch_but_never_brings_one_back() {
+        let c = Convergence::default();
+        c.require();
+        let start = Instant::now();
+        let (epoch, _) = c.heartbeat_answered(start);
+        let later = start + CONTACT_EXPIRY - Duration::from_secs(1);
+        c.store_down_answered(later);
+        let past_first_expiry = start + CONTACT_EXPIRY + Duration::from_secs(5);
+        assert!(c.check_at(epoch, "db", past_first_expiry).is_ok());
+        // Out of touch first: a store-down answer does not bring it back.
+        let away = later + CONTACT_EXPIRY + Duration::from_secs(1);
+        c.store_down_answered(away);
+        assert!(c.check_at(epoch, "db", away).is_err());
+        assert_eq!(c.epoch(), epoch);
     }
 
     #[test]

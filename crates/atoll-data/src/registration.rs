@@ -99,13 +99,22 @@ pub fn spawn(admin: Arc<AdminState>, registration: Registration) -> tokio::task:
                         }
                     }
                 }
-                Err(why) => {
+                Err(NotTaken {
+                    errors: why,
+                    store_down,
+                }) => {
                     // Loud on the first failure after a success, then at debug level: a
                     // control plane that is down for a while must not flood the log.
                     if registered {
                         tracing::warn!(error = %why, "no control plane took the heartbeat; retrying");
                     } else {
                         tracing::debug!(error = %why, "no control plane took the heartbeat; retrying");
+                    }
+                    // A control plane answered that its store is unavailable: nothing can
+                    // change while it is, so a node in touch stays in touch (it serves on;
+                    // its lease is not renewed).
+                    if store_down {
+                        admin.node.convergence().store_down_answered(sent_at);
                     }
                     registered = false;
                     missed = true;
@@ -333,14 +342,22 @@ async fn take_lease(
     Ok(())
 }
 
+/// Why no replica took a heartbeat: what each said, and whether one of them answered that
+/// its metadata store is unavailable.
+struct NotTaken {
+    errors: String,
+    store_down: bool,
+}
+
 /// Sends one heartbeat to the first replica that takes it; answers its URL and answer.
 async fn send(
     client: &reqwest::Client,
     registration: &Registration,
     stamp: &StoreStamp,
     beat: &Heartbeat,
-) -> Result<(String, HeartbeatAccepted), String> {
+) -> Result<(String, HeartbeatAccepted), NotTaken> {
     let mut errors = Vec::new();
+    let mut store_down = false;
     for base in &registration.control_planes {
         let base = base.trim_end_matches('/');
         let answer = client
@@ -352,7 +369,12 @@ async fn send(
         let response = match answer {
             Ok(response) if response.status().is_success() => response,
             Ok(response) => {
-                errors.push(format!("{base}: {}", response.status()));
+                let status = response.status();
+                if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                    let body: serde_json::Value = response.json().await.unwrap_or_default();
+                    store_down |= body["code"] == "store_unavailable";
+                }
+                errors.push(format!("{base}: {status}"));
                 continue;
             }
             Err(e) => {
@@ -374,5 +396,8 @@ async fn send(
         }
         return Ok((base.to_string(), accepted));
     }
-    Err(errors.join("; "))
+    Err(NotTaken {
+        errors: errors.join("; "),
+        store_down,
+    })
 }

@@ -347,3 +347,100 @@ async fn a_returning_node_serves_nothing_stale() {
     drop(control);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A TCP relay to PostgreSQL that can be cut (every connection ended, new ones refused).
+struct Relay {
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Relay {
+    async fn start(port: u16, target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let tasks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let connections = std::sync::Arc::clone(&tasks);
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let target = target.clone();
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                connections.lock().unwrap().push(relay);
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+        Relay { tasks }
+    }
+
+    fn cut(&self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// PostgreSQL down is not the control plane gone: its replicas answer heartbeats with 503
+/// `store_unavailable`, nothing can change meanwhile, and a node that was in touch serves
+/// on past the 25 s it would otherwise stop after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_serves_on_while_the_control_planes_store_is_down() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let config: postgres::Config = database_url.parse().unwrap();
+    let (host, port) = match (config.get_hosts().first(), config.get_ports().first()) {
+        (Some(postgres::config::Host::Tcp(host)), Some(port)) => (host.clone(), *port),
+        _ => panic!("the test PostgreSQL URL must name a TCP host and port"),
+    };
+    let relay_port = free_port();
+    let through_relay = database_url.replacen(
+        &format!("{host}:{port}"),
+        &format!("127.0.0.1:{relay_port}"),
+        1,
+    );
+    assert_ne!(through_relay, database_url, "the URL names {host}:{port}");
+    let relay = Relay::start(relay_port, format!("{host}:{port}")).await;
+    let root = temp_dir("convergence-store-down");
+    std::fs::create_dir_all(&root).unwrap();
+    let storage = format!("file://{}", root.join("storage").display());
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let control = start_control_plane(&through_relay, &secrets_key, &root.join("serve"));
+    wait_healthy(&control.url).await;
+    let east = Node::start("east", EAST, &root.join("east"), &storage, &[&control.url]);
+    wait_healthy(&east.url).await;
+    let api = Api::login(&control.url).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while support::cluster::nodes(&api, &control.url).await.is_empty() {
+        assert!(Instant::now() < deadline, "the node did not register");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = api
+        .post(
+            format!("{}/v1/groups", control.url),
+            json!({"name": "east", "location": EAST}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let db = create_db(&api, &control.url, "kept", "east").await;
+    let client = reqwest::Client::new();
+    let answer = first_served(&client, &east.url, &db, &db.token, "CREATE TABLE t (v)").await;
+    assert!(is_ok(&answer.0), "{answer:?}");
+
+    relay.cut();
+    // Past the 25 s a node stops serving without an answered heartbeat.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let (status, body) = api.get(format!("{}/v1/databases", control.url)).await;
+    assert_eq!(status, 503, "the store is down: {body}");
+    for sql in ["INSERT INTO t VALUES (1)", "SELECT count(*) FROM t"] {
+        let answer = probe(&client, &east.url, &db, &db.token, sql)
+            .await
+            .expect("the node answers");
+        assert_eq!(answer.0, 200, "{sql} with the store down: {answer:?}");
+        assert_eq!(answer.2["results"][0]["type"], "ok", "{answer:?}");
+    }
+    drop(control);
+    let _ = std::fs::remove_dir_all(&root);
+}
