@@ -409,14 +409,73 @@ pub async fn collect_garbage_before(
     Ok(catalog.bytes.saturating_sub(freed))
 }
 
+/// How long a node starting waits for object storage to list its index before it serves
+/// what its disk holds without it.
+const INDEX_WAIT_AT_START: Duration = Duration::from_secs(10);
+
 /// Rebuilds, at node start, every database of the node's index whose files are missing,
 /// and every local database whose file is missing or damaged. Each is served again as
 /// soon as it is rebuilt; until then it answers 503 with `Retry-After`.
+///
+/// Object storage that does not answer (down, unreachable, refusing) does not keep the
+/// node from starting: it serves the databases its disk holds, says so in its log, and
+/// reads its index in the background until storage answers (databases missing from its
+/// disk come back then). Writes that wait for object storage (`sync` durability) are
+/// refused meanwhile with `DURABILITY_UNAVAILABLE`; others are shipped once it answers.
 pub async fn recover(node: &Arc<Node>) -> Result<usize, DataError> {
     let Some(storage) = node.storage().cloned() else {
         return Ok(0);
     };
     let _ = storage.runtime.set(tokio::runtime::Handle::current());
+    let unreachable =
+        match tokio::time::timeout(INDEX_WAIT_AT_START, recover_index(node, &storage)).await {
+            Ok(Ok(count)) => return Ok(count + recover_local(node, &storage)),
+            Ok(Err(DataError::Storage(why))) => why,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => format!("no answer within {} s", INDEX_WAIT_AT_START.as_secs()),
+        };
+    tracing::error!(
+        storage = %storage.storage.url(),
+        error = %unreachable,
+        "object storage is unreachable: this node serves what its disk holds (writes in sync durability are refused until storage answers, others are shipped then); databases missing from its disk come back once it answers"
+    );
+    spawn_index_retry(node, &storage);
+    Ok(recover_local(node, &storage))
+}
+
+/// Reads the node's index again every few seconds until object storage answers, and
+/// installs what is missing from the disk (`recover`).
+fn spawn_index_retry(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
+    let (node, storage) = (Arc::clone(node), Arc::clone(storage));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if node.is_shutting_down() {
+                return;
+            }
+            match recover_index(&node, &storage).await {
+                Ok(count) => {
+                    tracing::info!(
+                        rebuilding = count,
+                        "object storage answers again: the node's index is read"
+                    );
+                    return;
+                }
+                Err(DataError::Storage(why)) => {
+                    tracing::debug!(error = %why, "object storage is still unreachable")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot install the databases of the node's index");
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// Installs the databases of the node's index that its disk does not hold (rebuilt in the
+/// background). Answers how many.
+async fn recover_index(node: &Arc<Node>, storage: &Arc<NodeStorage>) -> Result<usize, DataError> {
     let listed = storage
         .storage
         .list(&keys::node_databases(&storage.node_name))
@@ -433,7 +492,9 @@ pub async fn recover(node: &Arc<Node>) -> Result<usize, DataError> {
                 continue;
             }
         };
-        if node.by_id(&config.id).is_some() {
+        // Held, or removed from this node since it started (its entry not deleted yet:
+        // storage was down).
+        if node.by_id(&config.id).is_some() || lock(&storage.index_removed).contains(&config.id) {
             continue;
         }
         if config.state == DatabaseState::AwaitingUpload {
@@ -444,9 +505,16 @@ pub async fn recover(node: &Arc<Node>) -> Result<usize, DataError> {
         }
         tracing::warn!(database_id = %config.id, "database missing from this node's disk: rebuilding it from object storage");
         let db = node.install_recovering(config)?;
-        spawn_rebuild(node, &storage, &db);
+        spawn_rebuild(node, storage, &db);
         count += 1;
     }
+    Ok(count)
+}
+
+/// Marks every local database whose file is missing or damaged for a rebuild. Answers how
+/// many.
+fn recover_local(node: &Arc<Node>, storage: &Arc<NodeStorage>) -> usize {
+    let mut count = 0;
     for db in node.databases() {
         let state = db.config().state;
         if state == DatabaseState::AwaitingUpload || db.needs_rebuild() {
@@ -455,11 +523,11 @@ pub async fn recover(node: &Arc<Node>) -> Result<usize, DataError> {
         if !file_is_sound(&db.file_path()) {
             tracing::warn!(database_id = %db.id(), "database file missing or damaged: rebuilding it from object storage");
             db.mark_needs_rebuild();
-            spawn_rebuild(node, &storage, &db);
+            spawn_rebuild(node, storage, &db);
             count += 1;
         }
     }
-    Ok(count)
+    count
 }
 
 /// A cheap start-up check: the file exists and begins with SQLite's header.
