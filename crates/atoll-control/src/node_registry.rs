@@ -204,6 +204,36 @@ impl DataPlane {
         })
     }
 
+    /// Refuses a location for a group's replicas where they could never run: in the static
+    /// shape (`atoll serve --node`, nodes without `--control-plane`) a node has no control
+    /// plane to forward a replica's writes through and holds no replicas, so a location
+    /// whose nodes all are such would be listed and never serve. A location without nodes
+    /// yet is accepted (its replicas start when a node registers there).
+    pub async fn check_replica_location(
+        &self,
+        store: &Store,
+        location: &str,
+    ) -> Result<(), ApiError> {
+        let DataPlane::Remote { .. } = self else {
+            return Ok(());
+        };
+        let nodes: Vec<_> = store
+            .nodes()
+            .await?
+            .into_iter()
+            .filter(|n| n.location == location)
+            .collect();
+        if nodes.is_empty() || nodes.iter().any(|n| n.heartbeat_at > 0) {
+            return Ok(());
+        }
+        Err(ApiError::Invalid(
+            ErrorCode::InvalidLocation,
+            format!(
+                "location {location} has only data nodes that do not register themselves (atoll node without --control-plane, reached through atoll serve --node), and those cannot hold a group's replicas: start its nodes with --control-plane to add it"
+            ),
+        ))
+    }
+
     /// Adds the nodes other replicas recorded (registered ones, or reached with their
     /// `--node`) to this replica's list, and refreshes the addresses of known ones.
     pub async fn refresh_nodes(&self, store: &Store) -> Result<(), ApiError> {

@@ -226,6 +226,20 @@ async fn two_nodes_in_two_locations() {
         let id = got["database"]["DbId"].as_str().unwrap().to_string();
         urls.push((url, id));
     }
+
+    // Nodes reached through --node without --control-plane hold no replicas: adding a
+    // location to a group is refused (not accepted and never served there).
+    let refused = call(
+        reqwest::Method::POST,
+        "/v1/groups/east/locations/aws-eu-west-1".into(),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("--control-plane"), "{body}");
+
     // Each database lives on the node of its location, and only there.
     assert_ne!(urls[0].0, urls[1].0);
     assert!(east.dir.join("dbs").join(&urls[0].1).exists());

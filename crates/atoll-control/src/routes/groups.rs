@@ -614,6 +614,10 @@ async fn add_location(
         }));
     }
     crate::quotas::check_location(&state, access.org(), code).await?;
+    state
+        .data_plane
+        .check_replica_location(&state.store, code)
+        .await?;
     let mut locations = group.locations.clone();
     locations.push(code.clone());
     let message = format!("added location {code} to group {}", group.name);
