@@ -12,21 +12,16 @@
 //! the test waits until the server is visibly part-way through (an upload file growing, a
 //! database directory gone) before it kills.
 
+mod support;
+
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_atoll");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A waiting loop's bound: long enough for a slow debug build on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(60);

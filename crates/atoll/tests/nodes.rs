@@ -2,20 +2,15 @@
 //! locations, every database placed on the node of its group's location and served there.
 //! Skips (loudly) without PostgreSQL.
 
+mod support;
+
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_atoll");
 const SECRET: &str = "a-node-secret-for-tests";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Process(Child);
 

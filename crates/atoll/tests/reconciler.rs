@@ -9,23 +9,18 @@
 //!
 //! The PostgreSQL tests skip (loudly) without a server.
 
+mod support;
+
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_atoll");
 const SECRET: &str = "a-node-secret-for-tests";
 /// A waiting loop's bound: long enough for a slow debug build on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn temp_dir(what: &str) -> PathBuf {
     std::env::temp_dir().join(format!(

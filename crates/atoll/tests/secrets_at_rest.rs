@@ -3,7 +3,12 @@
 //! a data directory from an older version (0644 files, plaintext keys) is tightened and
 //! sealed at start; a wrong key stops the start with a clear message; `atoll serve` will
 //! not run without a key unless told to keep keys in the clear.
+
 #![cfg(unix)]
+
+mod support;
+
+use support::free_port;
 
 use atoll_meta::{SecretsKey, SecretsKeyring, Store};
 use serde_json::{json, Value};
@@ -14,14 +19,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_atoll");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(

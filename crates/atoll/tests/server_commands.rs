@@ -1,20 +1,15 @@
 //! The `atoll` binary's server commands, run as a user would: `atoll dev` (first start,
 //! restart, environment variables) and `atoll serve` / `atoll migrate` on PostgreSQL.
 
+mod support;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_atoll");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(

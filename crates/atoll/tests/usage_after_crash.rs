@@ -2,22 +2,17 @@
 //! again, and the totals are no lower than before the kill and never more than the
 //! statements reported (nothing counted twice); every acknowledged write is there.
 
+mod support;
+
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_atoll");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn start(dir: &Path, port: u16, db_port: u16) -> Child {
     Command::new(BIN)

@@ -12,12 +12,28 @@ pub mod cluster;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_atoll");
 
+/// A loopback port nobody listens on, for a server a test starts as a process. Taken below
+/// Linux's ephemeral range (32768–60999), where the kernel picks the local ports of outgoing
+/// connections: a port from there (what binding port 0 gives) could become a client
+/// connection's own before the server bound it, and a test failed now and then on a loaded
+/// machine. Each port is handed out once per test process; test binaries run one at a time.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.subsec_nanos());
+    let start = std::process::id().wrapping_mul(7_919).wrapping_add(nanos) % COUNT;
+    for step in 0..COUNT {
+        let port = (FIRST + (start + step) % COUNT) as u16;
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + COUNT);
 }
 
 /// Waits until `port` on loopback can be bound again: after SIGKILLing an `atoll dev` or
