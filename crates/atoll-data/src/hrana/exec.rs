@@ -70,6 +70,8 @@ pub(crate) struct Run<'a> {
     statement_timeout: Duration,
     /// Writers on this thread wait for this database's lock, and are seen waiting.
     _waiting: WaitScope,
+    /// How long a statement may wait for another connection's lock.
+    busy_wait: Duration,
 }
 
 /// What a statement did, besides its rows.
@@ -169,6 +171,7 @@ impl<'a> Run<'a> {
             response_budget: Cell::new(MAX_RESPONSE_BYTES),
             statement_timeout: settings.statement_timeout,
             _waiting: WaitScope::enter(caller.db.write_lock(), busy_wait),
+            busy_wait,
         })
     }
 
@@ -440,6 +443,9 @@ impl<'a> Run<'a> {
             Ok((prepared, text)) => self.run_prepared(prepared, &text, stmt, sink)?,
             Err(error) => Err(error),
         };
+        if self.conn.is_autocommit() {
+            self.caller.db.write_lock().note_released();
+        }
         let outcome = outcome.and_then(|stats| self.durable_since(commits_before).map(|()| stats));
         if let Ok(stats) = &outcome {
             // The statement's text, not its arguments: statistics must not collect data.
@@ -571,6 +577,10 @@ impl<'a> Run<'a> {
         if let Err(error) = bind_arguments(&mut admitted.stmt, admitted.kind, request)? {
             return Ok(Err(error));
         }
+        // One writer outside a transaction at a time goes to SQLite; the others wait
+        // their turn here, holding no snapshot (`WriteLockWatch::take_turn`).
+        let _turn = (self.conn.is_autocommit() && writes(admitted.kind, &admitted.stmt))
+            .then(|| self.caller.db.write_lock().take_turn(self.busy_wait));
         self.control
             .arm(self.statement_timeout, self.caller.cancel.as_ref());
         let want_rows = request.want_rows.unwrap_or(true);
