@@ -14,41 +14,20 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use support::cluster::{create_db, wait_healthy, Api, Db, Node, Process, Replica, EAST, SECRET};
-use support::{free_port, temp_dir, BIN};
+use support::cluster::{create_db, start_replica_with, wait_healthy, Api, Db, Node, Replica, EAST};
+use support::{free_port, temp_dir};
 
 /// A control-plane replica whose reconciler passes are ten minutes apart.
 fn start_control_plane(database_url: &str, secrets_key: &str, dir: &std::path::Path) -> Replica {
-    let port = free_port();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.with_extension("log"))
-        .unwrap();
-    let child = Command::new(BIN)
-        .args([
-            "serve",
-            "--database-url",
-            database_url,
-            "--registered-nodes",
-        ])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--reconcile-interval-secs", "600"])
-        .args(["--data-dir", dir.to_str().unwrap()])
-        .env("ATOLL_NODE_SECRET", SECRET)
-        .env("ATOLL_SECRETS_KEY", secrets_key)
-        .env("ATOLL_USERNAME", "root")
-        .env("ATOLL_PASSWORD", "a-long-password")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    Replica {
-        process: Process(child),
-        url: format!("http://127.0.0.1:{port}"),
-    }
+    start_replica_with(
+        database_url,
+        secrets_key,
+        dir,
+        free_port(),
+        &["--reconcile-interval-secs", "600"],
+    )
 }
 
 /// What the node answered to one statement: `None` when it did not answer (not listening

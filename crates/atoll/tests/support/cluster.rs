@@ -70,7 +70,13 @@ pub fn start_replica_with(
             "--registered-nodes",
         ])
         .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--reconcile-interval-secs", "2"])
+        // Passes 2 s apart unless the caller chose another interval.
+        .args(
+            (!extra.contains(&"--reconcile-interval-secs"))
+                .then_some(["--reconcile-interval-secs", "2"])
+                .into_iter()
+                .flatten(),
+        )
         .args(["--data-dir", dir.to_str().unwrap()])
         .args(extra)
         .env("ATOLL_NODE_SECRET", SECRET)
