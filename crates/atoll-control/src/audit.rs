@@ -2,7 +2,7 @@
 //! has succeeded. `GET …/audit-logs` (`routes::audit_logs`) reads it back.
 
 use crate::auth::Access;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::{NewAuditEntry, Organization};
 use atoll_types::audit::AuditCode;
 use serde_json::Value;

@@ -6,12 +6,16 @@
 //! matched case-insensitively (as Go's decoder does), and an empty body reads as `{}`.
 
 use crate::error::ApiError;
-use crate::server::BodyReadTimeout;
 use atoll_types::ErrorCode;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+
+/// How long the request body may take (see `ControlConfig::body_read_timeout`), for the
+/// extractors that read bodies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyReadTimeout(pub std::time::Duration);
 
 pub struct LenientJson<T>(pub T);
 

@@ -1,6 +1,7 @@
 //! Settings of the control plane that the operator chooses.
 
 use atoll_data::rate_limit::RateLimit;
+use std::time::Duration;
 
 /// One entry of the location catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +107,7 @@ pub struct ControlConfig {
     /// Bytes of dumps an organization may hold at once.
     pub max_dump_bytes_per_org: u64,
     /// Organizations' key sets (JWKS): allowed URLs, refresh, limits.
-    pub jwks: crate::jwks::JwksSettings,
+    pub jwks: JwksSettings,
 }
 
 /// Uploaded dumps stay usable a day.
@@ -295,7 +296,7 @@ impl Default for ControlConfig {
             dump_lifetime: DEFAULT_DUMP_LIFETIME,
             max_dumps_per_org: DEFAULT_MAX_DUMPS_PER_ORG,
             max_dump_bytes_per_org: DEFAULT_MAX_DUMP_BYTES_PER_ORG,
-            jwks: crate::jwks::JwksSettings::default(),
+            jwks: JwksSettings::default(),
         }
     }
 }
@@ -348,5 +349,37 @@ mod tests {
         assert!(err.contains("only one plan can be the default"), "{err}");
         // A misspelt field is an error, not a silently ignored setting.
         assert!(apply_plans_file(&mut config, r#"{"a": {"defualt": true}}"#).is_err());
+    }
+}
+
+/// The operator's settings for key sets.
+#[derive(Debug, Clone)]
+pub struct JwksSettings {
+    /// URL prefixes key sets may be fetched from (`https://example.clerk.accounts.dev/`);
+    /// empty: none (key sets are given inline).
+    pub allowed_urls: Vec<String>,
+    /// Whether a key set URL may resolve to a loopback, private, link-local or otherwise
+    /// non-public address (an identity provider inside the operator's own network).
+    pub allow_private_addresses: bool,
+    /// How often key sets from URLs are fetched again.
+    pub refresh_interval: Duration,
+    /// How long one fetch may take, connection included.
+    pub fetch_timeout: Duration,
+    /// Largest key set document accepted, in bytes.
+    pub max_bytes: usize,
+    /// Key sets one organization may register.
+    pub max_per_org: u64,
+}
+
+impl Default for JwksSettings {
+    fn default() -> Self {
+        JwksSettings {
+            allowed_urls: Vec::new(),
+            allow_private_addresses: false,
+            refresh_interval: Duration::from_secs(10 * 60),
+            fetch_timeout: Duration::from_secs(5),
+            max_bytes: 64 * 1024,
+            max_per_org: 10,
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::auth::{Access, Action};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_data::jwt::{self, Claims, Namespaces, Permissions};
 use atoll_meta::{Database, DatabaseChanges, Group};
 use atoll_types::databases::CreateDatabaseTokenRequest;

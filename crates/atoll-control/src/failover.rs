@@ -24,7 +24,7 @@
 
 use crate::data_plane::{database_config, send, DataPlane};
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::{Database, DatabaseState, Group, GroupChanges, NodeRecord, Store};
 use atoll_types::groups::FailedOver;
 use atoll_types::node as wire;

@@ -7,7 +7,7 @@
 
 use crate::data_plane::push_group_databases;
 use crate::error::ApiResult;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::{DatabaseState, GroupChanges};
 use std::time::Duration;
 

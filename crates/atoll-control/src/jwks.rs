@@ -10,45 +10,14 @@
 //! followed, proxies from the environment are not used, and the answer is bounded in size
 //! and time.
 
+use crate::config::JwksSettings;
 use crate::data_plane::push_org_databases;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_types::node::Jwk;
 use atoll_types::ErrorCode;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
-
-/// The operator's settings for key sets.
-#[derive(Debug, Clone)]
-pub struct JwksSettings {
-    /// URL prefixes key sets may be fetched from (`https://example.clerk.accounts.dev/`);
-    /// empty: none (key sets are given inline).
-    pub allowed_urls: Vec<String>,
-    /// Whether a key set URL may resolve to a loopback, private, link-local or otherwise
-    /// non-public address (an identity provider inside the operator's own network).
-    pub allow_private_addresses: bool,
-    /// How often key sets from URLs are fetched again.
-    pub refresh_interval: Duration,
-    /// How long one fetch may take, connection included.
-    pub fetch_timeout: Duration,
-    /// Largest key set document accepted, in bytes.
-    pub max_bytes: usize,
-    /// Key sets one organization may register.
-    pub max_per_org: u64,
-}
-
-impl Default for JwksSettings {
-    fn default() -> Self {
-        JwksSettings {
-            allowed_urls: Vec::new(),
-            allow_private_addresses: false,
-            refresh_interval: Duration::from_secs(10 * 60),
-            fetch_timeout: Duration::from_secs(5),
-            max_bytes: 64 * 1024,
-            max_per_org: 10,
-        }
-    }
-}
 
 fn not_allowed(message: String) -> ApiError {
     ApiError::Invalid(ErrorCode::JwksUrlNotAllowed, message)

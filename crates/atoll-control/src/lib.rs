@@ -26,6 +26,7 @@ pub mod reconciler;
 pub mod replicas;
 pub mod routes;
 mod server;
+mod state;
 pub mod usage;
 mod wire;
 
@@ -33,4 +34,5 @@ pub use config::{ControlConfig, Location};
 pub use data_plane::DataPlane;
 pub use database_tokens::new_signing_key;
 pub use login_throttle::{LoginThrottleSettings, LOGIN_FAILURES_BEFORE_BACKOFF};
-pub use server::{bootstrap_user, serve, AppState, BootstrapOutcome};
+pub use server::{bootstrap_user, serve, BootstrapOutcome};
+pub use state::AppState;

@@ -3,8 +3,9 @@
 
 use crate::data_plane::push_org_databases;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::Organization;
+use time::OffsetDateTime;
 
 fn refuse(org: &Organization, what: &str, limit: u64) -> ApiError {
     ApiError::QuotaExceeded(format!(
@@ -74,7 +75,7 @@ pub async fn enforce_consumption(state: &AppState, org_id: &str) -> ApiResult<()
         return Ok(());
     };
     let quotas = state.config.quotas(&org.plan_id);
-    let (from, to) = crate::routes::billing_cycle(atoll_meta::now_millis());
+    let (from, to) = billing_cycle(atoll_meta::now_millis());
     let consumed = state.store.org_usage(&org.id, from, to).await?;
     let (mut read, mut written) = (0u64, 0u64);
     for (_, usage) in &consumed {
@@ -105,4 +106,42 @@ pub async fn enforce_consumption(state: &AppState, org_id: &str) -> ApiResult<()
         push_org_databases(&state.data_plane, &state.store, &org).await?;
     }
     Ok(())
+}
+
+/// The calendar month around `now`, in milliseconds: `[first day, first day of next)`.
+pub fn billing_cycle(now: i64) -> (i64, i64) {
+    let now = OffsetDateTime::from_unix_timestamp(now / 1000).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    let start = now
+        .replace_day(1)
+        .map(|d| d.replace_time(time::Time::MIDNIGHT))
+        .unwrap_or(now);
+    let next = if start.month() == time::Month::December {
+        start
+            .replace_year(start.year() + 1)
+            .and_then(|d| d.replace_month(time::Month::January))
+    } else {
+        start.replace_month(start.month().next())
+    }
+    .unwrap_or(start);
+    (
+        (start.unix_timestamp_nanos() / 1_000_000) as i64,
+        (next.unix_timestamp_nanos() / 1_000_000) as i64,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::billing_cycle;
+
+    #[test]
+    fn billing_cycles_are_calendar_months() {
+        // 2026-11-22T10:00:00Z
+        let (from, to) = billing_cycle(1_795_341_600_000);
+        assert_eq!(crate::wire::rfc3339(from), "2026-11-01T00:00:00Z");
+        assert_eq!(crate::wire::rfc3339(to), "2026-12-01T00:00:00Z");
+        // 2026-12-31T23:59:59Z
+        let (from, to) = billing_cycle(1_798_761_599_000);
+        assert_eq!(crate::wire::rfc3339(from), "2026-12-01T00:00:00Z");
+        assert_eq!(crate::wire::rfc3339(to), "2027-01-01T00:00:00Z");
+    }
 }

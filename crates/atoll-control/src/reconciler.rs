@@ -12,7 +12,7 @@
 
 use crate::data_plane::ReconcileReport;
 use crate::error::ApiResult;
-use crate::server::AppState;
+use crate::state::AppState;
 use std::time::Duration;
 
 /// Woken when a node call failed after the store recorded a change, so the pass that

@@ -1,15 +1,13 @@
-//! The HTTP server: state, middleware, and first-start bootstrap.
+//! The HTTP server: the router, middleware, and first-start bootstrap.
 
-use crate::auth::secrets::{
-    generate_password, hash_password, hash_secret, new_token_id, PlainToken,
-};
-use crate::config::ControlConfig;
-use crate::data_plane::DataPlane;
-
+use crate::auth::login_tokens::mint_login_token;
+use crate::auth::secrets::{generate_password, hash_password_blocking, hash_secret};
 use crate::auth::session::CookieSession;
+use crate::body::BodyReadTimeout;
 use crate::error::{ApiError, ApiResult};
-use atoll_data::rate_limit::{address_of, client_of, Client, RateLimits};
-use atoll_meta::{NewGroup, NewToken, NewUser, Store, TokenKind, TokenRestriction};
+use crate::state::AppState;
+use atoll_data::rate_limit::{address_of, client_of, Client};
+use atoll_meta::{NewGroup, NewUser};
 use atoll_types::ErrorCode;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::HeaderName;
@@ -17,46 +15,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use std::future::Future;
-use std::sync::Arc;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-/// Login tokens live a week, as Turso's do.
-pub const LOGIN_TOKEN_LIFETIME_MS: i64 = 7 * 24 * 3600 * 1000;
-
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    pub config: Arc<ControlConfig>,
-    pub data_plane: Arc<DataPlane>,
-    pub(crate) login_throttle: Arc<crate::login_throttle::LoginThrottle>,
-    pub(crate) rate_limits: Arc<RateLimits>,
-}
-
-impl AppState {
-    pub fn new(store: Store, config: ControlConfig, data_plane: DataPlane) -> AppState {
-        let login_throttle = Arc::new(crate::login_throttle::LoginThrottle::new(
-            config.login_throttle,
-        ));
-        AppState {
-            login_throttle,
-            rate_limits: Arc::new(RateLimits::new(
-                config.rate_per_credential,
-                config.rate_per_address,
-            )),
-            store,
-            config: Arc::new(config),
-            data_plane: Arc::new(data_plane),
-        }
-    }
-}
-
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// How long the request body may take (see `ControlConfig::body_read_timeout`), for the
-/// extractors that read bodies.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BodyReadTimeout(pub std::time::Duration);
 
 /// Admits a request: refuses it with 429 and `Retry-After` when its client (token, else
 /// address) is over its rate limit, and tells the body extractors how long they may wait.
@@ -246,7 +208,7 @@ pub async fn bootstrap_user(
             }
         }
     }
-    let token = mint_login_token(state, &user.id).await?;
+    let token = mint_login_token(&state.store, &user.id).await?;
     Ok(BootstrapOutcome {
         username: user.username,
         generated_password,
@@ -254,28 +216,4 @@ pub async fn bootstrap_user(
         token,
         token_is_new: true,
     })
-}
-
-pub(crate) async fn mint_login_token(state: &AppState, user_id: &str) -> ApiResult<String> {
-    let secret = PlainToken::generate();
-    state
-        .store
-        .insert_token(NewToken {
-            id: new_token_id(),
-            user_id: user_id.to_string(),
-            name: "login".to_string(),
-            kind: TokenKind::Login,
-            secret_hash: secret.hashed(),
-            restriction: TokenRestriction::Unrestricted,
-            expires_at: Some(atoll_meta::now_millis() + LOGIN_TOKEN_LIFETIME_MS),
-        })
-        .await?;
-    Ok(secret.reveal())
-}
-
-pub(crate) async fn hash_password_blocking(password: String) -> ApiResult<String> {
-    tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(ApiError::Internal)
 }

@@ -3,7 +3,7 @@
 //! databases' sizes, so storage has a history too.
 
 use crate::error::ApiResult;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::{StorageSample, Usage, UsageEntry};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;

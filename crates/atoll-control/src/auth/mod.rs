@@ -7,6 +7,7 @@
 //! its route's action has been authorized against the organization and group named in
 //! its path.
 
+pub mod login_tokens;
 pub mod node;
 pub mod policy;
 pub mod principal;

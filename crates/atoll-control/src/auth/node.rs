@@ -5,7 +5,7 @@
 
 use super::{Action, Target};
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;

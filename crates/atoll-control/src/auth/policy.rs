@@ -16,7 +16,7 @@
 
 use super::principal::{authenticate, Principal};
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::{Database, Group, Organization, TokenRestriction};
 use atoll_types::audit::origin_from_user_agent;
 use atoll_types::{ErrorCode, Role, Scope};

@@ -4,7 +4,7 @@
 use super::secrets::{hash_secret, looks_like_token};
 use super::session::{cookie_session, CookieSession};
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::{ApiToken, TokenKind, TokenRestriction, User};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;

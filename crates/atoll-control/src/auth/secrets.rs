@@ -101,6 +101,15 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// [`hash_password`] on a blocking thread (Argon2 takes tens of milliseconds).
+pub(crate) async fn hash_password_blocking(password: String) -> crate::error::ApiResult<String> {
+    use crate::error::ApiError;
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(ApiError::Internal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,11 @@
 
 use super::Route;
 use crate::audit;
+use crate::auth::secrets::hash_password_blocking;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
-use crate::server::{hash_password_blocking, AppState};
+use crate::state::AppState;
 use atoll_meta::{NewGroup, NewUser};
 use atoll_types::audit::AuditCode;
 use atoll_types::organizations::{OrganizationResponse, SetPlanRequest, PLANS};

@@ -7,7 +7,7 @@ use crate::auth::secrets::{new_token_id, PlainToken};
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::{NewToken, TokenKind, TokenListing, TokenRestriction};
 use atoll_types::audit::AuditCode;

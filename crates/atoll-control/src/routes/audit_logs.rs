@@ -9,7 +9,7 @@ use super::Route;
 use crate::auth::{Access, Action};
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::AuditFilter;
 use atoll_types::audit::{AuditLogList, AuditLogPagination};

@@ -3,13 +3,14 @@
 //! /v1/auth/session` (a login token in an `HttpOnly` cookie: see `crate::auth::session`).
 
 use super::Route;
+use crate::auth::login_tokens::{mint_login_token, LOGIN_TOKEN_LIFETIME_MS};
 use crate::auth::secrets::{hash_secret, looks_like_token, verify_password};
 use crate::auth::session;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::login_throttle::Refusal;
-use crate::server::{mint_login_token, AppState, LOGIN_TOKEN_LIFETIME_MS};
+use crate::state::AppState;
 use atoll_types::tokens::{LoginTokensInvalidated, TokenValidation};
 use atoll_types::users::{LoginRequest, LoginResponse, SessionStarted};
 use axum::extract::{ConnectInfo, FromRequestParts, State};
@@ -207,7 +208,7 @@ async fn log_in(
         return Err(refused());
     };
     state.login_throttle.succeeded(&body.username, address);
-    let token = mint_login_token(state, &user.id).await?;
+    let token = mint_login_token(&state.store, &user.id).await?;
     Ok((user, token))
 }
 

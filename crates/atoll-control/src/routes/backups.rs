@@ -8,7 +8,7 @@ use crate::audit;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_types::audit::AuditCode;
 use atoll_types::backups::{

@@ -12,7 +12,7 @@ use super::Route;
 use crate::auth::{Access, Action};
 use crate::body::{LenientJson, Query};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_types::hosted::{
     BillingCustomer, PaymentMethods, StripeCustomer, StripeCustomerRequest,
@@ -254,11 +254,11 @@ async fn invoices(
     }
     // One invoice per calendar month since the organization was created; the current one
     // is upcoming. Each is due at the end of its cycle.
-    let (current_start, _) = super::billing_cycle(atoll_meta::now_millis());
+    let (current_start, _) = crate::quotas::billing_cycle(atoll_meta::now_millis());
     let mut cycles = Vec::new();
-    let mut start = super::billing_cycle(org.created_at).0;
+    let mut start = crate::quotas::billing_cycle(org.created_at).0;
     while start <= current_start {
-        let end = super::billing_cycle(start).1;
+        let end = crate::quotas::billing_cycle(start).1;
         cycles.push((start, end));
         start = end;
     }

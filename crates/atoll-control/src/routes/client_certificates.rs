@@ -17,7 +17,7 @@ use crate::auth::{Access, Action};
 use crate::body::Query;
 use crate::database_tokens::TokenQuery;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_meta::ClientCa;
 use atoll_types::audit::AuditCode;
 use atoll_types::client_certificates::DatabaseCertificate;

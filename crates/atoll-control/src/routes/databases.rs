@@ -5,12 +5,13 @@
 use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
+use crate::body::BodyReadTimeout;
 use crate::body::{parse_lenient, LenientJson, Query};
 use crate::database_tokens::{
     group_with_key, mint, new_signing_key, rotate_database_key, Subject, TokenQuery,
 };
 use crate::error::{ApiError, ApiResult};
-use crate::server::{AppState, BodyReadTimeout};
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::{
     Database, DatabaseChanges, DatabaseFilter, DatabaseInsert, DatabaseState, StoreError,

@@ -10,7 +10,7 @@ use crate::database_tokens::{
     group_with_key, mint, new_signing_key, rotate_group_keys, Subject, TokenQuery,
 };
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::{Entity, GroupChanges, NewGroup, StoreError};
 use atoll_types::databases::{CreateDatabaseTokenRequest, DatabaseToken};

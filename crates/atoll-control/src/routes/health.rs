@@ -4,7 +4,7 @@
 use super::Route;
 use crate::auth::Action;
 use crate::error::ApiResult;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::Method;
 use axum::Json;

@@ -6,7 +6,7 @@ use crate::auth::node::NodeCaller;
 use crate::auth::Action;
 use crate::body::LenientJson;
 use crate::error::ApiResult;
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_types::node::{
     DatabaseRoute, DesiredState, Heartbeat, HeartbeatAccepted, HeldDatabaseIds, PlacedDatabases,
 };

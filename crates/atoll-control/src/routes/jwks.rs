@@ -11,7 +11,7 @@ use crate::auth::{Access, Action};
 use crate::body::{LenientJson, Query};
 use crate::data_plane::push_org_databases;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::{KeySetPut, OrgKeySet};
 use atoll_types::audit::AuditCode;

@@ -6,7 +6,7 @@
 use super::Route;
 use crate::auth::{Access, Action};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_types::locations::{
     ClosestRegion, LocationDetail, LocationMap, LocationResponse, LocationSummary,
     LocationsByPlatform,

@@ -54,7 +54,7 @@ mod user;
 mod v3;
 
 use crate::auth::Action;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::http::Method;
 use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Extension, Router};
@@ -200,4 +200,3 @@ pub(crate) fn router() -> Router<AppState> {
     }
     router
 }
-pub(crate) use usage::billing_cycle;

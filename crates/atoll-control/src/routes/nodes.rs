@@ -5,7 +5,7 @@ use super::Route;
 use crate::auth::{Access, Action};
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use atoll_types::node as node_wire;
 use atoll_types::nodes::{
     DrainReport, NodeSummary, NodeUndrained, NodesResponse, PurgeQuarantineRequest,

@@ -5,7 +5,7 @@ use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::StoreError;
 use atoll_types::audit::AuditCode;

@@ -13,7 +13,8 @@ use super::Route;
 use crate::auth::{Access, Action};
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::quotas::billing_cycle;
+use crate::state::AppState;
 use crate::wire;
 use atoll_meta::{Database, InstanceUsageOf, Usage, UsageHour};
 use atoll_types::usage::{
@@ -198,24 +199,6 @@ impl Intervals {
             })
             .collect()
     }
-}
-
-/// The calendar month around `now`, in milliseconds: `[first day, first day of next)`.
-pub fn billing_cycle(now: i64) -> (i64, i64) {
-    let now = OffsetDateTime::from_unix_timestamp(now / 1000).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    let start = now
-        .replace_day(1)
-        .map(|d| d.replace_time(time::Time::MIDNIGHT))
-        .unwrap_or(now);
-    let next = if start.month() == time::Month::December {
-        start
-            .replace_year(start.year() + 1)
-            .and_then(|d| d.replace_month(time::Month::January))
-    } else {
-        start.replace_month(start.month().next())
-    }
-    .unwrap_or(start);
-    (unix_millis(start), unix_millis(next))
 }
 
 fn unix_millis(t: OffsetDateTime) -> i64 {
@@ -481,21 +464,4 @@ async fn stats(State(state): State<AppState>, access: Access) -> ApiResult<Json<
 
 async fn queries(State(state): State<AppState>, access: Access) -> ApiResult<Json<Vec<TopQuery>>> {
     Ok(Json(top_queries(&state, access.database()).await?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::billing_cycle;
-
-    #[test]
-    fn billing_cycles_are_calendar_months() {
-        // 2026-11-22T10:00:00Z
-        let (from, to) = billing_cycle(1_795_341_600_000);
-        assert_eq!(crate::wire::rfc3339(from), "2026-11-01T00:00:00Z");
-        assert_eq!(crate::wire::rfc3339(to), "2026-12-01T00:00:00Z");
-        // 2026-12-31T23:59:59Z
-        let (from, to) = billing_cycle(1_798_761_599_000);
-        assert_eq!(crate::wire::rfc3339(from), "2026-12-01T00:00:00Z");
-        assert_eq!(crate::wire::rfc3339(to), "2027-01-01T00:00:00Z");
-    }
 }

@@ -15,7 +15,7 @@ use crate::auth::{Access, Action};
 use crate::body::{parse_lenient, LenientJson, Query};
 use crate::database_tokens::TokenQuery;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 use atoll_types::databases::{
     CreateDatabaseTokenRequest, DatabaseToken, DeletedDatabase, Pagination, RestorableDatabase,
