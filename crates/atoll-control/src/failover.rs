@@ -2,7 +2,7 @@
 //! new primary elsewhere, rebuilt from object storage, without two nodes ever writing its
 //! log at once.
 //!
-//! What makes a lost node safe to replace is its **write lease** (`atoll_data::lease`):
+//! What makes a lost node safe to replace is its **write lease** (`atoll_storage::lease`):
 //! a control plane started with `--failover-after-secs` answers every heartbeat with a
 //! lease of [`wire::WRITE_LEASE_MS`] and records until when it runs. A node past its
 //! lease commits nothing and stores nothing. A database is taken over from a node only

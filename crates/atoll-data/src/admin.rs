@@ -214,7 +214,7 @@ async fn create(
     Ok(Json(serde_json::json!({})))
 }
 
-/// Restores a database in place to an instant of its history (`storage::service`).
+/// Restores a database in place to an instant of its history (`node_storage`).
 async fn restore(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
@@ -352,7 +352,7 @@ async fn adopt(
             "the configuration is for another database".into(),
         ));
     }
-    let frame_no = crate::storage::service::adopt(
+    let frame_no = crate::node_storage::adopt(
         &state.node,
         request.config,
         request.frame_no,

@@ -7,8 +7,8 @@
 use crate::error::DataError;
 use crate::jwt::{self, Claims, JwtError};
 use crate::sandbox::{self, Mode, SandboxSettings, SandboxedConnection};
-use crate::storage::shipper::DatabaseLog;
 use crate::write_lock::WriteLockWatch;
+use atoll_storage::shipper::DatabaseLog;
 use atoll_types::node::{DatabaseConfig, DatabaseState};
 use ed25519_dalek::VerifyingKey;
 use rusqlite::config::DbConfig;
@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// SQLite page size of every Atoll database (uploads must match it).
-pub const PAGE_SIZE: u64 = 4096;
+/// SQLite page size of every Atoll database (uploads must match it; the durable log reads
+/// pages of it).
+pub use atoll_storage::PAGE_SIZE;
 
 /// Settings of every connection to a database, chosen for many small databases on one node
 /// serving short transactions:
@@ -256,7 +257,7 @@ impl Database {
     /// verified under the old ones is verified again.
     pub(crate) fn set_config(&self, config: DatabaseConfig) {
         // Before its keys: a transfer's new owner never finds the old history served
-        // (`storage::history`).
+        // (`transfer_history`).
         if let (Some(log), Some(since)) = (&self.log, config.history_starts_at_ms) {
             log.ask_history(since);
         }
@@ -380,7 +381,7 @@ impl Database {
             let cache_kib = (settings.page_cache_bytes / 1024).max(1);
             conn.pragma_update(None, "cache_size", -(cache_kib as i64))?;
             if let Some(log) = log {
-                // Only the shipper checkpoints, after shipping (`storage::shipper`): a
+                // Only the shipper checkpoints, after shipping (`atoll_storage::shipper`): a
                 // checkpoint here could copy frames into the file that object storage
                 // never got, and a reset WAL would lose them.
                 conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;

@@ -299,7 +299,7 @@ pub fn check_loaded(file: &std::path::Path) -> Result<(), DataError> {
         })
 }
 
-/// Checks a file rebuilt from object storage (`storage::restore`): `PRAGMA quick_check`.
+/// Checks a file rebuilt from object storage (`atoll_storage::restore`): `PRAGMA quick_check`.
 /// Unbounded, unlike the checks of files tenants send: a rebuild must not fail for time.
 pub fn check_restored(file: &std::path::Path) -> Result<(), DataError> {
     let conn = rusqlite::Connection::open(file)?;

@@ -101,3 +101,17 @@ impl From<std::io::Error> for DataError {
         DataError::Internal(e.to_string())
     }
 }
+
+/// The durable log's errors, as the data plane answered them before the log was a crate of
+/// its own (same variants, so the same statuses and messages).
+impl From<atoll_storage::StorageError> for DataError {
+    fn from(e: atoll_storage::StorageError) -> Self {
+        use atoll_storage::StorageError;
+        match e {
+            StorageError::BadRequest(why) => DataError::BadRequest(why),
+            StorageError::Unavailable(why) => DataError::Unavailable(why),
+            StorageError::ObjectStorage(why) => DataError::Storage(why),
+            StorageError::Internal(why) => DataError::Internal(why),
+        }
+    }
+}

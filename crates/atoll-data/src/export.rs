@@ -58,8 +58,8 @@ async fn export(
     req.db.ensure_queryable()?;
     req.db.ensure_readable()?;
     // Until a transfer's new history is started, the file may still hold the old owner's
-    // deleted rows in its free pages (`storage::history`).
-    crate::storage::history::ensure_started(&req.db)?;
+    // deleted rows in its free pages (`transfer_history`).
+    crate::transfer_history::ensure_started(&req.db)?;
     if let Some(number) = generation
         .parse::<u64>()
         .ok()

@@ -84,7 +84,7 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), DataError> {
     }
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
-        crate::node::sync_dir(dir)?;
+        atoll_storage::sync_dir(dir)?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //!    taken (a writer mid-transaction finishes first), everything committed is stored, and
 //!    the node answers the last stored frame. Nothing can commit after it.
 //! 2. **adopt** on the new holder: rebuilt from object storage up to at least that frame,
-//!    kept handed over (serving nothing) — `storage::service::adopt`.
+//!    kept handed over (serving nothing) — `node_storage::adopt`.
 //! 3. the store places the database on the new node (one conditional update), then
 //!    **resume** there: it serves and joins the node's index.
 //! 4. **release** on the old holder: its local copy goes; its history stays in object
@@ -19,8 +19,8 @@
 use crate::database::HAND_OVER_MARKER;
 use crate::error::DataError;
 use crate::node::Node;
-use crate::storage::now_ms;
-use crate::storage::shipper::internal_connection;
+use atoll_storage::now_ms;
+use atoll_storage::shipper::internal_connection;
 use atoll_types::node::HandedOver;
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ pub fn hand_over(node: &Node, id: &str) -> Result<HandedOver, DataError> {
         e
     };
     let lock = if db.file_path().exists() {
-        let conn = internal_connection(&db.file_path()).map_err(undo)?;
+        let conn = internal_connection(&db.file_path()).map_err(|e| undo(e.into()))?;
         conn.busy_timeout(Duration::from_millis(100))
             .map_err(|e| undo(DataError::from(e)))?;
         // Waiting is announced as any writer's is, so an interactive transaction left
@@ -94,7 +94,7 @@ pub fn hand_over(node: &Node, id: &str) -> Result<HandedOver, DataError> {
     let shipped = log.ship_round(&storage.context(&runtime));
     if let Err(e) = shipped {
         drop(lock);
-        return Err(undo(e));
+        return Err(undo(e.into()));
     }
     let status = log.status();
     if status.pending_commits > 0 {
@@ -126,7 +126,7 @@ pub fn resume(node: &Node, id: &str) -> Result<(), DataError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e.into()),
     }
-    crate::node::sync_dir(db.dir())?;
+    atoll_storage::sync_dir(db.dir())?;
     db.clear_handed_over();
     if let Some(storage) = node.storage() {
         storage.config_changed(id);

@@ -3,11 +3,12 @@
 
 use crate::database::Database;
 use crate::error::DataError;
+use crate::node_storage::{NodeStorage, StorageConfig};
 use crate::pool::ConnectionPool;
 use crate::sandbox::{Mode, SandboxSettings};
 use crate::sql_pool::SqlPool;
-use crate::storage::service::{NodeStorage, StorageConfig};
-use crate::storage::shipper::LogState;
+use atoll_storage::shipper::LogState;
+use atoll_storage::sync_dir;
 use atoll_types::node::{CreateDatabase, DatabaseConfig, DatabaseState, DatabaseStats, Seed};
 use std::collections::HashMap;
 use std::io::Write;
@@ -45,8 +46,8 @@ pub struct Node {
     storage: Option<Arc<NodeStorage>>,
     /// Replicas of databases whose primaries are on other nodes (`replication::follow`).
     pub replicas: crate::replication::follow::Replicas,
-    /// Its lease on writing, when a control plane fails nodes over (`crate::lease`).
-    lease: Arc<crate::lease::Lease>,
+    /// Its lease on writing, when a control plane fails nodes over (`atoll_storage::lease`).
+    lease: Arc<atoll_storage::lease::Lease>,
     /// Which tenant statement was running when the engine crashed the process, and the
     /// statements refused since (`crate::crash_journal`).
     crash_journal: crate::crash_journal::CrashJournal,
@@ -87,7 +88,7 @@ impl Node {
         let dbs = data_dir.join("dbs");
         std::fs::create_dir_all(&dbs)?;
         let shutdown = Arc::new(AtomicBool::new(false));
-        let lease = Arc::new(crate::lease::Lease::load(data_dir));
+        let lease = Arc::new(atoll_storage::lease::Lease::load(data_dir));
         let (crash_journal, _) = crate::crash_journal::CrashJournal::open(data_dir)?;
         let storage = match &settings.storage {
             Some(config) => Some(Arc::new(NodeStorage::open(config, Arc::clone(&lease))?)),
@@ -135,7 +136,7 @@ impl Node {
             // crash cut off.
             if dir.is_dir() {
                 crate::upload::remove_stale_uploads(&dir, &[])?;
-                // A snapshot or a state file a crash cut off (`storage::shipper`).
+                // A snapshot or a state file a crash cut off (`atoll_storage::shipper`).
                 for leftover in ["snapshot.tmp", "log.json.tmp", "config.json.tmp"] {
                     let _ = std::fs::remove_file(dir.join(leftover));
                 }
@@ -169,8 +170,8 @@ impl Node {
         }
     }
 
-    /// The node's lease on writing (`crate::lease`).
-    pub fn lease(&self) -> &Arc<crate::lease::Lease> {
+    /// The node's lease on writing (`atoll_storage::lease`).
+    pub fn lease(&self) -> &Arc<atoll_storage::lease::Lease> {
         &self.lease
     }
 
@@ -179,7 +180,7 @@ impl Node {
         self.storage.as_ref()
     }
 
-    fn new_log(&self, id: &str, dir: &Path) -> Option<Arc<crate::storage::shipper::DatabaseLog>> {
+    fn new_log(&self, id: &str, dir: &Path) -> Option<Arc<atoll_storage::shipper::DatabaseLog>> {
         self.storage
             .as_ref()
             .map(|s| s.new_log(id, &dir.join("data")))
@@ -255,7 +256,7 @@ impl Node {
             let aside = self.data_dir.join("dbs").join(format!(
                 ".damaged-{}-{}",
                 db.id(),
-                crate::storage::now_ms()
+                atoll_storage::now_ms()
             ));
             std::fs::rename(db.dir(), aside)?;
         }
@@ -272,7 +273,7 @@ impl Node {
         Ok(())
     }
 
-    /// Restores a database in place to its state at `timestamp_ms` (`storage::service`).
+    /// Restores a database in place to its state at `timestamp_ms` (`node_storage`).
     pub fn restore_in_place(
         &self,
         id: &str,
@@ -284,7 +285,7 @@ impl Node {
         let storage = self.storage.as_ref().ok_or_else(|| {
             DataError::BadRequest("this node has no object storage (--storage-url)".into())
         })?;
-        crate::storage::service::restore_in_place(self, storage, &db, timestamp_ms)
+        crate::node_storage::restore_in_place(self, storage, &db, timestamp_ms)
     }
 
     /// What object storage holds of a database.
@@ -295,7 +296,7 @@ impl Node {
         let storage = self.storage.as_ref().ok_or_else(|| {
             DataError::BadRequest("this node has no object storage (--storage-url)".into())
         })?;
-        crate::storage::service::backups(storage, &db).await
+        crate::node_storage::backups(storage, &db).await
     }
 
     pub fn sandbox(&self) -> &SandboxSettings {
@@ -421,7 +422,7 @@ impl Node {
                             "source database {source_id} is not on this node"
                         ))
                     })?;
-                    crate::storage::history::ensure_started(&source)?;
+                    crate::transfer_history::ensure_started(&source)?;
                     copy_database(self, &source, &file)?;
                 }
                 Seed::PointInTime {
@@ -447,7 +448,7 @@ impl Node {
                         }
                         None => storage.retention_days(&config),
                     };
-                    crate::storage::service::restore_seed(
+                    crate::node_storage::restore_seed(
                         storage,
                         source_id,
                         *timestamp_ms,
@@ -491,7 +492,7 @@ impl Node {
                 let stored = storage.as_ref().map(|(storage, runtime)| {
                     let (config, file) = (&config, has_file.then_some(file.as_path()));
                     scope.spawn(move || {
-                        crate::storage::service::store_new_database(storage, runtime, config, file)
+                        crate::node_storage::store_new_database(storage, runtime, config, file)
                     })
                 });
                 let written = (|| {
@@ -587,7 +588,7 @@ impl Node {
         self.pool.forget(&config.id);
         drop(one_at_a_time);
         // A transfer: the new owner's history starts before the control plane is answered.
-        crate::storage::history::start_if_asked(self, &db);
+        crate::transfer_history::start_if_asked(self, &db);
         Ok(db)
     }
 
@@ -603,7 +604,7 @@ impl Node {
                 let id = id.to_string();
                 if let Ok(runtime) = storage.runtime() {
                     runtime.spawn(async move {
-                        match crate::storage::service::purge(&storage, &id).await {
+                        match crate::node_storage::purge(&storage, &id).await {
                             Ok(n) => tracing::info!(database_id = %id, objects = n, "purged from object storage"),
                             Err(e) => tracing::warn!(database_id = %id, error = %e, "purging object storage failed"),
                         }
@@ -666,7 +667,7 @@ impl Node {
             backup_bytes: self
                 .storage
                 .as_ref()
-                .map(|s| crate::storage::service::stored_bytes(s, &db)),
+                .map(|s| crate::node_storage::stored_bytes(s, &db)),
             replication_lag_commits: status.as_ref().map(|s| s.pending_commits),
             replication_lag_ms: status.as_ref().map(|s| s.lag_ms),
             recovering: db.needs_rebuild(),
@@ -748,11 +749,6 @@ fn write_config(path: &Path, config: &DatabaseConfig) -> Result<(), DataError> {
         file.sync_all()?;
     }
     std::fs::rename(tmp, path)?;
-    Ok(())
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), DataError> {
-    std::fs::File::open(dir)?.sync_all()?;
     Ok(())
 }
 

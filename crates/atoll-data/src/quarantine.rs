@@ -48,8 +48,8 @@ pub fn quarantine(
     };
     std::fs::write(db.dir().join(STAMP), now_ms.to_string())?;
     std::fs::rename(db.dir(), &target)?;
-    crate::node::sync_dir(&node.data_dir().join("dbs"))?;
-    crate::node::sync_dir(&quarantine_dir(node.data_dir()))?;
+    atoll_storage::sync_dir(&node.data_dir().join("dbs"))?;
+    atoll_storage::sync_dir(&quarantine_dir(node.data_dir()))?;
     tracing::warn!(database = %id, dir = %target.display(), "quarantined a database its metadata store does not know, or places on another node");
     read_entry(&target, retention, now_ms)
 }

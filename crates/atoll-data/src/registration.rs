@@ -251,7 +251,7 @@ fn apply(admin: &AdminState, desired: DesiredState, epoch: u64) -> Result<Confir
                     node,
                     &id,
                     admin.quarantine_retention,
-                    crate::storage::now_ms(),
+                    atoll_storage::now_ms(),
                 ) {
                     Ok(_) | Err(DataError::UnknownDatabase(_)) => {
                         tracing::warn!(database = %id, placed_on = placed_on.as_deref().unwrap_or("nowhere"), "placed elsewhere (or unknown to the store) while this node was away: quarantined, not served");
@@ -322,7 +322,7 @@ async fn take_lease(
                 node,
                 id,
                 admin.quarantine_retention,
-                crate::storage::now_ms(),
+                atoll_storage::now_ms(),
             );
             match quarantined {
                 Ok(_) => {

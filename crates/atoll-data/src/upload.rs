@@ -910,7 +910,7 @@ fn install(
         remove_if_exists(&stale)?;
     }
     std::fs::rename(temp.path(), &target)?;
-    crate::node::sync_dir(db.dir())?;
+    atoll_storage::sync_dir(db.dir())?;
     node.activate(db)?;
     node.pool.forget(db.id());
     if let (Some(log), Some(storage)) = (db.log(), node.storage()) {

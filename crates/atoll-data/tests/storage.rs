@@ -8,9 +8,9 @@
 mod support;
 
 use atoll_data::node::NodeSettings;
-use atoll_data::storage::service::StorageConfig;
-use atoll_data::storage::{DurabilityMode, StorageSettings};
+use atoll_data::node_storage::StorageConfig;
 use atoll_data::DataLimits;
+use atoll_storage::{DurabilityMode, StorageSettings};
 use atoll_types::node::{CreateDatabase, Durability, Seed};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -444,24 +444,22 @@ async fn retention_keeps_every_instant_inside_the_window_restorable() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let storage = node.node.storage().unwrap().clone();
-        let before =
-            atoll_data::storage::restore::Catalog::load(&storage.storage, &source.config.id)
-                .await
-                .unwrap();
+        let before = atoll_storage::restore::Catalog::load(&storage.storage, &source.config.id)
+            .await
+            .unwrap();
         assert!(before.generations.len() >= 4);
         // The window starts after row 7 was acknowledged.
         let cutoff = instants[6].1;
-        atoll_data::storage::service::collect_garbage_before(
+        atoll_storage::retention::collect_garbage_before(
             &storage.storage,
             &source.config.id,
             cutoff,
         )
         .await
         .unwrap();
-        let after =
-            atoll_data::storage::restore::Catalog::load(&storage.storage, &source.config.id)
-                .await
-                .unwrap();
+        let after = atoll_storage::restore::Catalog::load(&storage.storage, &source.config.id)
+            .await
+            .unwrap();
         assert!(
             after.generations.len() < before.generations.len(),
             "old generations go"
@@ -605,7 +603,7 @@ async fn a_move_hands_over_adopts_resumes_and_releases_losing_nothing() {
         assert_eq!(status_of(&db).await, 503);
 
         // 2. Adopt. A frame object storage does not reach is refused, leaving nothing.
-        let ahead = atoll_data::storage::service::adopt(
+        let ahead = atoll_data::node_storage::adopt(
             &new.node,
             db.config.clone(),
             handed.frame_no + 1_000,
@@ -615,18 +613,13 @@ async fn a_move_hands_over_adopts_resumes_and_releases_losing_nothing() {
         assert!(ahead.is_err(), "{ahead:?}");
         assert!(new.node.by_id(&id).is_none());
         // Rebuilt on the new node up to the hand-over, not serving yet.
-        let reached = atoll_data::storage::service::adopt(
-            &new.node,
-            db.config.clone(),
-            handed.frame_no,
-            true,
-        )
-        .await
-        .unwrap();
+        let reached =
+            atoll_data::node_storage::adopt(&new.node, db.config.clone(), handed.frame_no, true)
+                .await
+                .unwrap();
         assert!(reached >= handed.frame_no);
         // A rebuild (no replace) never replaces the copy a move just put there.
-        let rebuild =
-            atoll_data::storage::service::adopt(&new.node, db.config.clone(), 0, false).await;
+        let rebuild = atoll_data::node_storage::adopt(&new.node, db.config.clone(), 0, false).await;
         assert!(
             matches!(rebuild, Err(atoll_data::error::DataError::Conflict(_))),
             "{rebuild:?}"
@@ -635,7 +628,7 @@ async fn a_move_hands_over_adopts_resumes_and_releases_losing_nothing() {
         assert_eq!(status_of(&db).await, 503, "adopted, not resumed");
         // Adopting what a node already serves is refused.
         let twice =
-            atoll_data::storage::service::adopt(&new.node, serving.config.clone(), 0, true).await;
+            atoll_data::node_storage::adopt(&new.node, serving.config.clone(), 0, true).await;
         assert!(
             matches!(twice, Err(atoll_data::error::DataError::Conflict(_))),
             "{twice:?}"
@@ -775,10 +768,10 @@ async fn a_commit_after_the_hand_over_is_refused_not_acknowledged() {
     let file = new_dir().join("restored.db");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     let storage = node.node.storage().unwrap();
-    let restored = atoll_data::storage::restore::restore_to_file(
+    let restored = atoll_storage::restore::restore_to_file(
         &storage.storage,
         &db.config.id,
-        atoll_data::storage::restore::Target::Latest,
+        atoll_storage::restore::Target::Latest,
         None,
         &file,
     )
@@ -974,8 +967,8 @@ async fn a_transfers_new_history_is_waited_for_and_outlives_a_lost_disk() {
         db.addr = node.addr;
         wait_served(&db).await;
         let rebuilt = node.node.by_id(&db.config.id).unwrap();
-        assert!(!atoll_data::storage::history::pending(&rebuilt));
-        assert_eq!(atoll_data::storage::history::first_frame(&rebuilt), start);
+        assert!(!atoll_data::transfer_history::pending(&rebuilt));
+        assert_eq!(atoll_data::transfer_history::first_frame(&rebuilt), start);
         assert_eq!(get(&db, "/sync/2/1/129").await.status(), 409);
         let result = db.query(sql("SELECT x FROM t ORDER BY x")).await;
         assert_eq!(result["rows"].as_array().unwrap().len(), 2, "{result}");

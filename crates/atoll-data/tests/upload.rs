@@ -1424,14 +1424,14 @@ COMMIT;
 // duplicate its index does not know). The push is checked with `integrity_check`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_that_breaks_a_unique_index_is_refused_and_changes_nothing() {
-    use atoll_data::storage::service::StorageConfig;
+    use atoll_data::node_storage::StorageConfig;
     use support::sql;
     let store = scratch();
     let settings = atoll_data::node::NodeSettings {
         storage: Some(StorageConfig {
             url: format!("file://{}", store.display()),
             node_name: "test-node".into(),
-            settings: atoll_data::storage::StorageSettings {
+            settings: atoll_storage::StorageSettings {
                 durability_lag: Duration::from_millis(100),
                 ..Default::default()
             },

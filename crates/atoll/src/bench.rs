@@ -1210,14 +1210,14 @@ const IDLE_WAIT: Duration = Duration::from_secs(5);
 fn node_settings(dir: &Path, storage: StorageMode) -> atoll_data::node::NodeSettings {
     let durability = match storage {
         StorageMode::Off => return Default::default(),
-        StorageMode::Lag => atoll_data::storage::DurabilityMode::Lag,
-        StorageMode::Sync => atoll_data::storage::DurabilityMode::Sync,
+        StorageMode::Lag => atoll_storage::DurabilityMode::Lag,
+        StorageMode::Sync => atoll_storage::DurabilityMode::Sync,
     };
     atoll_data::node::NodeSettings {
-        storage: Some(atoll_data::storage::service::StorageConfig {
+        storage: Some(atoll_data::node_storage::StorageConfig {
             url: format!("file://{}", dir.join("storage").display()),
             node_name: "local".into(),
-            settings: atoll_data::storage::StorageSettings {
+            settings: atoll_storage::StorageSettings {
                 durability,
                 ..Default::default()
             },
@@ -1244,7 +1244,7 @@ fn log_objects(storage_dir: &Path, id: &str) -> (u64, u64) {
 /// to an instant in the middle of it (seconds). Both on a node of their own with `file://`
 /// storage, written through the node's own connections (as tenants' writes are).
 async fn restore(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
-    use atoll_data::storage::restore::{restore_to_file, Target};
+    use atoll_storage::restore::{restore_to_file, Target};
     std::fs::create_dir_all(dir)?;
     let node = crate::server::open_node(dir, node_settings(dir, StorageMode::Lag)).await?;
     let storage = node.storage().cloned().context("no storage")?;
@@ -1284,17 +1284,17 @@ async fn restore(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
         written += chunk;
         if middle.is_none() && written >= args.history_mb / 2 {
             wait_durable(&node, &busy).await?;
-            middle = Some(atoll_data::storage::now_ms_public());
+            middle = Some(atoll_storage::now_ms_public());
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
     wait_durable(&node, &busy).await?;
-    let at = middle.unwrap_or_else(atoll_data::storage::now_ms_public);
+    let at = middle.unwrap_or_else(atoll_storage::now_ms_public);
     let target = dir.join("restored-busy.db");
     let start = Instant::now();
     restore_to_file(&storage.storage, &busy, Target::Time(at), None, &target).await?;
     let seconds = start.elapsed().as_secs_f64();
-    let catalog = atoll_data::storage::restore::Catalog::load(&storage.storage, &busy).await?;
+    let catalog = atoll_storage::restore::Catalog::load(&storage.storage, &busy).await?;
     println!(
         "restore_point_in_time: {seconds:.2} s (to the middle of {} MiB of history; {} generations, {} segments); target <= 30 s: {}",
         args.history_mb,

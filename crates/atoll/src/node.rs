@@ -194,7 +194,7 @@ pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     atoll_data::serve(Listener::new(listener, tls), data_state, shutdown_signal()).await?;
     admin.abort();
     // Whatever is committed goes to object storage before the process ends.
-    atoll_data::storage::service::flush_all(&node).await;
+    atoll_data::node_storage::flush_all(&node).await;
     tracing::info!("stopped");
     Ok(())
 }

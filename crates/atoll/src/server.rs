@@ -499,7 +499,7 @@ pub(crate) async fn open_node(
         tracing::info!(storage = %storage.storage.url(), "object storage");
         // Databases whose files are gone come back from object storage (in the
         // background: each answers 503 until it is rebuilt).
-        let rebuilding = atoll_data::storage::service::recover(&node)
+        let rebuilding = atoll_data::node_storage::recover(&node)
             .await
             .map_err(|e| anyhow::anyhow!("cannot read the node's index in object storage: {e}"))?;
         if rebuilding > 0 {
@@ -508,7 +508,7 @@ pub(crate) async fn open_node(
                 "rebuilding databases from object storage"
             );
         }
-        atoll_data::storage::service::start(&node);
+        atoll_data::node_storage::start(&node);
     }
     Ok(node)
 }
@@ -652,7 +652,7 @@ impl StorageArgs {
         &self,
         data_dir: &Path,
         node_name: &str,
-    ) -> anyhow::Result<atoll_data::storage::service::StorageConfig> {
+    ) -> anyhow::Result<atoll_data::node_storage::StorageConfig> {
         if !(self.durability_lag > 0.0 && self.durability_lag <= 3600.0) {
             bail!("--durability-lag must be between 0 and 3600 seconds");
         }
@@ -666,14 +666,14 @@ impl StorageArgs {
                 format!("file://{}", dir.display())
             }
         };
-        Ok(atoll_data::storage::service::StorageConfig {
+        Ok(atoll_data::node_storage::StorageConfig {
             url,
             node_name: node_name.to_string(),
-            settings: atoll_data::storage::StorageSettings {
+            settings: atoll_storage::StorageSettings {
                 durability_lag: std::time::Duration::from_secs_f64(self.durability_lag),
                 durability: match self.durability {
-                    DurabilityArg::Lag => atoll_data::storage::DurabilityMode::Lag,
-                    DurabilityArg::Sync => atoll_data::storage::DurabilityMode::Sync,
+                    DurabilityArg::Lag => atoll_storage::DurabilityMode::Lag,
+                    DurabilityArg::Sync => atoll_storage::DurabilityMode::Sync,
                 },
                 default_retention_days: self.pitr_retention_days,
                 max_unshipped: std::time::Duration::from_secs(self.max_unshipped_secs.max(1)),
@@ -821,7 +821,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     atoll_control::serve(listener, state, shutdown_signal()).await?;
     node.task.abort();
     // Whatever is committed goes to object storage before the process ends.
-    atoll_data::storage::service::flush_all(&node.node).await;
+    atoll_data::node_storage::flush_all(&node.node).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -931,7 +931,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     atoll_control::serve(listener, state, shutdown_signal()).await?;
     if let Some((task, node)) = in_process {
         task.abort();
-        atoll_data::storage::service::flush_all(&node).await;
+        atoll_data::node_storage::flush_all(&node).await;
     }
     tracing::info!("stopped");
     Ok(())

@@ -148,17 +148,17 @@ impl TestApp {
         let node_dir = std::env::temp_dir().join(format!("atoll-node-{}", uuid_like()));
         // With object storage, as every `atoll` command runs its nodes.
         let settings = atoll_data::node::NodeSettings {
-            storage: Some(atoll_data::storage::service::StorageConfig {
+            storage: Some(atoll_data::node_storage::StorageConfig {
                 url: format!("file://{}", node_dir.join("storage").display()),
                 node_name: "local".into(),
-                settings: atoll_data::storage::StorageSettings::default(),
+                settings: atoll_storage::StorageSettings::default(),
             }),
             ..Default::default()
         };
         let node = std::sync::Arc::new(
             atoll_data::node::Node::open_with(&node_dir, settings).expect("open node"),
         );
-        atoll_data::storage::service::start(&node);
+        atoll_data::node_storage::start(&node);
         let db_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let db_port = db_listener.local_addr().unwrap().port();
         let db_url = format!("{scheme}://127.0.0.1:{db_port}");

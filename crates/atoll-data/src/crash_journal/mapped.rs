@@ -2,7 +2,7 @@
 //! statement and emptying it after are two stores into memory, no system call, and the
 //! kernel keeps the pages of a process that died (they are the file's, in the page cache),
 //! so the next start reads what was running. The signal handler marks a slot with one
-//! store too. This module, `signal`, `memory` and `storage::wal_insert` hold the
+//! store too. This module, `signal`, `memory` and `atoll_storage::wal_insert` hold the
 //! workspace's only `unsafe`.
 #![allow(unsafe_code)]
 

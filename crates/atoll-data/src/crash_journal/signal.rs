@@ -2,7 +2,7 @@
 //! statement it was running is marked as the culprit, with one store into the journal's
 //! mapping (async-signal-safe), and the signal then takes its default course
 //! (`SA_RESETHAND`: the process ends exactly as it would have, core dump included). This
-//! module, `mapped`, `memory` and `storage::wal_insert` hold the workspace's only `unsafe`.
+//! module, `mapped`, `memory` and `atoll_storage::wal_insert` hold the workspace's only `unsafe`.
 #![allow(unsafe_code)]
 
 use std::cell::Cell;

@@ -290,7 +290,7 @@ impl<'a> Run<'a> {
     }
 
     /// The database's log when its commits are acknowledged only once stored (`sync`).
-    fn sync_log(&self) -> Option<&Arc<crate::storage::shipper::DatabaseLog>> {
+    fn sync_log(&self) -> Option<&Arc<atoll_storage::shipper::DatabaseLog>> {
         let storage = self.caller.node.storage()?;
         if storage.durability(&self.config) != atoll_types::node::Durability::Sync {
             return None;

@@ -22,10 +22,10 @@ use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::forward::Forwarder;
 use crate::node::Node;
-use crate::storage::restore::{self, Target};
-use crate::storage::segment::{frame_checksum, Frame};
-use crate::storage::shipper::TailRead;
 use crate::DataPlaneState;
+use atoll_storage::restore::{self, Target};
+use atoll_storage::segment::{frame_checksum, Frame};
+use atoll_storage::shipper::TailRead;
 use atoll_types::node::{DatabaseConfig, ReplicaSpec, ReplicaStatus};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -286,7 +286,7 @@ impl Replica {
             lag_ms: if behind_since == 0 {
                 0
             } else {
-                (crate::storage::now_ms_public() - behind_since).max(0) as u64
+                (atoll_storage::now_ms_public() - behind_since).max(0) as u64
             },
             last_contact_ms: self.contact_ms.load(Ordering::Acquire),
             ready: self.ready.load(Ordering::Acquire),
@@ -316,7 +316,7 @@ impl Replica {
     fn note_head(&self, head: u64) {
         self.primary_head.store(head, Ordering::Release);
         self.contact_ms
-            .store(crate::storage::now_ms_public(), Ordering::Release);
+            .store(atoll_storage::now_ms_public(), Ordering::Release);
         self.note_progress();
     }
 
@@ -326,7 +326,7 @@ impl Replica {
             self.behind_since_ms.store(0, Ordering::Release);
         } else if self.behind_since_ms.load(Ordering::Acquire) == 0 {
             self.behind_since_ms
-                .store(crate::storage::now_ms_public(), Ordering::Release);
+                .store(atoll_storage::now_ms_public(), Ordering::Release);
         }
     }
 }
@@ -604,7 +604,7 @@ async fn apply_batch(replica: &Arc<Replica>, frames: Vec<Frame>) -> Result<(), D
 
 mod inject {
     use super::{BTreeMap, DataError, Duration, Frame, CHECKPOINT_FRAMES};
-    use crate::storage::wal_insert::{self, WalInsert, WalInsertError};
+    use atoll_storage::wal_insert::{self, WalInsert, WalInsertError};
 
     /// Writes whole transactions into the replica's WAL as one transaction of its own: the
     /// last image of each page, then the commit frame with the final size.
@@ -922,7 +922,7 @@ pub(crate) async fn head_after_request(db: &Arc<Database>) -> Option<u64> {
 /// Whole transactions after frame `after` from the stored log, up to `last_stored`: about
 /// a batch, and always a whole transaction when one is stored, however large.
 async fn stored_transactions(
-    storage: &crate::storage::Storage,
+    storage: &atoll_storage::Storage,
     id: &str,
     after: u64,
     last_stored: u64,
@@ -989,8 +989,8 @@ mod tests {
         std::fs::copy(&primary, &replica).unwrap();
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0; INSERT INTO t VALUES (1), (2);")
             .unwrap();
-        let read = crate::storage::wal::read_committed(
-            &crate::storage::shipper::wal_path(&primary),
+        let read = atoll_storage::wal::read_committed(
+            &atoll_storage::shipper::wal_path(&primary),
             None,
             PAGE_SIZE as usize,
             usize::MAX,

@@ -19,7 +19,7 @@
 //! - `Snapshot`: the whole database as of the stored head, one frame per page, all numbered
 //!   with that head, the last one a commit: sent when a replica is new (offset 0), when its
 //!   frames are no longer kept, or when it is ahead of the log (it was made elsewhere).
-//! - A transfer starts the database's history anew (`storage::history`): offsets up to its
+//! - A transfer starts the database's history anew (`transfer_history`): offsets up to its
 //!   start get `NEED_SNAPSHOT`, and every call answers UNAVAILABLE while the node starts it.
 //! - `proxy.Proxy` (writes sent through the replica) is not served: UNIMPLEMENTED with
 //!   what to use instead.
@@ -31,8 +31,8 @@ use crate::auth::{authenticate, check_client_address, refuse_encryption_key, uni
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::namespace::database_label;
-use crate::storage::segment::Frame;
 use crate::DataPlaneState;
+use atoll_storage::segment::Frame;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::request::Parts;
@@ -257,7 +257,7 @@ fn authorize(state: &DataPlaneState, parts: &Parts) -> Result<Arc<Database>, Grp
     authenticate(&db, header.to_str().unwrap_or(""), unix_now())?;
     db.ensure_queryable()?;
     db.ensure_readable()?;
-    crate::storage::history::ensure_started(&db)?;
+    crate::transfer_history::ensure_started(&db)?;
     Ok(db)
 }
 
@@ -346,7 +346,7 @@ async fn log_entries(
     let first = offset.next_offset;
     // Frames up to the start of the current owner's history (a transfer started it anew)
     // are never served: the replica starts again from a snapshot.
-    if first == 0 || first <= crate::storage::history::first_frame(&db) {
+    if first == 0 || first <= crate::transfer_history::first_frame(&db) {
         return Err(need_snapshot());
     }
     let mut head = log::durable_head(&db).ok_or_else(|| GrpcError::from(log::no_storage()))?;

@@ -9,9 +9,9 @@
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::node::Node;
-use crate::storage::restore::{self, Catalog, Target};
-use crate::storage::segment::{Frame, Segment};
-use crate::storage::Storage;
+use atoll_storage::restore::{self, Catalog, Target};
+use atoll_storage::segment::{Frame, Segment};
+use atoll_storage::Storage;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -134,7 +134,7 @@ pub async fn state_at(node: &Node, db: &Database, frame: u64) -> Result<PathBuf,
         Ok(_) => Ok(file),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
-            Err(e)
+            Err(e.into())
         }
     }
 }

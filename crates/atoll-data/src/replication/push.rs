@@ -29,10 +29,10 @@
 
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
-use crate::storage::shipper::{internal_connection, DatabaseLog};
-use crate::storage::wal_insert::{WalInsert, WalInsertError};
 use crate::upload::CheckBounds;
 use crate::DataPlaneState;
+use atoll_storage::shipper::{internal_connection, DatabaseLog};
+use atoll_storage::wal_insert::{WalInsert, WalInsertError};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -319,7 +319,7 @@ async fn committed_head(log: &Arc<DatabaseLog>) -> Result<u64, DataError> {
 fn current_head(log: &DatabaseLog) -> Result<u64, DataError> {
     match log.committed_head() {
         Some(head) => Ok(head),
-        None => log.head(),
+        None => Ok(log.head()?),
     }
 }
 
@@ -374,6 +374,12 @@ impl From<DataError> for Refused {
 
 impl From<rusqlite::Error> for Refused {
     fn from(e: rusqlite::Error) -> Self {
+        Refused::Error(e.into())
+    }
+}
+
+impl From<atoll_storage::StorageError> for Refused {
+    fn from(e: atoll_storage::StorageError) -> Self {
         Refused::Error(e.into())
     }
 }

@@ -18,7 +18,7 @@
 //! - "Nothing newer" is what libSQL's client expects: 400 with `{"generation": g}` (its
 //!   own generation, which tells it to stop). Other refusals use other statuses and
 //!   `{"error": …}`, which the client reports as they are.
-//! - A transfer starts the database's history anew (`storage::history`): a generation
+//! - A transfer starts the database's history anew (`transfer_history`): a generation
 //!   from before it is refused like one from a lost history (409: delete the replica's
 //!   files and sync again), and nothing is served while the new history is being started
 //!   (503).
@@ -30,9 +30,9 @@ use super::log::{self, Frames};
 use super::push;
 use crate::auth::DbRequest;
 use crate::error::DataError;
-use crate::storage::history;
-use crate::storage::segment::Frame;
+use crate::transfer_history as history;
 use crate::DataPlaneState;
+use atoll_storage::segment::Frame;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};

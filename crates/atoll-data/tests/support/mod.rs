@@ -61,8 +61,8 @@ pub async fn start_node_with_settings(limits: DataLimits, settings: NodeSettings
 /// object storage started (databases missing from `dir` are rebuilt from it).
 pub async fn serve_node(dir: PathBuf, limits: DataLimits, settings: NodeSettings) -> TestNode {
     let node = Arc::new(Node::open_with(&dir, settings).unwrap());
-    atoll_data::storage::service::recover(&node).await.unwrap();
-    atoll_data::storage::service::start(&node);
+    atoll_data::node_storage::recover(&node).await.unwrap();
+    atoll_data::node_storage::start(&node);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = DataPlaneState::with_limits(Arc::clone(&node), "localhost", limits);

@@ -1,24 +1,32 @@
-//! Object storage, the durable home of every database (`docs/STORAGE.md`).
+//! Object storage, the durable home of every database (`docs/STORAGE.md`): Atoll's durable
+//! log. It knows databases only as SQLite files, WAL files and ids; the data plane
+//! (`atoll-data`) runs it for the databases a node holds (`atoll_data::node_storage`).
 //!
 //! - [`Storage`]: the store behind `--storage-url` (`file://…` or `s3://bucket/prefix`),
 //!   through the `object_store` crate, and the layout of keys in it.
 //! - [`wal`]: reading committed transactions out of a database's WAL.
+//! - [`wal_insert`]: writing frames into a WAL (replicas, offline writes pushed back).
 //! - [`segment`]: the log's segments, checksummed frame by frame and whole.
 //! - [`shipper`]: each database's log — shipping its WAL, snapshots (generations),
-//!   checkpoints, durability waits, retention.
+//!   checkpoints, durability waits.
 //! - [`restore`]: rebuilding a database, as of the end of its log or any instant in its
 //!   restorable window, from a generation and the segments after it.
+//! - [`retention`]: deleting what falls out of a database's restorable window.
 //! - [`history`]: a transfer starts a database's history anew; nothing before is read.
+//! - [`lease`]: the node's write lease; nothing is stored without it once failover is on.
 
+pub mod error;
 pub mod history;
+pub mod lease;
 pub mod restore;
+pub mod retention;
 pub mod segment;
-pub mod service;
 pub mod shipper;
 pub mod wal;
 pub mod wal_insert;
 
-use crate::error::DataError;
+pub use error::StorageError;
+
 use crate::lease::Lease;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -27,6 +35,9 @@ use object_store::{ObjectStore, PutPayload, WriteMultipart};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// SQLite page size of every Atoll database (uploads must match it).
+pub const PAGE_SIZE: u64 = 4096;
 
 /// How a commit is acknowledged (`--durability`, or a database's own `durability`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,8 +107,8 @@ impl Storage {
     /// Opens `file:///dir` (created if missing) or `s3://bucket/prefix`. S3 takes the
     /// standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
     /// `AWS_ENDPOINT_URL` for MinIO, R2, Garage…; plain `http://` endpoints are allowed).
-    pub fn open(url: &str) -> Result<Storage, DataError> {
-        let bad = |why: String| DataError::BadRequest(format!("--storage-url {url}: {why}"));
+    pub fn open(url: &str) -> Result<Storage, StorageError> {
+        let bad = |why: String| StorageError::BadRequest(format!("--storage-url {url}: {why}"));
         if let Some(path) = url.strip_prefix("file://") {
             if !path.starts_with('/') {
                 return Err(bad(
@@ -186,11 +197,11 @@ impl Storage {
         }
     }
 
-    fn error(&self, what: &str, key: &str, e: impl std::fmt::Display) -> DataError {
-        DataError::Storage(format!("{what} {key} in {}: {e}", self.url))
+    fn error(&self, what: &str, key: &str, e: impl std::fmt::Display) -> StorageError {
+        StorageError::ObjectStorage(format!("{what} {key} in {}: {e}", self.url))
     }
 
-    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), DataError> {
+    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), StorageError> {
         self.lease
             .store(key, async {
                 self.store
@@ -203,13 +214,13 @@ impl Storage {
     }
 
     /// Stores a local file in parts (snapshots can be large), answering its length.
-    pub async fn put_file(&self, key: &str, file: &Path) -> Result<u64, DataError> {
+    pub async fn put_file(&self, key: &str, file: &Path) -> Result<u64, StorageError> {
         self.lease
             .store(key, self.put_file_unleased(key, file))
             .await
     }
 
-    async fn put_file_unleased(&self, key: &str, file: &Path) -> Result<u64, DataError> {
+    async fn put_file_unleased(&self, key: &str, file: &Path) -> Result<u64, StorageError> {
         use tokio::io::AsyncReadExt;
         const PART: usize = 8 * 1024 * 1024;
         if tokio::fs::metadata(file).await?.len() <= PART as u64 {
@@ -252,7 +263,7 @@ impl Storage {
     }
 
     /// An object's bytes; `None` when it does not exist.
-    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, DataError> {
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StorageError> {
         match self.store.get(&self.path(key)).await {
             Ok(result) => Ok(Some(
                 result
@@ -274,19 +285,19 @@ impl Storage {
         key: &str,
         file: &Path,
         mut inspect: impl FnMut(&[u8]) + Send + 'static,
-    ) -> Result<u64, DataError> {
+    ) -> Result<u64, StorageError> {
         use tokio::io::AsyncWriteExt;
         const CHUNK: usize = 4 * 1024 * 1024;
         let result = self.store.get(&self.path(key)).await.map_err(|e| match e {
             object_store::Error::NotFound { .. } => {
-                DataError::Storage(format!("object {key} is missing from {}", self.url))
+                StorageError::ObjectStorage(format!("object {key} is missing from {}", self.url))
             }
             e => self.error("cannot read", key, e),
         })?;
         match result.payload {
             object_store::GetResultPayload::File(mut source, _) => {
                 let target = file.to_path_buf();
-                tokio::task::spawn_blocking(move || -> Result<u64, DataError> {
+                tokio::task::spawn_blocking(move || -> Result<u64, StorageError> {
                     use std::io::{Read, Write};
                     let mut out = std::fs::File::create(&target)?;
                     let mut buf = vec![0u8; CHUNK];
@@ -304,7 +315,7 @@ impl Storage {
                     Ok(total)
                 })
                 .await
-                .map_err(|e| DataError::Internal(e.to_string()))?
+                .map_err(|e| StorageError::Internal(e.to_string()))?
             }
             object_store::GetResultPayload::Stream(mut stream) => {
                 let mut out = tokio::fs::File::create(file).await?;
@@ -328,7 +339,7 @@ impl Storage {
     }
 
     /// Every object under `prefix`, in key order.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>, DataError> {
+    pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StorageError> {
         let path = self.path(prefix);
         let mut stream = self.store.list(Some(&path));
         let mut out = Vec::new();
@@ -347,7 +358,7 @@ impl Storage {
         Ok(out)
     }
 
-    pub async fn delete(&self, key: &str) -> Result<(), DataError> {
+    pub async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.lease
             .store(key, async {
                 match self.store.delete(&self.path(key)).await {
@@ -359,7 +370,7 @@ impl Storage {
     }
 
     /// Deletes every object under `prefix`.
-    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, DataError> {
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, StorageError> {
         let listed = self.list(prefix).await?;
         for object in &listed {
             self.delete(&object.key).await?;
@@ -436,7 +447,7 @@ pub fn now_ms_public() -> i64 {
     now_ms()
 }
 
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -445,4 +456,10 @@ pub(crate) fn now_ms() -> i64 {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Makes the entries of `dir` durable (a file created, renamed or removed in it): after a
+/// file's own `sync_all`, what a crash must not undo.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }

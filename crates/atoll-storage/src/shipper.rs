@@ -10,8 +10,8 @@
 use super::segment::{frame_checksum, Frame, Segment};
 use super::wal::{self, WalPosition};
 use super::{keys, now_ms, Storage, StorageSettings};
-use crate::database::PAGE_SIZE;
-use crate::error::DataError;
+use crate::error::StorageError;
+use crate::PAGE_SIZE;
 use bytes::Bytes;
 use rusqlite::config::DbConfig;
 use serde::{Deserialize, Serialize};
@@ -234,7 +234,7 @@ impl DatabaseLog {
     /// Whole transactions committed after frame `after`, read from the WAL (the frames
     /// object storage may not have yet), at most about `max_bytes` of pages (always at
     /// least one transaction). Frames are numbered as the shipper will number them.
-    pub fn read_tail(&self, after: u64, max_bytes: usize) -> Result<TailRead, DataError> {
+    pub fn read_tail(&self, after: u64, max_bytes: usize) -> Result<TailRead, StorageError> {
         if lock(&self.state).needs_snapshot {
             return Ok(TailRead::SnapshotPending);
         }
@@ -274,7 +274,7 @@ impl DatabaseLog {
     }
 
     /// The last committed frame (what the WAL holds after the stored head).
-    pub fn head(&self) -> Result<u64, DataError> {
+    pub fn head(&self) -> Result<u64, StorageError> {
         let mut tail = lock(&self.tail);
         self.advance_tail(&mut tail)?;
         Ok(tail.as_ref().map_or(0, |cursor| cursor.frame_no))
@@ -283,7 +283,7 @@ impl DatabaseLog {
     /// Reads what was committed since the cursor last read. When the WAL was restarted
     /// (everything in it had been stored and checkpointed), the cursor starts again from
     /// the shipper's own position, with the shipper held still meanwhile.
-    fn advance_tail(&self, tail: &mut Option<TailCursor>) -> Result<(), DataError> {
+    fn advance_tail(&self, tail: &mut Option<TailCursor>) -> Result<(), StorageError> {
         let path = wal_path(&self.file);
         for attempt in 0..2 {
             if tail.is_none() || attempt > 0 {
@@ -347,7 +347,7 @@ impl DatabaseLog {
         self.stored_since_count.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn take_stored_since_count(&self) -> u64 {
+    pub fn take_stored_since_count(&self) -> u64 {
         self.stored_since_count.swap(0, Ordering::Relaxed)
     }
 
@@ -387,7 +387,7 @@ impl DatabaseLog {
     }
 
     /// Replaces the whole state (a database installed from object storage).
-    pub(crate) fn reset(&self, state: LogState) -> Result<(), DataError> {
+    pub fn reset(&self, state: LogState) -> Result<(), StorageError> {
         let _round = lock(&self.round);
         self.persist(&state)?;
         *lock(&self.state) = state;
@@ -399,7 +399,7 @@ impl DatabaseLog {
     /// The database's file is about to be replaced outside SQLite (an upload): the next
     /// round starts a generation with it before shipping anything. Written to `log.json`
     /// before the file moves, so a crash in between still snapshots the new file.
-    pub fn expect_new_file(&self) -> Result<(), DataError> {
+    pub fn expect_new_file(&self) -> Result<(), StorageError> {
         let _round = lock(&self.round);
         let mut state = lock(&self.state).clone();
         state.needs_snapshot = true;
@@ -495,7 +495,7 @@ impl DatabaseLog {
 
     /// Waits until everything committed before this call is stored (`sync` mode), at most
     /// `timeout`. Commits of concurrent callers share one round (group commit).
-    pub fn wait_durable(&self, timeout: Duration) -> Result<(), DataError> {
+    pub fn wait_durable(&self, timeout: Duration) -> Result<(), StorageError> {
         let deadline = Instant::now() + timeout;
         let mut sync = lock(&self.sync);
         sync.requested += 1;
@@ -507,14 +507,14 @@ impl DatabaseLog {
             }
             if let Some((through, why)) = &sync.failed {
                 if *through >= ticket {
-                    return Err(DataError::Storage(format!(
+                    return Err(StorageError::ObjectStorage(format!(
                         "the commit is in the node's WAL but could not be stored durably ({why}); treat its outcome as unknown"
                     )));
                 }
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(DataError::Storage(format!(
+                return Err(StorageError::ObjectStorage(format!(
                     "the commit is in the node's WAL but was not stored durably within {} s; treat its outcome as unknown",
                     timeout.as_secs()
                 )));
@@ -527,9 +527,9 @@ impl DatabaseLog {
         }
     }
 
-    fn persist(&self, state: &LogState) -> Result<(), DataError> {
+    fn persist(&self, state: &LogState) -> Result<(), StorageError> {
         let tmp = self.state_path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec(state).map_err(|e| DataError::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec(state).map_err(|e| StorageError::Internal(e.to_string()))?;
         {
             use std::io::Write;
             let mut file = std::fs::File::create(&tmp)?;
@@ -543,7 +543,7 @@ impl DatabaseLog {
     /// One round: a snapshot if one is owed, every committed frame shipped, a checkpoint
     /// when the WAL is long, a new generation when the log since the last one is long.
     /// Runs on a blocking thread.
-    pub fn ship_round(&self, ctx: &ShipContext<'_>) -> Result<(), DataError> {
+    pub fn ship_round(&self, ctx: &ShipContext<'_>) -> Result<(), StorageError> {
         let _round = lock(&self.round);
         let ticket = lock(&self.sync).requested;
         let result = self.round_inner(ctx);
@@ -564,7 +564,7 @@ impl DatabaseLog {
         result
     }
 
-    fn round_inner(&self, ctx: &ShipContext<'_>) -> Result<(), DataError> {
+    fn round_inner(&self, ctx: &ShipContext<'_>) -> Result<(), StorageError> {
         let mut state = lock(&self.state).clone();
         if !self.file.exists() {
             // Awaiting its upload: nothing to ship yet, and nothing behind.
@@ -598,7 +598,7 @@ impl DatabaseLog {
     }
 
     /// Ships every committed transaction in the WAL after the durable position.
-    fn ship_all(&self, ctx: &ShipContext<'_>, state: &mut LogState) -> Result<(), DataError> {
+    fn ship_all(&self, ctx: &ShipContext<'_>, state: &mut LogState) -> Result<(), StorageError> {
         loop {
             let read_at = now_ms();
             let read = wal::read_committed(
@@ -633,7 +633,7 @@ impl DatabaseLog {
         state: &mut LogState,
         wal_frames: Vec<wal::WalFrame>,
         position: WalPosition,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), StorageError> {
         let commit_count = wal_frames.iter().filter(|f| f.size_after != 0).count();
         let times = self.take_commit_times(commit_count, state.last_commit_ms);
         let first = state.durable_frame_no + 1;
@@ -699,7 +699,7 @@ impl DatabaseLog {
         out
     }
 
-    fn commit_state(&self, state: &LogState) -> Result<(), DataError> {
+    fn commit_state(&self, state: &LogState) -> Result<(), StorageError> {
         self.persist(state)?;
         *lock(&self.state) = state.clone();
         Ok(())
@@ -709,7 +709,7 @@ impl DatabaseLog {
     /// checkpointed (a reset WAL would lose the rest), so the tail is shipped while the
     /// write lock is held; a PASSIVE checkpoint on a second connection then copies what
     /// readers allow, and the next writer restarts the WAL once all of it was copied.
-    fn checkpoint(&self, ctx: &ShipContext<'_>, state: &mut LogState) -> Result<(), DataError> {
+    fn checkpoint(&self, ctx: &ShipContext<'_>, state: &mut LogState) -> Result<(), StorageError> {
         let writer = internal_connection(&self.file)?;
         if let Err(e) = writer.execute_batch("BEGIN IMMEDIATE") {
             // A tenant's transaction holds the lock: next round.
@@ -735,9 +735,9 @@ impl DatabaseLog {
         ctx: &ShipContext<'_>,
         state: &mut LogState,
         since_ms: i64,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), StorageError> {
         if self.is_fenced() {
-            return Err(DataError::Unavailable(
+            return Err(StorageError::Unavailable(
                 "this copy of the database may not write (handed over, or without the node's write lease)".into(),
             ));
         }
@@ -778,11 +778,11 @@ impl DatabaseLog {
         ctx: &ShipContext<'_>,
         state: &mut LogState,
         absorb: bool,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), StorageError> {
         let writer = internal_connection(&self.file)?;
         writer.busy_timeout(Duration::from_secs(5))?;
         writer.execute_batch("BEGIN IMMEDIATE").map_err(|e| {
-            DataError::Unavailable(format!("snapshot postponed, the database is busy: {e}"))
+            StorageError::Unavailable(format!("snapshot postponed, the database is busy: {e}"))
         })?;
         let reader = internal_connection(&self.file)?;
         let pinned = (|| {
@@ -800,7 +800,7 @@ impl DatabaseLog {
             }
             reader.execute_batch("BEGIN")?;
             reader.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
-            Ok::<i64, DataError>(now_ms().max(state.last_commit_ms))
+            Ok::<i64, StorageError>(now_ms().max(state.last_commit_ms))
         })();
         let _ = writer.execute_batch("ROLLBACK");
         drop(writer);
@@ -830,7 +830,7 @@ pub(crate) fn store_generation(
     file: &Path,
     created_ms: i64,
     state: &mut LogState,
-) -> Result<u64, DataError> {
+) -> Result<u64, StorageError> {
     let (sha256, bytes) = file_sha256(file)?;
     let start = state.durable_frame_no;
     let dir = keys::generation(id, start, created_ms);
@@ -846,7 +846,7 @@ pub(crate) fn store_generation(
         atoll_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     let json =
-        serde_json::to_vec_pretty(&manifest).map_err(|e| DataError::Internal(e.to_string()))?;
+        serde_json::to_vec_pretty(&manifest).map_err(|e| StorageError::Internal(e.to_string()))?;
     ctx.block_on(
         ctx.storage
             .put(&format!("{dir}manifest.json"), Bytes::from(json)),
@@ -864,14 +864,10 @@ pub(crate) fn store_generation(
 
 /// The first generation of a new database, from its file before anyone can write it:
 /// the database is restorable from its first instant. Writes `log.json` beside `file`.
-pub(crate) fn first_generation(
-    ctx: &ShipContext<'_>,
-    id: &str,
-    file: &Path,
-) -> Result<(), DataError> {
+pub fn first_generation(ctx: &ShipContext<'_>, id: &str, file: &Path) -> Result<(), StorageError> {
     let mut state = LogState::default();
     store_generation(ctx, id, file, now_ms(), &mut state)?;
-    let bytes = serde_json::to_vec(&state).map_err(|e| DataError::Internal(e.to_string()))?;
+    let bytes = serde_json::to_vec(&state).map_err(|e| StorageError::Internal(e.to_string()))?;
     std::fs::write(file.with_file_name("log.json"), bytes)?;
     Ok(())
 }
@@ -905,7 +901,7 @@ impl ShipContext<'_> {
     }
 }
 
-pub(crate) fn wal_path(file: &Path) -> PathBuf {
+pub fn wal_path(file: &Path) -> PathBuf {
     let mut name = file.file_name().unwrap_or_default().to_os_string();
     name.push("-wal");
     file.with_file_name(name)
@@ -913,14 +909,14 @@ pub(crate) fn wal_path(file: &Path) -> PathBuf {
 
 /// A connection of Atoll's own to a database file: never checkpoints by itself, neither
 /// automatically nor when it closes (only the shipper checkpoints, after shipping).
-pub(crate) fn internal_connection(file: &Path) -> Result<rusqlite::Connection, DataError> {
+pub fn internal_connection(file: &Path) -> Result<rusqlite::Connection, StorageError> {
     let conn = rusqlite::Connection::open(file)?;
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
     Ok(conn)
 }
 
-pub(crate) fn file_sha256(path: &Path) -> Result<(String, u64), DataError> {
+pub(crate) fn file_sha256(path: &Path) -> Result<(String, u64), StorageError> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
     let mut hasher = Sha256::new();

@@ -6,8 +6,8 @@
 use super::segment::Segment;
 use super::shipper::{LogState, Manifest};
 use super::{keys, now_ms, Storage};
-use crate::database::PAGE_SIZE;
-use crate::error::DataError;
+use crate::error::StorageError;
+use crate::PAGE_SIZE;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::{Seek, SeekFrom, Write};
@@ -57,7 +57,7 @@ pub struct Catalog {
 impl Catalog {
     /// What is stored of database `id`'s current history: a transfer starts it anew
     /// (`super::history`), and nothing from before is ever read through this.
-    pub async fn load(storage: &Storage, id: &str) -> Result<Catalog, DataError> {
+    pub async fn load(storage: &Storage, id: &str) -> Result<Catalog, StorageError> {
         let mut catalog = Catalog::load_everything(storage, id).await?;
         let history = super::history::History::load(storage, id).await?;
         if let Some(history) = &history {
@@ -69,7 +69,7 @@ impl Catalog {
 
     /// Everything stored of database `id`, the histories before a transfer included (for
     /// retention, which deletes them).
-    pub async fn load_everything(storage: &Storage, id: &str) -> Result<Catalog, DataError> {
+    pub async fn load_everything(storage: &Storage, id: &str) -> Result<Catalog, StorageError> {
         let mut catalog = Catalog::default();
         for object in storage.list(&keys::generations(id)).await? {
             catalog.bytes += object.size;
@@ -199,10 +199,10 @@ pub async fn restore_to_file(
     target: Target,
     retention_days: Option<u32>,
     dest: &Path,
-) -> Result<Restored, DataError> {
+) -> Result<Restored, StorageError> {
     let catalog = Catalog::load(storage, id).await?;
     if catalog.is_empty() {
-        return Err(DataError::BadRequest(format!(
+        return Err(StorageError::BadRequest(format!(
             "database {id} has no backup in object storage yet"
         )));
     }
@@ -212,7 +212,7 @@ pub async fn restore_to_file(
             return Err(history.refuse_before(at));
         }
         if at < from || at > now_ms() {
-            return Err(DataError::BadRequest(format!(
+            return Err(StorageError::BadRequest(format!(
                 "{} is outside the restorable window of the database: from {} to now (last write {})",
                 rfc3339(at),
                 rfc3339(from),
@@ -231,7 +231,7 @@ pub async fn restore_to_file(
     }
     .cloned()
     .ok_or_else(|| {
-        DataError::BadRequest(format!(
+        StorageError::BadRequest(format!(
             "no generation of database {id} precedes the requested time"
         ))
     })?;
@@ -242,9 +242,10 @@ pub async fn restore_to_file(
         let bytes = storage
             .get(&key)
             .await?
-            .ok_or_else(|| DataError::Storage(format!("object {key} is missing")))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| DataError::Storage(format!("object {key} is not a manifest: {e}")))?
+            .ok_or_else(|| StorageError::ObjectStorage(format!("object {key} is missing")))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            StorageError::ObjectStorage(format!("object {key} is not a manifest: {e}"))
+        })?
     };
     let snapshot_key = format!("{dir}snapshot.db");
     let hasher = std::sync::Arc::new(std::sync::Mutex::new(Sha256::new()));
@@ -262,7 +263,7 @@ pub async fn restore_to_file(
     );
     if digest != manifest.sha256 || bytes != manifest.bytes {
         let _ = std::fs::remove_file(dest);
-        return Err(DataError::Storage(format!(
+        return Err(StorageError::ObjectStorage(format!(
             "object {snapshot_key} is corrupt: its SHA-256 or size does not match its manifest"
         )));
     }
@@ -297,7 +298,7 @@ pub async fn restore_to_file(
     )
     .await
     .and_then(|()| match target {
-        Target::Frame(frame) if restored.frame_no != frame => Err(DataError::BadRequest(format!(
+        Target::Frame(frame) if restored.frame_no != frame => Err(StorageError::BadRequest(format!(
             "frame {frame} of database {id} does not end a transaction in its stored log (the nearest state is frame {})",
             restored.frame_no
         ))),
@@ -308,13 +309,39 @@ pub async fn restore_to_file(
         return Err(e);
     }
     let check = dest.to_path_buf();
-    tokio::task::spawn_blocking(move || crate::dump::check_restored(&check))
+    tokio::task::spawn_blocking(move || check_restored(&check))
         .await
-        .map_err(|e| DataError::Internal(e.to_string()))?
+        .map_err(|e| StorageError::Internal(e.to_string()))?
         .inspect_err(|_| {
             let _ = std::fs::remove_file(dest);
         })?;
     Ok(restored)
+}
+
+/// Checks a rebuilt file: `PRAGMA quick_check`. Unbounded, unlike the checks of files
+/// tenants send: a rebuild must not fail for time.
+fn check_restored(file: &Path) -> Result<(), StorageError> {
+    let conn = rusqlite::Connection::open(file)?;
+    let check: Result<String, _> = conn.query_row("PRAGMA quick_check", [], |row| row.get(0));
+    match check {
+        Ok(result) if result == "ok" => Ok(()),
+        Ok(result) => Err(StorageError::BadRequest(format!(
+            "the restored database is damaged ({})",
+            first_words(&result)
+        ))),
+        Err(e) => Err(StorageError::BadRequest(format!(
+            "the restored database is damaged ({e})"
+        ))),
+    }
+}
+
+/// The start of `quick_check`'s report (it lists every problem it finds) on one line.
+fn first_words(report: &str) -> String {
+    let report = report.split_whitespace().collect::<Vec<_>>().join(" ");
+    match report.char_indices().nth(80) {
+        Some((at, _)) => format!("{}…", &report[..at]),
+        None => report,
+    }
 }
 
 async fn apply_log(
@@ -325,18 +352,18 @@ async fn apply_log(
     limit_ms: i64,
     limit_frame: u64,
     restored: &mut Restored,
-) -> Result<(), DataError> {
+) -> Result<(), StorageError> {
     let mut file = std::fs::OpenOptions::new().write(true).open(dest)?;
     for info in catalog.chain_after(restored.frame_no) {
         if info.first_ms > limit_ms || info.first > limit_frame {
             break;
         }
-        let bytes = storage
-            .get(&info.key)
-            .await?
-            .ok_or_else(|| DataError::Storage(format!("object {} is missing", info.key)))?;
-        let segment = Segment::decode(&bytes, id, PAGE_SIZE as usize)
-            .map_err(|why| DataError::Storage(format!("object {} is damaged: {why}", info.key)))?;
+        let bytes = storage.get(&info.key).await?.ok_or_else(|| {
+            StorageError::ObjectStorage(format!("object {} is missing", info.key))
+        })?;
+        let segment = Segment::decode(&bytes, id, PAGE_SIZE as usize).map_err(|why| {
+            StorageError::ObjectStorage(format!("object {} is damaged: {why}", info.key))
+        })?;
         // The segment continues the log exactly where it stands (overlaps skip the frames
         // already applied, which must then be the same frames).
         let skip = restored.frame_no + 1 - segment.first;
@@ -346,7 +373,7 @@ async fn apply_log(
             segment.frames[skip as usize - 1].checksum
         };
         if expected_previous != restored.checksum {
-            return Err(DataError::Storage(format!(
+            return Err(StorageError::ObjectStorage(format!(
                 "object {} does not continue the log at frame {}: the checksum chain breaks",
                 info.key,
                 restored.frame_no + 1
@@ -382,7 +409,7 @@ async fn apply_log(
     if let Some(beyond) = catalog.segments.iter().find(|s| {
         s.first > restored.frame_no + 1 && s.first_ms <= limit_ms && s.first <= limit_frame
     }) {
-        return Err(DataError::Storage(format!(
+        return Err(StorageError::ObjectStorage(format!(
             "the log of database {id} is missing frames {} to {} (the next object is {})",
             restored.frame_no + 1,
             beyond.first - 1,

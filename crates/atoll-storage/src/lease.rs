@@ -16,7 +16,7 @@
 //! store placed elsewhere meanwhile are quarantined (`registration`). A heartbeat answered
 //! without a lease (failover turned off) lifts the requirement.
 
-use crate::error::DataError;
+use crate::error::StorageError;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -96,13 +96,13 @@ impl Lease {
 
     /// A lease of `length` granted by the answer to a heartbeat sent at `sent_at`. The
     /// marker is written (and synced) before the lease counts, so a restart keeps it.
-    pub fn grant(&self, sent_at: Instant, length: Duration) -> Result<(), DataError> {
+    pub fn grant(&self, sent_at: Instant, length: Duration) -> Result<(), StorageError> {
         if !self.is_required() {
             if let Some(marker) = &self.marker {
                 std::fs::write(marker, b"writes need a lease from the control plane\n")?;
                 std::fs::File::open(marker)?.sync_all()?;
                 if let Some(dir) = marker.parent() {
-                    crate::node::sync_dir(dir)?;
+                    crate::sync_dir(dir)?;
                 }
             }
         }
@@ -115,7 +115,7 @@ impl Lease {
 
     /// A heartbeat was answered without a lease: this control plane does not fail nodes
     /// over, so writing needs none.
-    pub fn waive(&self) -> Result<(), DataError> {
+    pub fn waive(&self) -> Result<(), StorageError> {
         if !self.is_required() {
             return Ok(());
         }
@@ -141,8 +141,8 @@ impl Lease {
     pub async fn store<T>(
         &self,
         what: &str,
-        write: impl std::future::Future<Output = Result<T, DataError>>,
-    ) -> Result<T, DataError> {
+        write: impl std::future::Future<Output = Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
         match self.remaining() {
             None => return write.await,
             Some(left) if left < LEAST_LEFT_TO_STORE => return Err(lapsed(what)),
@@ -164,8 +164,8 @@ impl Lease {
     }
 }
 
-fn lapsed(what: &str) -> DataError {
-    DataError::Storage(format!(
+fn lapsed(what: &str) -> StorageError {
+    StorageError::ObjectStorage(format!(
         "cannot store {what}: this node's write lease ran out (no control plane answered its heartbeats), so another node may hold its databases now"
     ))
 }
@@ -221,7 +221,10 @@ mod tests {
             )
             .unwrap();
         let stored = lease.store("a segment", async { Ok(()) }).await;
-        assert!(matches!(stored, Err(DataError::Storage(_))), "{stored:?}");
+        assert!(
+            matches!(stored, Err(StorageError::ObjectStorage(_))),
+            "{stored:?}"
+        );
 
         lease
             .grant(Instant::now(), Duration::from_secs(30))

@@ -1,9 +1,9 @@
 //! libSQL's WAL frame-insertion API (`libsql_wal_insert_begin`, `…_frame`, `…_end`) behind a
 //! safe type. The safe binding (libsql-rusqlite) does not wrap these C functions, so this
-//! module and `memory` (glibc's `malloc_trim`) hold the workspace's only `unsafe`. Two
-//! callers write raw frames into a WAL: replicas applying their primary's transactions
-//! (`replication::follow`), and offline writes pushed by a synced client
-//! (`replication::push`).
+//! module and atoll-data's `memory` (glibc's `malloc_trim`) hold the workspace's only
+//! `unsafe`. Two callers write raw frames into a WAL, both in atoll-data: replicas applying
+//! their primary's transactions (`replication::follow`), and offline writes pushed by a
+//! synced client (`replication::push`).
 #![allow(unsafe_code)]
 
 use rusqlite::ffi;

@@ -1,13 +1,18 @@
-//! A node's side of object storage: the shipper loop that runs every database's rounds,
-//! the node's index of its databases in the store, rebuilding databases whose files are
-//! missing or damaged, point-in-time seeds and restores in place, and retention.
+//! A node's side of its durable log: [`NodeStorage`] (the object storage a node ships its
+//! databases' logs to) and what needs the node and its databases: the shipper loop that
+//! runs every database's rounds, the node's index of its databases in the store, rebuilding
+//! databases whose files are missing or damaged, adoptions, point-in-time seeds and
+//! restores in place, and running retention. Named for the type it serves the node with
+//! (it was `storage::service`); the log itself, which knows no `Database` or `Node`, is the
+//! `atoll-storage` crate.
 
-use super::restore::{self, Catalog, GenerationInfo, SegmentInfo, Target};
-use super::shipper::{self, internal_connection, DatabaseLog, ShipContext};
-use super::{keys, now_ms, Storage, StorageSettings};
 use crate::database::Database;
 use crate::error::DataError;
 use crate::node::Node;
+use atoll_storage::restore::{self, Catalog, Target};
+use atoll_storage::retention::collect_garbage;
+use atoll_storage::shipper::{self, internal_connection, DatabaseLog, ShipContext};
+use atoll_storage::{keys, now_ms, Storage, StorageError, StorageSettings};
 use atoll_types::node::{
     Backups, DatabaseConfig, DatabaseState, Durability, Generation, RestoreOutcome,
 };
@@ -54,7 +59,7 @@ impl NodeStorage {
     /// Opens the node's object storage, written only under `lease` (failover).
     pub fn open(
         config: &StorageConfig,
-        lease: Arc<crate::lease::Lease>,
+        lease: Arc<atoll_storage::lease::Lease>,
     ) -> Result<NodeStorage, DataError> {
         Ok(NodeStorage {
             storage: Storage::open(&config.url)?.with_lease(lease),
@@ -115,8 +120,8 @@ impl NodeStorage {
     /// The durability a database asks for, or the node's.
     pub fn durability(&self, config: &DatabaseConfig) -> Durability {
         config.durability.unwrap_or(match self.settings.durability {
-            super::DurabilityMode::Lag => Durability::Lag,
-            super::DurabilityMode::Sync => Durability::Sync,
+            atoll_storage::DurabilityMode::Lag => Durability::Lag,
+            atoll_storage::DurabilityMode::Sync => Durability::Sync,
         })
     }
 
@@ -238,7 +243,7 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
                 .await;
                 match result {
                     Ok(Ok(())) => metrics::counter!("atoll_storage_rounds_total").increment(1),
-                    Ok(Err(DataError::Unavailable(why))) => {
+                    Ok(Err(StorageError::Unavailable(why))) => {
                         tracing::debug!(database_id = %id, %why, "round postponed")
                     }
                     Ok(Err(e)) => {
@@ -298,10 +303,10 @@ pub(crate) fn store_new_database(
         shipper::first_generation(&storage.context(runtime), &config.id, file)?;
     }
     let entry = serde_json::to_vec(config).map_err(|e| DataError::Internal(e.to_string()))?;
-    runtime.block_on(storage.storage.put(
+    Ok(runtime.block_on(storage.storage.put(
         &keys::node_database(&storage.node_name, &config.id),
         Bytes::from(entry),
-    ))
+    ))?)
 }
 
 /// Writes the node's index entries that changed: each database's configuration under
@@ -327,86 +332,6 @@ async fn write_index(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
             lock(&storage.index_removed).insert(id);
         }
     }
-}
-
-/// Retention: keeps the newest generation at or before the start of the window and
-/// everything after it, so every instant inside the window stays restorable; deletes
-/// older generations and the log they no longer need, and whatever came before a
-/// transfer (`super::history`). Answers the bytes that remain.
-pub async fn collect_garbage(
-    storage: &Storage,
-    id: &str,
-    retention_days: u32,
-) -> Result<u64, DataError> {
-    let cutoff = match retention_days {
-        0 => i64::MIN,
-        days => now_ms() - i64::from(days) * 86_400_000,
-    };
-    collect_garbage_before(storage, id, cutoff).await
-}
-
-/// Retention with the window starting at `cutoff_ms` (or at the start of the database's
-/// current history, when that is later).
-/// Deletes `generations` and `segments` of database `id` from object storage, each
-/// generation's manifest first (a generation without one is never used); answers the bytes
-/// freed. Retention and a transfer's new history delete this way.
-pub(crate) async fn delete_stored<'a>(
-    storage: &Storage,
-    id: &str,
-    generations: impl Iterator<Item = &'a GenerationInfo>,
-    segments: impl Iterator<Item = &'a SegmentInfo>,
-) -> Result<u64, DataError> {
-    let mut freed = 0u64;
-    for generation in generations {
-        let prefix = keys::generation(id, generation.start, generation.created_ms);
-        storage.delete(&format!("{prefix}manifest.json")).await?;
-        storage.delete(&format!("{prefix}snapshot.db")).await?;
-        freed += generation.bytes;
-    }
-    for segment in segments {
-        storage.delete(&segment.key).await?;
-        freed += segment.bytes;
-    }
-    Ok(freed)
-}
-
-pub async fn collect_garbage_before(
-    storage: &Storage,
-    id: &str,
-    cutoff_ms: i64,
-) -> Result<u64, DataError> {
-    let history = super::history::History::load(storage, id).await?;
-    let cutoff = history
-        .as_ref()
-        .map_or(cutoff_ms, |h| cutoff_ms.max(h.created_ms));
-    let catalog = Catalog::load_everything(storage, id).await?;
-    let Some(keep) = catalog
-        .generations
-        .iter()
-        .rev()
-        .find(|g| g.created_ms <= cutoff)
-        .cloned()
-    else {
-        return Ok(catalog.bytes);
-    };
-    let freed = delete_stored(
-        storage,
-        id,
-        catalog
-            .generations
-            .iter()
-            .filter(|g| g.created_ms < keep.created_ms),
-        catalog.segments.iter().filter(|s| s.last <= keep.start),
-    )
-    .await?;
-    if freed > 0 {
-        tracing::info!(
-            database_id = id,
-            freed,
-            "retention removed history outside the window"
-        );
-    }
-    Ok(catalog.bytes.saturating_sub(freed))
 }
 
 /// How long a node starting waits for object storage to list its index before it serves
@@ -596,12 +521,12 @@ async fn rebuild(
         Ok(restored) => restored,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
-            return Err(e);
+            return Err(e.into());
         }
     };
     let mut state = restored.continuing_state();
-    // The history it was rebuilt from goes on (a transfer's start, `super::history`).
-    match super::history::History::load(&storage.storage, db.id()).await {
+    // The history it was rebuilt from goes on (a transfer's start, `atoll_storage::history`).
+    match atoll_storage::history::History::load(&storage.storage, db.id()).await {
         Ok(history) => {
             if let Some(history) = history {
                 state.history_start = history.start;
@@ -610,7 +535,7 @@ async fn rebuild(
         }
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
-            return Err(e);
+            return Err(e.into());
         }
     }
     let node = Arc::clone(node);
@@ -717,7 +642,7 @@ async fn claim_in_flight(storage: &NodeStorage, id: &str) -> bool {
 
 /// Rebuilds `source_id` as of `timestamp_ms` (or its latest state) into `file`, for a new
 /// database; never from before `history_starts_at_ms`, the start of its current owner's
-/// history (`super::history`). Runs on a blocking thread.
+/// history (`crate::transfer_history`). Runs on a blocking thread.
 pub(crate) fn restore_seed(
     storage: &NodeStorage,
     source_id: &str,
@@ -728,7 +653,7 @@ pub(crate) fn restore_seed(
 ) -> Result<(), DataError> {
     let runtime = storage.runtime()?;
     if let Some(since) = history_starts_at_ms {
-        runtime.block_on(super::history::check_seed(
+        runtime.block_on(crate::transfer_history::check_seed(
             &storage.storage,
             source_id,
             since,
@@ -761,7 +686,7 @@ pub(crate) fn restore_in_place(
         .log()
         .ok_or_else(|| DataError::Internal("the database has no log".into()))?;
     db.ensure_queryable()?;
-    super::history::ensure_started(db)?;
+    crate::transfer_history::ensure_started(db)?;
     let runtime = storage.runtime()?;
     log.ship_round(&storage.context(&runtime))?;
     let staging = node.staging_dir(&format!("{}-restore", db.id()))?;
@@ -838,7 +763,7 @@ pub async fn backups(storage: &NodeStorage, db: &Database) -> Result<Backups, Da
     let config = db.config();
     let retention = storage.retention_days(&config);
     // While a transfer's new history is being started, nothing of the old one is listed.
-    let catalog = if super::history::pending(db) {
+    let catalog = if crate::transfer_history::pending(db) {
         Catalog::default()
     } else {
         Catalog::load(&storage.storage, db.id()).await?

@@ -11,7 +11,7 @@
 //! fields are big-endian; the checksums run over 32-bit words in the byte order the magic
 //! names.
 
-use crate::error::DataError;
+use crate::error::StorageError;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -60,7 +60,7 @@ pub fn read_committed(
     from: Option<WalPosition>,
     page_size: usize,
     max_bytes: usize,
-) -> Result<WalRead, DataError> {
+) -> Result<WalRead, StorageError> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -93,7 +93,7 @@ pub fn read_committed(
         MAGIC_LITTLE_ENDIAN => false,
         MAGIC_BIG_ENDIAN => true,
         _ => {
-            return Err(DataError::Internal(format!(
+            return Err(StorageError::Internal(format!(
                 "{} is not a WAL file (magic {magic:#x})",
                 path.display()
             )))
@@ -101,7 +101,7 @@ pub fn read_committed(
     };
     let wal_page_size = be32(&header[8..12]) as usize;
     if wal_page_size != page_size {
-        return Err(DataError::Internal(format!(
+        return Err(StorageError::Internal(format!(
             "{} has pages of {wal_page_size} bytes, expected {page_size}",
             path.display()
         )));
@@ -219,7 +219,7 @@ pub fn committed_in_index(shm: &Path) -> Option<((u32, u32), u64)> {
 }
 
 /// Fills `buf`, or answers `false` at the end of the file (a partial read is the end too).
-fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<bool, DataError> {
+fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<bool, StorageError> {
     match reader.read_exact(buf) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),

@@ -26,9 +26,7 @@
 
 use super::restore::Catalog;
 use super::{keys, Storage};
-use crate::database::Database;
-use crate::error::DataError;
-use crate::node::Node;
+use crate::error::StorageError;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -46,24 +44,21 @@ pub struct History {
 /// How long a database whose new history could not be started waits before the next try.
 pub(crate) const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Seconds a client is told to wait while a new history is being started.
-const RETRY_AFTER_SECS: u64 = 5;
-
 impl History {
     /// The history recorded for database `id`; `None` when it was never transferred.
-    pub async fn load(storage: &Storage, id: &str) -> Result<Option<History>, DataError> {
+    pub async fn load(storage: &Storage, id: &str) -> Result<Option<History>, StorageError> {
         let key = keys::history(id);
         let Some(bytes) = storage.get(&key).await? else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| DataError::Storage(format!("object {key} is not a history record: {e}")))
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            StorageError::ObjectStorage(format!("object {key} is not a history record: {e}"))
+        })
     }
 
-    pub(crate) async fn store(&self, storage: &Storage, id: &str) -> Result<(), DataError> {
+    pub(crate) async fn store(&self, storage: &Storage, id: &str) -> Result<(), StorageError> {
         let json =
-            serde_json::to_vec_pretty(self).map_err(|e| DataError::Internal(e.to_string()))?;
+            serde_json::to_vec_pretty(self).map_err(|e| StorageError::Internal(e.to_string()))?;
         storage.put(&keys::history(id), Bytes::from(json)).await
     }
 
@@ -73,8 +68,8 @@ impl History {
     }
 
     /// The refusal of a state at `at_ms`, before this history's first state.
-    pub fn refuse_before(&self, at_ms: i64) -> DataError {
-        DataError::BadRequest(format!(
+    pub fn refuse_before(&self, at_ms: i64) -> StorageError {
+        StorageError::BadRequest(format!(
             "{} is before the database's history: it starts at its transfer to this organization ({}); its first restorable instant is {}",
             super::restore::rfc3339(at_ms),
             super::restore::rfc3339(self.since_ms),
@@ -98,9 +93,9 @@ pub(crate) async fn delete_older(
     storage: &Storage,
     id: &str,
     history: &History,
-) -> Result<u64, DataError> {
+) -> Result<u64, StorageError> {
     let catalog = Catalog::load_everything(storage, id).await?;
-    let freed = super::service::delete_stored(
+    let freed = super::retention::delete_stored(
         storage,
         id,
         catalog
@@ -118,89 +113,4 @@ pub(crate) async fn delete_older(
         );
     }
     Ok(freed)
-}
-
-/// Whether `db`'s configuration asks for a history its log has not started yet.
-pub fn pending(db: &Database) -> bool {
-    db.log().is_some_and(|log| log.history_pending())
-}
-
-/// The first frame of `db`'s current history: frames up to it, and states before it, are
-/// never served (0: its history starts at its creation).
-pub fn first_frame(db: &Database) -> u64 {
-    db.log().map_or(0, |log| log.state().history_start)
-}
-
-/// Refuses what serves `db`'s stored history or its file (sync, exports, copies,
-/// restores, backups listings) while a transfer's new history is being started.
-pub fn ensure_started(db: &Database) -> Result<(), DataError> {
-    if !pending(db) {
-        return Ok(());
-    }
-    Err(DataError::Recovering(
-        format!(
-            "database {} was transferred and its history is being started anew (nothing from before the transfer is served); try again shortly",
-            db.config().name
-        ),
-        RETRY_AFTER_SECS,
-    ))
-}
-
-/// Starts the history `db`'s configuration asks for now, rather than at the shipper's
-/// next round, so a transfer answers once it is done. A failure is logged: the shipper's
-/// rounds try again, and the database's history is refused meanwhile. On a blocking
-/// thread.
-pub(crate) fn start_if_asked(node: &Node, db: &Database) {
-    let (Some(log), Some(storage)) = (db.log(), node.storage()) else {
-        return;
-    };
-    if !log.history_pending() {
-        return;
-    }
-    let result = storage
-        .runtime()
-        .and_then(|runtime| log.ship_round(&storage.context(&runtime)));
-    match result {
-        Ok(()) if !log.history_pending() => {}
-        Ok(()) => {
-            tracing::warn!(database_id = %db.id(), "the new history of a transferred database is not started yet: retrying")
-        }
-        Err(e) => {
-            tracing::warn!(database_id = %db.id(), error = %e, "the new history of a transferred database is not started yet: retrying")
-        }
-    }
-}
-
-/// Refuses a point-in-time seed of database `id` whose history starts at `since_ms` (its
-/// store's `history_starts_at`) as of `timestamp_ms` (`None`: its latest state) when
-/// that instant is before the history, or while object storage does not hold that
-/// history yet.
-pub(crate) async fn check_seed(
-    storage: &Storage,
-    id: &str,
-    since_ms: i64,
-    timestamp_ms: Option<i64>,
-) -> Result<(), DataError> {
-    if let Some(at) = timestamp_ms.filter(|&at| at < since_ms) {
-        return Err(before_history(at, since_ms));
-    }
-    match History::load(storage, id).await? {
-        Some(history) if history.since_ms >= since_ms => match timestamp_ms {
-            Some(at) if at < history.created_ms => Err(history.refuse_before(at)),
-            _ => Ok(()),
-        },
-        _ => Err(DataError::Recovering(
-            "the source database was transferred and its history is being started anew; try again shortly".into(),
-            RETRY_AFTER_SECS,
-        )),
-    }
-}
-
-/// The refusal of a state from before the history (of a copy, a restore).
-pub fn before_history(at_ms: i64, since_ms: i64) -> DataError {
-    DataError::BadRequest(format!(
-        "{} is before the database's history: it starts at its transfer to this organization, at {}",
-        super::restore::rfc3339(at_ms),
-        super::restore::rfc3339(since_ms)
-    ))
 }
