@@ -6,16 +6,11 @@
 //! matched case-insensitively (as Go's decoder does), and an empty body reads as `{}`.
 
 use crate::error::ApiError;
+use atoll_http::body::{read_body, BodyReadError};
 use atoll_types::ErrorCode;
-use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
-
-/// How long the request body may take (see `ControlConfig::body_read_timeout`), for the
-/// extractors that read bodies.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BodyReadTimeout(pub std::time::Duration);
 
 pub struct LenientJson<T>(pub T);
 
@@ -38,33 +33,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for LenientJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let timeout = req
-            .extensions()
-            .get::<BodyReadTimeout>()
-            .map_or(DEFAULT_BODY_READ_TIMEOUT, |t| t.0);
-        // A client trickling its body byte by byte must not hold the request forever.
-        let read = tokio::time::timeout(timeout, Bytes::from_request(req, state))
-            .await
-            .map_err(|_| body_timed_out(timeout))?;
-        let bytes = read.map_err(|rejection| {
-            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        let bytes = read_body(req, state).await.map_err(|e| match e {
+            BodyReadError::TimedOut(_) => ApiError::RequestTimeout(e.to_string()),
+            BodyReadError::TooLarge => {
                 ApiError::PayloadTooLarge("request body too large".to_string())
-            } else {
-                ApiError::invalid(format!("cannot read the request body: {rejection}"))
             }
+            BodyReadError::Unreadable(_) => ApiError::invalid(e.to_string()),
         })?;
         parse_lenient(&bytes).map(LenientJson)
     }
 }
 
-/// When no [`BodyReadTimeout`] was set (a router built without the admission layer).
-const DEFAULT_BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
+/// 408 for a body that did not arrive within `timeout` (a multipart body read piece by
+/// piece times each piece).
 pub(crate) fn body_timed_out(timeout: std::time::Duration) -> ApiError {
-    ApiError::RequestTimeout(format!(
-        "the request body did not arrive within {} seconds",
-        timeout.as_secs()
-    ))
+    ApiError::RequestTimeout(BodyReadError::TimedOut(timeout).to_string())
 }
 
 pub fn parse_lenient<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {

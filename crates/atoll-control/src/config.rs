@@ -1,6 +1,6 @@
 //! Settings of the control plane that the operator chooses.
 
-use atoll_data::rate_limit::RateLimit;
+use atoll_http::rate_limit::RateLimit;
 use std::time::Duration;
 
 /// One entry of the location catalog.
@@ -290,7 +290,7 @@ impl Default for ControlConfig {
             plan_prices: default_plan_prices(),
             rate_per_credential: Some(DEFAULT_RATE_PER_CREDENTIAL),
             rate_per_address: Some(DEFAULT_RATE_PER_ADDRESS),
-            header_read_timeout: atoll_data::listener::DEFAULT_HEADER_READ_TIMEOUT,
+            header_read_timeout: atoll_http::listener::DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: std::time::Duration::from_secs(60),
             login_throttle: crate::login_throttle::LoginThrottleSettings::default(),
             dump_lifetime: DEFAULT_DUMP_LIFETIME,

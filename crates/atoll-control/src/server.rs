@@ -3,15 +3,14 @@
 use crate::auth::login_tokens::mint_login_token;
 use crate::auth::secrets::{generate_password, hash_password_blocking, hash_secret};
 use crate::auth::session::CookieSession;
-use crate::body::BodyReadTimeout;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use atoll_data::rate_limit::{address_of, client_of, Client};
+use atoll_http::admission::{admit, Admission};
+use atoll_http::rate_limit::{address_of, client_of, Client, RateLimits};
 use atoll_meta::{NewGroup, NewUser};
 use atoll_types::ErrorCode;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::HeaderName;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use std::future::Future;
@@ -20,26 +19,30 @@ use tower_http::trace::TraceLayer;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Admits a request: refuses it with 429 and `Retry-After` when its client (token, else
-/// address) is over its rate limit, and tells the body extractors how long they may wait.
-async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let address = address_of(&request);
-    if let Err(seconds) = state.rate_limits.check(client(&request), address) {
-        metrics::counter!("atoll_rate_limited_total", "plane" => "api").increment(1);
-        return ApiError::TooManyRequests(
+/// The API's admission (`atoll_http::admission`): a request is keyed by its token or
+/// console session ([`client`]), and a refusal is the API's JSON error.
+impl Admission for AppState {
+    const PLANE: &'static str = "api";
+
+    fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
+    }
+
+    fn body_read_timeout(&self) -> std::time::Duration {
+        self.config.body_read_timeout
+    }
+
+    fn client(&self, request: &Request) -> Client {
+        client(request)
+    }
+
+    fn too_many_requests(&self, retry_after_secs: u64) -> Response {
+        ApiError::TooManyRequests(
             "too many requests: retry after the number of seconds in Retry-After".to_string(),
-            seconds,
+            retry_after_secs,
         )
-        .into_response();
+        .into_response()
     }
-    request
-        .extensions_mut()
-        .insert(BodyReadTimeout(state.config.body_read_timeout));
-    let response = next.run(request).await;
-    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
-        state.rate_limits.credential_refused(address);
-    }
-    response
 }
 
 /// Who a request counts against for rate limiting: its bearer token, else a console
@@ -77,10 +80,13 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admit::<AppState>,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             "api",
-            atoll_data::metrics::track_requests,
+            atoll_http::metrics::track_requests,
         ))
         // One span per request, named by its route template (never the raw URL, which
         // holds names), with the request id; headers (and so tokens) are not recorded.
@@ -106,9 +112,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves the control plane on `listener` (a `TcpListener` for plain HTTP, or an
-/// `atoll_data::listener::Listener` with TLS) until `shutdown` resolves.
+/// `atoll_http::listener::Listener` with TLS) until `shutdown` resolves.
 pub async fn serve(
-    listener: impl Into<atoll_data::listener::Listener>,
+    listener: impl Into<atoll_http::listener::Listener>,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -121,7 +127,7 @@ pub async fn serve(
     state.rate_limits.spawn_sweeper();
     let header_read_timeout = state.config.header_read_timeout;
     let served =
-        atoll_data::listener::serve_router(listener, router(state), header_read_timeout, shutdown)
+        atoll_http::listener::serve_router(listener, router(state), header_read_timeout, shutdown)
             .await;
     collector.abort();
     jobs.abort();

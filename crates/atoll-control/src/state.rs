@@ -4,7 +4,7 @@
 
 use crate::config::ControlConfig;
 use crate::data_plane::DataPlane;
-use atoll_data::rate_limit::RateLimits;
+use atoll_http::rate_limit::RateLimits;
 use atoll_meta::Store;
 use std::sync::Arc;
 

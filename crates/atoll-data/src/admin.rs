@@ -399,17 +399,17 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| DataError::Internal(e.to_string()))?
 }
 
-/// Serves the admin API on `listener` (plain, or a [`crate::listener::Listener`] with TLS)
-/// until `shutdown` resolves.
+/// Serves the admin API on `listener` (plain, or an [`atoll_http::listener::Listener`]
+/// with TLS) until `shutdown` resolves.
 pub async fn serve(
-    listener: impl Into<crate::listener::Listener>,
+    listener: impl Into<atoll_http::listener::Listener>,
     state: Arc<AdminState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    crate::listener::serve_router(
+    atoll_http::listener::serve_router(
         listener,
         router(state),
-        crate::listener::DEFAULT_HEADER_READ_TIMEOUT,
+        atoll_http::listener::DEFAULT_HEADER_READ_TIMEOUT,
         shutdown,
     )
     .await

@@ -56,7 +56,7 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
         // A token when one is sent; otherwise the TLS client certificate, if any.
         let access = match (
             parts.headers.get(axum::http::header::AUTHORIZATION),
-            parts.extensions.get::<crate::tls::ClientCertificate>(),
+            parts.extensions.get::<atoll_http::tls::ClientCertificate>(),
         ) {
             (Some(header), _) => authenticate(&db, header.to_str().unwrap_or(""), unix_now())?,
             (None, Some(certificate)) => authenticate_certificate(&db, &certificate.0, unix_now())?,

@@ -183,7 +183,7 @@ impl Forwarder {
             .get(header::UPGRADE)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
         let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
-        let client_address = crate::rate_limit::address_of(&request);
+        let client_address = atoll_http::rate_limit::address_of(&request);
         let (parts, body) = request.into_parts();
         let path = parts
             .uri

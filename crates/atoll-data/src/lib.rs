@@ -27,32 +27,29 @@ pub mod forward;
 pub mod hrana;
 pub mod identity;
 pub mod jwt;
-pub mod listener;
 pub mod memory;
 pub mod meter;
-pub mod metrics;
 pub mod moves;
 pub mod namespace;
 pub mod node;
 pub mod node_storage;
 pub mod pool;
 pub mod quarantine;
-pub mod rate_limit;
 pub mod registration;
 pub mod replication;
 pub mod sandbox;
 pub mod sql_pool;
-pub mod tls;
 pub mod transfer_history;
 pub mod upload;
 pub mod write_lock;
 
+use atoll_http::admission::{admit, Admission};
+use atoll_http::listener;
+use atoll_http::rate_limit::{RateLimit, RateLimits};
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use rate_limit::{RateLimit, RateLimits};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -187,43 +184,34 @@ impl DataPlaneState {
     }
 }
 
-/// How long a Hrana request body may take to arrive, for its extractor.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BodyReadTimeout(pub(crate) Duration);
+/// The database hosts' admission (`atoll_http::admission`): a request another node
+/// forwarded is limited by its client's address, and a refusal is the data plane's JSON
+/// error.
+#[derive(Clone)]
+struct DataAdmission(Arc<DataPlaneState>);
 
-/// Refuses a request over its client's rate limit with 429 and `Retry-After`, and tells
-/// the body extractor how long it may wait.
-async fn enforce_rate_limit(
-    axum::extract::State(state): axum::extract::State<Arc<DataPlaneState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    request
-        .extensions_mut()
-        .insert(BodyReadTimeout(state.limits.body_read_timeout));
-    // A request another node forwarded is limited by its client's address.
-    forward::adopt_client_address(&state, &mut request);
-    let address = rate_limit::address_of(&request);
-    match state
-        .rate_limits
-        .check(rate_limit::client_of(&request), address)
-    {
-        Ok(()) => {
-            let response = next.run(request).await;
-            if response.status() == axum::http::StatusCode::UNAUTHORIZED {
-                state.rate_limits.credential_refused(address);
-            }
-            response
-        }
-        Err(seconds) => {
-            ::metrics::counter!("atoll_rate_limited_total", "plane" => "data").increment(1);
-            error::DataError::TooManyRequests(
-                "Too many requests: slow down and retry after the number of seconds in Retry-After"
-                    .to_string(),
-                seconds,
-            )
-            .into_response()
-        }
+impl Admission for DataAdmission {
+    const PLANE: &'static str = "data";
+
+    fn rate_limits(&self) -> &RateLimits {
+        &self.0.rate_limits
+    }
+
+    fn body_read_timeout(&self) -> Duration {
+        self.0.limits.body_read_timeout
+    }
+
+    fn adopt_forwarded_address(&self, request: &mut Request) {
+        forward::adopt_client_address(&self.0, request);
+    }
+
+    fn too_many_requests(&self, retry_after_secs: u64) -> Response {
+        error::DataError::TooManyRequests(
+            "Too many requests: slow down and retry after the number of seconds in Retry-After"
+                .to_string(),
+            retry_after_secs,
+        )
+        .into_response()
     }
 }
 
@@ -246,12 +234,12 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
             forward::forward_elsewhere,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            enforce_rate_limit,
+            DataAdmission(Arc::clone(&state)),
+            admit::<DataAdmission>,
         ))
         .layer(axum::middleware::from_fn_with_state(
             "data",
-            metrics::track_requests,
+            atoll_http::metrics::track_requests,
         ))
         // Between nodes (the node secret), outside the clients' rate limits: replicas
         // long-poll their primaries here.

@@ -6,8 +6,8 @@ use support::protobuf;
 use support::*;
 
 use atoll_data::jwt::{Namespaces, Permissions};
-use atoll_data::rate_limit::RateLimit;
 use atoll_data::DataLimits;
+use atoll_http::rate_limit::RateLimit;
 use libsql_hrana::proto;
 use serde_json::{json, Value};
 

@@ -284,7 +284,7 @@ impl Bench {
         config.public_url = api.clone();
         // The limiter still runs (its cost is part of every figure), but the cheapest
         // route outruns the default ceiling per token here and would measure 429s.
-        config.rate_per_credential = Some(atoll_data::rate_limit::RateLimit {
+        config.rate_per_credential = Some(atoll_http::rate_limit::RateLimit {
             requests: 10_000_000,
             period: Duration::from_secs(1),
         });

@@ -4,7 +4,7 @@ use crate::server::{
     hostname_suffix, open_node, shutdown_signal, url_scheme, DbLimitArgs, HostArgs, TlsArgs,
 };
 use anyhow::{bail, Context};
-use atoll_data::listener::Listener;
+use atoll_http::listener::Listener;
 use atoll_types::node::NodeInfo;
 use clap::Args;
 use std::net::SocketAddr;
@@ -83,7 +83,7 @@ pub struct NodeArgs {
 pub async fn node(args: NodeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     crate::logging::init(&args.log, args.log_format);
-    atoll_data::listener::raise_open_files_limit();
+    atoll_http::listener::raise_open_files_limit();
     let listeners = [
         crate::supervisor::Listen {
             flag: "--listen",

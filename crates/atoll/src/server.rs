@@ -3,13 +3,13 @@
 
 use anyhow::{bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane, Location};
-use atoll_data::listener::Listener;
 use atoll_data::node::NodeSettings;
-use atoll_data::rate_limit::RateLimitSetting;
 use atoll_data::sandbox::SandboxSettings;
 use atoll_data::sql_pool::SqlPool;
-use atoll_data::tls::ServerTls;
 use atoll_data::DataLimits;
+use atoll_http::listener::Listener;
+use atoll_http::rate_limit::RateLimitSetting;
+use atoll_http::tls::ServerTls;
 use atoll_meta::Store;
 use clap::Args;
 use std::io::Write;
@@ -257,7 +257,7 @@ impl ConnectionArgs {
     /// The per-address cap (after `raise_open_files_limit`, which the default depends on).
     pub(crate) fn max_connections_per_address(&self) -> usize {
         self.max_connections_per_ip
-            .unwrap_or_else(atoll_data::listener::default_max_connections_per_address)
+            .unwrap_or_else(atoll_http::listener::default_max_connections_per_address)
     }
 }
 
@@ -599,14 +599,14 @@ impl MetricsArgs {
         let Some(address) = self.metrics_listen else {
             return Ok(());
         };
-        atoll_data::metrics::install().map_err(anyhow::Error::msg)?;
+        atoll_http::metrics::install().map_err(anyhow::Error::msg)?;
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .with_context(|| {
                 format!("cannot listen on {address} for metrics (--metrics-listen)")
             })?;
         tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
-        tokio::spawn(atoll_data::metrics::serve(listener, shutdown_signal()));
+        tokio::spawn(atoll_http::metrics::serve(listener, shutdown_signal()));
         Ok(())
     }
 }
@@ -686,7 +686,7 @@ impl StorageArgs {
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
-    atoll_data::listener::raise_open_files_limit();
+    atoll_http::listener::raise_open_files_limit();
     let listeners = [
         crate::supervisor::Listen {
             flag: "--listen",
@@ -831,7 +831,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::file_modes::restrict_new_files();
     args.common.init_logging();
-    atoll_data::listener::raise_open_files_limit();
+    atoll_http::listener::raise_open_files_limit();
     args.metrics.start().await?;
     let mut config = args.common.config()?;
     args.api_limits

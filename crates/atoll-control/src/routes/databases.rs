@@ -5,7 +5,6 @@
 use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
-use crate::body::BodyReadTimeout;
 use crate::body::{parse_lenient, LenientJson, Query};
 use crate::database_tokens::{
     group_with_key, mint, new_signing_key, rotate_database_key, Subject, TokenQuery,
@@ -13,6 +12,7 @@ use crate::database_tokens::{
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::wire;
+use atoll_http::body::BodyReadTimeout;
 use atoll_meta::{
     Database, DatabaseChanges, DatabaseFilter, DatabaseInsert, DatabaseState, StoreError,
 };

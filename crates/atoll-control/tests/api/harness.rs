@@ -124,7 +124,7 @@ impl TestApp {
     /// Starts a server whose platform API and database hosts both speak TLS with `tls`;
     /// `client` (which must trust its certificate) becomes the app's client.
     pub async fn start_with_tls(
-        tls: atoll_data::tls::ServerTls,
+        tls: atoll_http::tls::ServerTls,
         client: reqwest::Client,
     ) -> Option<TestApp> {
         TestApp::start_serving(ControlConfig::default(), Some((tls, client))).await
@@ -132,7 +132,7 @@ impl TestApp {
 
     async fn start_serving(
         config: ControlConfig,
-        tls: Option<(atoll_data::tls::ServerTls, reqwest::Client)>,
+        tls: Option<(atoll_http::tls::ServerTls, reqwest::Client)>,
     ) -> Option<TestApp> {
         let (tls, client) = match tls {
             Some((tls, client)) => (Some(tls), client),
@@ -168,7 +168,7 @@ impl TestApp {
             t.accepting_client_certificates()
                 .expect("TLS asking for client certificates")
         });
-        let db_listener = atoll_data::listener::Listener::new(db_listener, db_tls);
+        let db_listener = atoll_http::listener::Listener::new(db_listener, db_tls);
         tokio::spawn(atoll_data::serve(db_listener, data_state, async {
             let _ = db_rx.await;
         }));
@@ -195,7 +195,7 @@ impl TestApp {
         .expect("bootstrap");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("{scheme}://{}", listener.local_addr().unwrap());
-        let listener = atoll_data::listener::Listener::new(listener, tls);
+        let listener = atoll_http::listener::Listener::new(listener, tls);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server_state = state.clone();
         tokio::spawn(async move {

@@ -3,7 +3,7 @@
 
 use crate::harness::{TestApp, PASSWORD};
 use atoll_control::ControlConfig;
-use atoll_data::rate_limit::RateLimit;
+use atoll_http::rate_limit::RateLimit;
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

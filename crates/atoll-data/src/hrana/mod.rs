@@ -73,28 +73,15 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for HranaBody {
     type Rejection = DataError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, DataError> {
-        let timeout = req
-            .extensions()
-            .get::<crate::BodyReadTimeout>()
-            .map_or(std::time::Duration::from_secs(60), |t| t.0);
-        // A client trickling its body must not hold the request forever.
-        let read = tokio::time::timeout(timeout, axum::body::Bytes::from_request(req, state))
-            .await
-            .map_err(|_| {
-                DataError::Timeout(format!(
-                    "the request body did not arrive within {} seconds",
-                    timeout.as_secs()
-                ))
-            })?;
-        read.map(HranaBody).map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                DataError::TooLarge(format!(
-                    "the request body is larger than {MAX_REQUEST_BYTES} bytes"
-                ))
-            } else {
-                DataError::BadRequest(format!("cannot read the request body: {rejection}"))
-            }
-        })
+        use atoll_http::body::BodyReadError;
+        match atoll_http::body::read_body(req, state).await {
+            Ok(bytes) => Ok(HranaBody(bytes)),
+            Err(e @ BodyReadError::TimedOut(_)) => Err(DataError::Timeout(e.to_string())),
+            Err(BodyReadError::TooLarge) => Err(DataError::TooLarge(format!(
+                "the request body is larger than {MAX_REQUEST_BYTES} bytes"
+            ))),
+            Err(e @ BodyReadError::Unreadable(_)) => Err(DataError::BadRequest(e.to_string())),
+        }
     }
 }
 

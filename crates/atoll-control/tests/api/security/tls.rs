@@ -5,7 +5,7 @@
 //! broken renewal leaves the working one in service.
 
 use crate::harness::TestApp;
-use atoll_data::tls::ServerTls;
+use atoll_http::tls::ServerTls;
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::pem::PemObject;
 use serde_json::{json, Value};

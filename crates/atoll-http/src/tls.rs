@@ -51,7 +51,7 @@ pub struct ServerTls {
 /// The certificate a client presented in the TLS handshake (DER), with proof that it holds
 /// the certificate's private key (the handshake's signature). Nothing more: whether the
 /// certificate is worth anything is for the request's handler to decide
-/// (`auth::authenticate_certificate` for database hosts).
+/// (`atoll_data::auth::authenticate_certificate` for database hosts).
 #[derive(Debug, Clone)]
 pub struct ClientCertificate(pub Arc<Vec<u8>>);
 
