@@ -22,7 +22,7 @@
 //!   A replica fails nothing over before it has been up that long itself: after an outage
 //!   of the whole control plane every node looks silent in the store.
 
-use crate::data_plane::{database_config, send, DataPlane};
+use crate::data_plane::{database_config, DataPlane};
 use crate::error::ApiError;
 use crate::state::AppState;
 use atoll_meta::{Database, DatabaseState, Group, GroupChanges, NodeRecord, Store};
@@ -160,16 +160,7 @@ impl DataPlane {
             // database on the lost node, so nothing else put it there).
             replace: true,
         };
-        send::<wire::HandedOver>(
-            self.order(
-                reqwest::Method::POST,
-                to,
-                &format!("/v1/databases/{id}/adopt"),
-            )?
-            .json(&adopt),
-        )
-        .await
-        .map_err(|e| {
+        self.admin(to)?.adopt(id, &adopt).await.map_err(|e| {
             ApiError::NodeUnavailable(format!(
                 "rebuilding database {} from object storage on node {to} failed: {e}",
                 db.name

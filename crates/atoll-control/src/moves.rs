@@ -9,7 +9,7 @@
 //! (a handed-over copy the store places elsewhere is released, one it places here is
 //! resumed, once older than `atoll_data::moves::MOVE_TIMEOUT`).
 
-use crate::data_plane::{database_config, send, DataPlane};
+use crate::data_plane::{database_config, DataPlane};
 use crate::error::ApiError;
 use atoll_meta::{Database, DatabaseState, Store};
 use atoll_types::node as wire;
@@ -38,12 +38,7 @@ impl DataPlane {
         let id = db.id.as_str();
         let (group, org) = group_and_org(store, db).await?;
 
-        let handed: wire::HandedOver = send(self.order(
-            reqwest::Method::POST,
-            &from,
-            &format!("/v1/databases/{id}/hand-over"),
-        )?)
-        .await?;
+        let handed = self.admin(&from)?.hand_over(id).await?;
         let adopt = wire::AdoptDatabase {
             config: database_config(store, db, &group, &org).await?,
             frame_no: handed.frame_no,
@@ -51,18 +46,7 @@ impl DataPlane {
             // places the database on `from`, so nothing else put it there).
             replace: true,
         };
-        let adopted = async {
-            send::<wire::HandedOver>(
-                self.order(
-                    reqwest::Method::POST,
-                    to,
-                    &format!("/v1/databases/{id}/adopt"),
-                )?
-                .json(&adopt),
-            )
-            .await
-        }
-        .await;
+        let adopted = async { self.admin(to)?.adopt(id, &adopt).await }.await;
         if let Err(e) = adopted {
             self.resume_or_leave(&from, id).await;
             return Err(e);
@@ -104,11 +88,7 @@ impl DataPlane {
     }
 
     pub(crate) async fn resume_or_leave(&self, node: &str, id: &str) {
-        let path = format!("/v1/databases/{id}/resume");
-        let result = async {
-            send::<serde_json::Value>(self.order(reqwest::Method::POST, node, &path)?).await
-        }
-        .await;
+        let result = async { self.admin(node)?.resume(id).await }.await;
         if let Err(e) = result {
             tracing::warn!(database = %id, node = %node, error = %e, "cannot resume a handed-over database yet: the reconciler will");
             crate::reconciler::request_pass();
@@ -116,11 +96,7 @@ impl DataPlane {
     }
 
     pub(crate) async fn release_or_leave(&self, node: &str, id: &str) {
-        let path = format!("/v1/databases/{id}/release");
-        let result = async {
-            send::<serde_json::Value>(self.order(reqwest::Method::POST, node, &path)?).await
-        }
-        .await;
+        let result = async { self.admin(node)?.release(id).await }.await;
         if let Err(e) = result {
             tracing::warn!(database = %id, node = %node, error = %e, "cannot release a handed-over copy yet: the reconciler will");
             crate::reconciler::request_pass();
@@ -225,18 +201,7 @@ impl DataPlane {
             frame_no: 0,
             replace: false,
         };
-        let adopted = async {
-            send::<wire::HandedOver>(
-                self.order(
-                    reqwest::Method::POST,
-                    &to,
-                    &format!("/v1/databases/{id}/adopt"),
-                )?
-                .json(&adopt),
-            )
-            .await
-        }
-        .await;
+        let adopted = async { self.admin(&to)?.adopt(id, &adopt).await }.await;
         if let Err(e) = adopted {
             return Err(ApiError::NodeUnavailable(format!(
                 "the node that held database {} ({}) is down, and rebuilding it from object storage on node {to} failed: {e}",

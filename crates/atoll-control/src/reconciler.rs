@@ -7,7 +7,7 @@
 //! behind on, finish deletes from their tombstones, finish what dead control planes
 //! abandoned, and quarantine (never delete) what the store does not know. A failed node
 //! call asks for a pass at once ([`request_pass`]). Nodes are worked on concurrently, each
-//! order with a timeout suited to it (`crate::data_plane::ORDER_TIMEOUT`), so one hung node
+//! order with a timeout suited to it (`crate::data_plane::node_client::ORDER_TIMEOUT`), so one hung node
 //! delays its own work only; lost nodes are failed over apart (`crate::failover::spawn`).
 
 use crate::data_plane::ReconcileReport;

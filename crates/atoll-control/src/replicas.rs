@@ -11,10 +11,10 @@
 //! for. Replicas are a cache of the log (object storage holds it): losing one loses
 //! nothing, and it is rebuilt wherever the placement says.
 
-use crate::data_plane::{database_config, send, DataPlane, RemoteNode};
+use crate::data_plane::{database_config, DataPlane, RemoteNode};
 use crate::error::ApiError;
 use atoll_meta::{Database, DatabaseState, NodeRecord, Store};
-use atoll_types::node::{ReplicaSet, ReplicaSpec, ReplicaStatus, ReplicaStatuses};
+use atoll_types::node::{ReplicaSet, ReplicaSpec, ReplicaStatus};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
@@ -140,10 +140,11 @@ impl DataPlane {
         for node in nodes {
             let replicas = wanted.remove(node).unwrap_or_default();
             let count = replicas.len();
-            let order = self
-                .order(reqwest::Method::PUT, node, "/v1/replicas")?
-                .json(&ReplicaSet { replicas });
-            match send::<ReplicaStatuses>(order).await {
+            let answer = self
+                .admin(node)?
+                .set_replicas(&ReplicaSet { replicas })
+                .await;
+            match answer {
                 Ok(_) => sent += count,
                 Err(e) => {
                     tracing::warn!(node = %node, error = %e, "cannot send the node its replicas yet")
@@ -156,10 +157,7 @@ impl DataPlane {
     /// How far the replica of `db_id` on `node` is (`None` when the node does not answer
     /// or holds no such replica yet).
     pub async fn replica_status(&self, node: &str, db_id: &str) -> Option<ReplicaStatus> {
-        let order = self
-            .order(reqwest::Method::GET, node, "/v1/replicas")
-            .ok()?;
-        let statuses: ReplicaStatuses = send(order).await.ok()?;
+        let statuses = self.admin(node).ok()?.replicas().await.ok()?;
         statuses.replicas.into_iter().find(|r| r.id == db_id)
     }
 }

@@ -32,7 +32,7 @@ use crate::identity::StoreStamp;
 use crate::node::Node;
 use atoll_types::node::{
     AdoptDatabase, CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HandedOver,
-    HeldDatabase, NodeInfo, Quarantine, QuarantinedDatabase, QueryStats, UsageBatch,
+    HeldDatabase, NodeInfo, OrderDone, Quarantine, QuarantinedDatabase, QueryStats, UsageBatch,
     STORE_ID_HEADER,
 };
 use axum::extract::{Path, Request, State};
@@ -197,7 +197,7 @@ pub fn held_databases(node: &Node) -> DatabaseIds {
 async fn create(
     State(state): State<Arc<AdminState>>,
     Json(request): Json<CreateDatabase>,
-) -> Result<Json<serde_json::Value>, DataError> {
+) -> Result<Json<OrderDone>, DataError> {
     let node = Arc::clone(&state.node);
     if request.seed.runs_tenant_sql() {
         // A dump is tenant SQL: on the node's SQL threads (`sql_pool`), in its
@@ -211,7 +211,7 @@ async fn create(
     } else {
         blocking(move || node.create_database(request).map(|_| ())).await?;
     }
-    Ok(Json(serde_json::json!({})))
+    Ok(Json(OrderDone {}))
 }
 
 /// Restores a database in place to an instant of its history (`node_storage`).
@@ -238,7 +238,7 @@ async fn configure(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
     Json(config): Json<DatabaseConfig>,
-) -> Result<Json<serde_json::Value>, DataError> {
+) -> Result<Json<OrderDone>, DataError> {
     if config.id != id {
         return Err(DataError::BadRequest(
             "the configuration is for another database".into(),
@@ -246,16 +246,16 @@ async fn configure(
     }
     let node = Arc::clone(&state.node);
     blocking(move || node.configure(config).map(|_| ())).await?;
-    Ok(Json(serde_json::json!({})))
+    Ok(Json(OrderDone {}))
 }
 
 async fn delete(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, DataError> {
+) -> Result<Json<OrderDone>, DataError> {
     let node = Arc::clone(&state.node);
     blocking(move || node.delete_database(&id)).await?;
-    Ok(Json(serde_json::json!({})))
+    Ok(Json(OrderDone {}))
 }
 
 async fn stats(
@@ -283,9 +283,9 @@ async fn collect_usage(State(state): State<Arc<AdminState>>) -> Json<UsageBatch>
 async fn acknowledge_usage(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Json<serde_json::Value> {
+) -> Json<OrderDone> {
     state.node.meters.acknowledge(&id);
-    Json(serde_json::json!({}))
+    Json(OrderDone {})
 }
 
 async fn quarantine_database(
@@ -365,22 +365,22 @@ async fn adopt(
 async fn resume(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, DataError> {
+) -> Result<Json<OrderDone>, DataError> {
     let node = Arc::clone(&state.node);
     let resumed = id.clone();
     blocking(move || crate::moves::resume(&node, &resumed)).await?;
     // The control plane places it here as of now: its configuration is confirmed.
     state.node.confirm(&id);
-    Ok(Json(serde_json::json!({})))
+    Ok(Json(OrderDone {}))
 }
 
 async fn release(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, DataError> {
+) -> Result<Json<OrderDone>, DataError> {
     let node = Arc::clone(&state.node);
     blocking(move || crate::moves::release(&node, &id)).await?;
-    Ok(Json(serde_json::json!({})))
+    Ok(Json(OrderDone {}))
 }
 
 /// Milliseconds since the epoch.

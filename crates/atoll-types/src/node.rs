@@ -395,6 +395,11 @@ pub struct HeldDatabase {
     pub handed_over_at: Option<i64>,
 }
 
+/// The answer of a node admin order that has nothing to report: `{}` (create, configure,
+/// delete, resume, release, a usage acknowledgement).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderDone {}
+
 /// The error body of the node admin API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeError {
@@ -490,4 +495,15 @@ pub struct ReplicaStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaStatuses {
     pub replicas: Vec<ReplicaStatus>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_order_with_nothing_to_report_answers_an_empty_object() {
+        assert_eq!(serde_json::to_string(&OrderDone {}).unwrap(), "{}");
+        assert_eq!(serde_json::from_str::<OrderDone>("{}").unwrap(), OrderDone {});
+    }
 }

@@ -4,12 +4,15 @@
 //! [`DataPlane`]: in process for `atoll dev` (the node lives in the same binary), or over
 //! the node admin API for `atoll serve` with `atoll node`s. Callers never know which.
 
+pub mod node_client;
+
 use crate::error::ApiError;
 use atoll_data::error::DataError;
 use atoll_data::node::Node;
 use atoll_meta::{Database, DatabaseState, Group, Organization, Store};
 use atoll_types::node::{self as wire, CreateDatabase, DatabaseConfig, ExternalKey, Jwk, TokenKey};
 use atoll_types::ErrorCode;
+use node_client::{NodeAdmin, NodeClient};
 use sha2::Digest;
 use std::sync::Arc;
 
@@ -29,10 +32,8 @@ pub enum DataPlane {
         nodes: std::sync::RwLock<Vec<RemoteNode>>,
         /// SHA-256 of the node secret, for the nodes' own calls (heartbeats, routes).
         secret_digest: [u8; 32],
-        client: reqwest::Client,
-        secret: String,
-        /// Sent with every order ([`wire::STORE_ID_HEADER`]): a node serves one store.
-        store_id: String,
+        /// The node admin API's client: the node secret and the store's id with every order.
+        client: NodeClient,
         /// Lost nodes' databases are taken over elsewhere after this long without a
         /// heartbeat, and heartbeats are answered with write leases (`crate::failover`);
         /// `None`: failover is the operator's.
@@ -55,33 +56,6 @@ pub struct RemoteNode {
 
 /// The name the in-process node is recorded under.
 const IN_PROCESS_NODE: &str = "local";
-
-/// How long an order to a node may take: most touch one database's files or the node's
-/// memory and answer in milliseconds, so a node that has not answered in this long is
-/// hung or cut off, and whoever waits on it (the reconciler, an API request) moves on.
-pub const ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How long creating an empty database may take: a file, its first generation and index
-/// entry in object storage.
-pub const CREATE_ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// How long an order that copies a whole database may take: a seeded create (a copy, a
-/// dump, a point in time), a restore in place, a move's hand-over or adopt, a rebuild from
-/// object storage; and the listing of what object storage holds of a database.
-pub const LONG_ORDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The timeout of an order to a node's admin API, by what it asks.
-fn order_timeout(method: &reqwest::Method, path: &str) -> std::time::Duration {
-    let long = (*method == reqwest::Method::POST && path == "/v1/databases")
-        || ["/restore", "/adopt", "/hand-over", "/backups"]
-            .iter()
-            .any(|step| path.ends_with(step));
-    if long {
-        LONG_ORDER_TIMEOUT
-    } else {
-        ORDER_TIMEOUT
-    }
-}
 
 /// A node whose last heartbeat is older than this (two missed) is passed over by
 /// placement while another node of its location is on time.
@@ -142,24 +116,12 @@ impl DataPlane {
         store: &Store,
         store_id: &str,
     ) -> Result<DataPlane, ApiError> {
-        // Each order has a timeout of its own (`order_timeout`); this is the longest.
-        let client = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .timeout(LONG_ORDER_TIMEOUT)
-            .build()
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let client = NodeClient::new(secret, store_id)?;
         let recorded = store.nodes().await?;
         let mut nodes = Vec::new();
         for url in admin_urls {
             let admin_url = url.trim_end_matches('/').to_string();
-            let answer = send::<wire::NodeInfo>(
-                client
-                    .get(format!("{admin_url}/v1/node"))
-                    .timeout(ORDER_TIMEOUT)
-                    .bearer_auth(secret)
-                    .header(wire::STORE_ID_HEADER, store_id),
-            )
-            .await;
+            let answer = client.at(&admin_url).info().await;
             let info = match answer {
                 Ok(info) => {
                     let now = atoll_meta::now_millis();
@@ -210,8 +172,6 @@ impl DataPlane {
             nodes: std::sync::RwLock::new(nodes),
             secret_digest: sha2::Sha256::digest(secret.as_bytes()).into(),
             client,
-            secret: secret.to_string(),
-            store_id: store_id.to_string(),
             failover_after: None,
             started: std::time::Instant::now(),
             unanswered: std::sync::Mutex::default(),
@@ -243,27 +203,12 @@ impl DataPlane {
         }
     }
 
-    /// An order to a remote node's admin API, with its credential and the store's id.
-    pub(crate) fn order(
-        &self,
-        method: reqwest::Method,
-        node_name: &str,
-        path: &str,
-    ) -> Result<reqwest::RequestBuilder, ApiError> {
+    /// The admin API of remote node `node_name`: its orders ([`node_client`]).
+    pub(crate) fn admin(&self, node_name: &str) -> Result<NodeAdmin<'_>, ApiError> {
         match self {
-            DataPlane::Remote {
-                client,
-                secret,
-                store_id,
-                ..
-            } => {
+            DataPlane::Remote { client, .. } => {
                 let remote = self.remote_node(node_name)?;
-                let timeout = order_timeout(&method, path);
-                Ok(client
-                    .request(method, format!("{}{path}", remote.admin_url))
-                    .timeout(timeout)
-                    .bearer_auth(secret)
-                    .header(wire::STORE_ID_HEADER, store_id.as_str()))
+                Ok(client.at(&remote.admin_url))
             }
             DataPlane::InProcess { .. } => Err(ApiError::Internal("no remote nodes".into())),
         }
@@ -310,7 +255,7 @@ impl DataPlane {
                     .and_then(|stamp| stamp.claim(store_id))
                     .map_err(|e| ApiError::Internal(e.to_string()))
             }
-            DataPlane::Remote { store_id: ours, .. } if ours == store_id => Ok(()),
+            DataPlane::Remote { client, .. } if client.store_id() == store_id => Ok(()),
             DataPlane::Remote { .. } => Err(ApiError::Internal(
                 "the data plane was set up for another store".into(),
             )),
@@ -487,11 +432,7 @@ impl DataPlane {
                 blocking(move || node.create_database(request).map(|_| ())).await
             }
             DataPlane::Remote { .. } => {
-                let mut order = self.order(reqwest::Method::POST, node_name, "/v1/databases")?;
-                if matches!(request.seed, wire::Seed::Empty | wire::Seed::Upload) {
-                    order = order.timeout(CREATE_ORDER_TIMEOUT);
-                }
-                let _: serde_json::Value = send(order.json(&request)).await?;
+                self.admin(node_name)?.create_database(&request).await?;
                 Ok(())
             }
         }
@@ -504,9 +445,7 @@ impl DataPlane {
                 blocking(move || node.configure(config).map(|_| ())).await
             }
             DataPlane::Remote { .. } => {
-                let path = format!("/v1/databases/{}/config", config.id);
-                let order = self.order(reqwest::Method::PUT, node_name, &path)?;
-                let _: serde_json::Value = send(order.json(&config)).await?;
+                self.admin(node_name)?.configure(&config).await?;
                 Ok(())
             }
         }
@@ -521,10 +460,7 @@ impl DataPlane {
                 blocking(move || node.delete_database(&id)).await
             }
             DataPlane::Remote { .. } => {
-                let path = format!("/v1/databases/{id}");
-                send::<serde_json::Value>(self.order(reqwest::Method::DELETE, node_name, &path)?)
-                    .await
-                    .map(|_| ())
+                self.admin(node_name)?.delete_database(id).await.map(|_| ())
             }
         };
         match result {
@@ -559,10 +495,7 @@ impl DataPlane {
                 let id = id.to_string();
                 blocking(move || node.stats(&id)).await
             }
-            DataPlane::Remote { .. } => {
-                let path = format!("/v1/databases/{id}/stats");
-                send(self.order(reqwest::Method::GET, node_name, &path)?).await
-            }
+            DataPlane::Remote { .. } => self.admin(node_name)?.stats(id).await,
         }
     }
 
@@ -570,14 +503,7 @@ impl DataPlane {
     pub async fn backups(&self, node_name: &str, id: &str) -> Result<wire::Backups, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => node.backups(id).await.map_err(data_error),
-            DataPlane::Remote { .. } => {
-                send(self.order(
-                    reqwest::Method::GET,
-                    node_name,
-                    &format!("/v1/databases/{id}/backups"),
-                )?)
-                .await
-            }
+            DataPlane::Remote { .. } => self.admin(node_name)?.backups(id).await,
         }
     }
 
@@ -595,15 +521,9 @@ impl DataPlane {
                 blocking(move || node.restore_in_place(&id, timestamp_ms)).await
             }
             DataPlane::Remote { .. } => {
-                send(
-                    self.order(
-                        reqwest::Method::POST,
-                        node_name,
-                        &format!("/v1/databases/{id}/restore"),
-                    )?
-                    .json(&wire::RestoreInPlace { timestamp_ms }),
-                )
-                .await
+                self.admin(node_name)?
+                    .restore(id, &wire::RestoreInPlace { timestamp_ms })
+                    .await
             }
         }
     }
@@ -618,10 +538,7 @@ impl DataPlane {
             DataPlane::InProcess { node, .. } => {
                 Ok(node.meters.top_queries(id, atoll_data::admin::TOP_QUERIES))
             }
-            DataPlane::Remote { .. } => {
-                let path = format!("/v1/databases/{id}/queries");
-                send(self.order(reqwest::Method::GET, node_name, &path)?).await
-            }
+            DataPlane::Remote { .. } => self.admin(node_name)?.top_queries(id).await,
         }
     }
 
@@ -637,12 +554,7 @@ impl DataPlane {
                 let mut batches = Vec::new();
                 let nodes = read(nodes).clone();
                 for remote in &nodes {
-                    let order = self.order(
-                        reqwest::Method::POST,
-                        &remote.info.name,
-                        "/v1/usage/collect",
-                    )?;
-                    match send::<wire::UsageBatch>(order).await {
+                    match self.admin(&remote.info.name)?.collect_usage().await {
                         Ok(batch) => batches.push((remote.info.name.clone(), batch)),
                         Err(e) => {
                             tracing::warn!(node = %remote.info.name, error = %e, "usage not collected from an unreachable node; retried at the next collection")
@@ -660,12 +572,11 @@ impl DataPlane {
                 node.meters.acknowledge(batch_id);
                 Ok(())
             }
-            DataPlane::Remote { .. } => {
-                let path = format!("/v1/usage/{batch_id}/ack");
-                send::<serde_json::Value>(self.order(reqwest::Method::POST, node_name, &path)?)
-                    .await
-                    .map(|_| ())
-            }
+            DataPlane::Remote { .. } => self
+                .admin(node_name)?
+                .acknowledge_usage(batch_id)
+                .await
+                .map(|_| ()),
         }
     }
 
@@ -676,8 +587,7 @@ impl DataPlane {
                 Ok(atoll_data::admin::held_databases(node).databases)
             }
             DataPlane::Remote { .. } => {
-                let order = self.order(reqwest::Method::GET, node_name, "/v1/databases")?;
-                let ids: wire::DatabaseIds = send(order).await?;
+                let ids = self.admin(node_name)?.held_databases().await?;
                 Ok(ids.databases)
             }
         }
@@ -708,10 +618,7 @@ impl DataPlane {
                 })
                 .await
             }
-            DataPlane::Remote { .. } => {
-                let path = format!("/v1/databases/{id}/quarantine");
-                send(self.order(reqwest::Method::POST, node_name, &path)?).await
-            }
+            DataPlane::Remote { .. } => self.admin(node_name)?.quarantine(id).await,
         }
     }
 
@@ -737,8 +644,7 @@ impl DataPlane {
                 .await
             }
             DataPlane::Remote { .. } => {
-                let order = self.order(reqwest::Method::GET, node_name, "/v1/quarantine")?;
-                let quarantine: wire::Quarantine = send(order).await?;
+                let quarantine = self.admin(node_name)?.quarantined().await?;
                 Ok(quarantine.databases)
             }
         }
@@ -768,10 +674,7 @@ impl DataPlane {
                 })
                 .await
             }
-            DataPlane::Remote { .. } => {
-                let path = format!("/v1/quarantine/{id}");
-                send(self.order(reqwest::Method::DELETE, node_name, &path)?).await
-            }
+            DataPlane::Remote { .. } => self.admin(node_name)?.purge_quarantined(id).await,
         }
     }
 
@@ -881,10 +784,11 @@ impl DataPlane {
         self.reconcile_node(store, node_name, &held, &mut report)
             .await?;
         if let Some(replicas) = replicas {
-            let order = self
-                .order(reqwest::Method::PUT, node_name, "/v1/replicas")?
-                .json(&wire::ReplicaSet { replicas });
-            if let Err(e) = send::<wire::ReplicaStatuses>(order).await {
+            let sent = self
+                .admin(node_name)?
+                .set_replicas(&wire::ReplicaSet { replicas })
+                .await;
+            if let Err(e) = sent {
                 tracing::warn!(node = %node_name, error = %e, "cannot send the node its replicas yet");
             }
         }
@@ -924,18 +828,18 @@ impl DataPlane {
                 continue;
             }
             let placed = store.database_by_id(&copy.id).await?.map(|db| db.node);
-            let (step, path) = match placed.as_deref() {
-                Some(node) if node == node_name => ("resumed", "resume"),
-                Some(_) => ("released", "release"),
+            let resume = match placed.as_deref() {
+                Some(node) => node == node_name,
                 // Unknown to the store: quarantined below, like any unknown database.
                 None => continue,
             };
-            let order = self.order(
-                reqwest::Method::POST,
-                node_name,
-                &format!("/v1/databases/{}/{path}", copy.id),
-            )?;
-            match send::<serde_json::Value>(order).await {
+            let admin = self.admin(node_name)?;
+            let (step, finished) = if resume {
+                ("resumed", admin.resume(&copy.id).await)
+            } else {
+                ("released", admin.release(&copy.id).await)
+            };
+            match finished {
                 Ok(_) => {
                     tracing::warn!(node = %node_name, database = %copy.id, step, "finished a move its control plane abandoned");
                     report
@@ -1103,21 +1007,8 @@ impl DataPlane {
             frame_no: 0,
             replace: false,
         };
-        send::<wire::HandedOver>(
-            self.order(
-                reqwest::Method::POST,
-                node,
-                &format!("/v1/databases/{id}/adopt"),
-            )?
-            .json(&adopt),
-        )
-        .await?;
-        send::<serde_json::Value>(self.order(
-            reqwest::Method::POST,
-            node,
-            &format!("/v1/databases/{id}/resume"),
-        )?)
-        .await?;
+        self.admin(node)?.adopt(id, &adopt).await?;
+        self.admin(node)?.resume(id).await?;
         tracing::warn!(node = %node, database = %id, "missing database rebuilt from object storage");
         Ok(())
     }
@@ -1196,40 +1087,6 @@ pub(crate) fn read(
     nodes: &std::sync::RwLock<Vec<RemoteNode>>,
 ) -> std::sync::RwLockReadGuard<'_, Vec<RemoteNode>> {
     nodes.read().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Sends a node admin request and maps its answer, as the in-process calls are mapped.
-pub(crate) async fn send<T: serde::de::DeserializeOwned>(
-    request: reqwest::RequestBuilder,
-) -> Result<T, ApiError> {
-    let response = request.send().await.map_err(|e| {
-        // Refused or timed out: the node is down or restarting, which a retry outlives.
-        if e.is_connect() || e.is_timeout() {
-            ApiError::NodeUnavailable(format!("data node unreachable: {e}"))
-        } else {
-            ApiError::Upstream(format!("data node unreachable: {e}"))
-        }
-    })?;
-    let status = response.status();
-    if status.is_success() {
-        return response
-            .json()
-            .await
-            .map_err(|e| ApiError::Upstream(format!("bad answer from data node: {e}")));
-    }
-    let message = response
-        .json::<wire::NodeError>()
-        .await
-        .map(|e| e.error)
-        .unwrap_or_else(|_| format!("data node answered {status}"));
-    Err(data_error(match status.as_u16() {
-        400 => DataError::BadRequest(message),
-        401 => DataError::Unauthorized(format!("the data node refused the node secret: {message}")),
-        404 => DataError::UnknownDatabase(message),
-        409 => DataError::Conflict(message),
-        503 => DataError::Storage(message),
-        _ => DataError::Internal(message),
-    }))
 }
 
 pub(crate) async fn blocking<T: Send + 'static>(
@@ -1459,9 +1316,7 @@ mod tests {
         DataPlane::Remote {
             nodes: std::sync::RwLock::default(),
             secret_digest: [0; 32],
-            client: reqwest::Client::new(),
-            secret: String::new(),
-            store_id: String::new(),
+            client: NodeClient::new("", "").unwrap(),
             failover_after: None,
             started: std::time::Instant::now(),
             unanswered: std::sync::Mutex::default(),
@@ -1506,24 +1361,5 @@ mod tests {
         plane.note_unanswered("east-1");
         plane.note_answered("east-1");
         assert!(plane.answers(&node(now - 1_000), now));
-    }
-
-    #[test]
-    fn orders_time_out_by_what_they_ask() {
-        use reqwest::Method;
-        assert_eq!(order_timeout(&Method::GET, "/v1/databases"), ORDER_TIMEOUT);
-        assert_eq!(
-            order_timeout(&Method::PUT, "/v1/databases/x/config"),
-            ORDER_TIMEOUT
-        );
-        for (method, path) in [
-            (Method::POST, "/v1/databases"),
-            (Method::POST, "/v1/databases/x/adopt"),
-            (Method::POST, "/v1/databases/x/hand-over"),
-            (Method::POST, "/v1/databases/x/restore"),
-            (Method::GET, "/v1/databases/x/backups"),
-        ] {
-            assert_eq!(order_timeout(&method, path), LONG_ORDER_TIMEOUT, "{path}");
-        }
     }
 }
