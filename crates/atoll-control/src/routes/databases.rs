@@ -1240,7 +1240,7 @@ fn valid_ip_or_cidr(text: &str) -> bool {
 }
 
 /// Every instance of `db`: the primary, then a replica in each other location of its
-/// group (`crate::replicas`), with how far each replica is.
+/// group (`crate::data_plane::replicas`), with how far each replica is.
 async fn instances_of(
     state: &AppState,
     db: &Database,
@@ -1263,13 +1263,13 @@ async fn instances_of(
     }
     let records = state.store.nodes().await?;
     let mut out = vec![primary];
-    for place in crate::replicas::instances_of(db, &group.locations, &records)
+    for place in crate::data_plane::replicas::instances_of(db, &group.locations, &records)
         .into_iter()
         .filter(|p| !p.primary)
     {
         let status = state.data_plane.replica_status(&place.node, &db.id).await;
         out.push(atoll_types::databases::Instance {
-            uuid: crate::replicas::replica_uuid(&db.id, &place.location),
+            uuid: crate::data_plane::replicas::replica_uuid(&db.id, &place.location),
             name: place.location.clone(),
             kind: "replica".to_string(),
             region: place.location.clone(),

@@ -263,7 +263,7 @@ fn instance_usages(
 ) -> Vec<InstanceUsage> {
     let mut primary = total;
     let mut replicas = Vec::new();
-    for place in crate::replicas::instances_of(db, group_locations, records)
+    for place in crate::data_plane::replicas::instances_of(db, group_locations, records)
         .into_iter()
         .filter(|p| !p.primary)
     {
@@ -279,7 +279,7 @@ fn instance_usages(
         primary.rows_written = primary.rows_written.saturating_sub(usage.rows_written);
         primary.bytes_synced = primary.bytes_synced.saturating_sub(usage.bytes_synced);
         replicas.push(InstanceUsage {
-            uuid: crate::replicas::replica_uuid(&db.id, &place.location),
+            uuid: crate::data_plane::replicas::replica_uuid(&db.id, &place.location),
             usage,
         });
     }

@@ -152,7 +152,7 @@ impl DataPlane {
     /// quarantined (by the node itself as it regains its lease, and by the reconciler).
     pub async fn take_over(&self, store: &Store, db: &Database, to: &str) -> Result<(), ApiError> {
         let id = db.id.as_str();
-        let (group, org) = crate::moves::group_and_org(store, db).await?;
+        let (group, org) = super::moves::group_and_org(store, db).await?;
         let adopt = wire::AdoptDatabase {
             config: database_config(store, db, &group, &org).await?,
             frame_no: 0,
