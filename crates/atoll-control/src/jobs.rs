@@ -7,6 +7,7 @@
 
 use crate::data_plane::push_group_databases;
 use crate::error::ApiResult;
+use crate::periodic::{self, Schedule};
 use crate::state::AppState;
 use atoll_meta::{DatabaseState, GroupChanges};
 use std::time::Duration;
@@ -101,14 +102,16 @@ pub async fn run_once(state: &AppState, holder: &str, now: i64) -> ApiResult<Job
 /// Runs the jobs every `interval`, as `holder` (unique per replica).
 pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
     let holder = uuid::Uuid::new_v4().to_string();
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            if let Err(e) = run_once(&state, &holder, atoll_meta::now_millis()).await {
-                tracing::warn!(error = %e, "lifecycle jobs failed; retrying at the next tick");
+    periodic::spawn(
+        Schedule::every(interval),
+        "lifecycle jobs failed; retrying at the next tick",
+        move || {
+            let (state, holder) = (state.clone(), holder.clone());
+            async move {
+                run_once(&state, &holder, atoll_meta::now_millis())
+                    .await
+                    .map(|_| ())
             }
-        }
-    })
+        },
+    )
 }

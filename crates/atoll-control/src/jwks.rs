@@ -13,6 +13,7 @@
 use crate::config::JwksSettings;
 use crate::data_plane::push_org_databases;
 use crate::error::{ApiError, ApiResult};
+use crate::periodic::{self, Schedule};
 use crate::state::AppState;
 use atoll_types::node::Jwk;
 use atoll_types::ErrorCode;
@@ -241,18 +242,19 @@ pub async fn refresh_once(state: &AppState, holder: &str, now: i64) -> ApiResult
 /// Refreshes key sets every `interval`, as `holder` (unique per replica).
 pub fn spawn_refresher(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
     let holder = uuid::Uuid::new_v4().to_string();
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick is immediate; key sets were fetched when registered.
-        ticker.tick().await;
-        loop {
-            ticker.tick().await;
-            if let Err(e) = refresh_once(&state, &holder, atoll_meta::now_millis()).await {
-                tracing::warn!(error = %e, "refreshing key sets failed; retrying at the next tick");
+    // Not at once: key sets were fetched when registered.
+    periodic::spawn(
+        Schedule::after_each(interval),
+        "refreshing key sets failed; retrying at the next tick",
+        move || {
+            let (state, holder) = (state.clone(), holder.clone());
+            async move {
+                refresh_once(&state, &holder, atoll_meta::now_millis())
+                    .await
+                    .map(|_| ())
             }
-        }
-    })
+        },
+    )
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod jwks;
 pub mod login_throttle;
 mod node_registry;
 mod openapi;
+mod periodic;
 pub mod quotas;
 pub mod reconciler;
 pub mod routes;

@@ -12,6 +12,7 @@
 
 use crate::data_plane::ReconcileReport;
 use crate::error::ApiResult;
+use crate::periodic::{self, Schedule};
 use crate::state::AppState;
 use std::time::Duration;
 
@@ -63,23 +64,26 @@ pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()>
         // Lost nodes are looked for on a schedule of their own, so a pass that waits on a
         // hung node never delays a failover; stopped with the reconciler.
         let _failover = AbortOnDrop(crate::failover::spawn(state.clone()));
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                // A little later than asked: the node that just failed may be restarting.
-                _ = PASS_WANTED.notified() => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
-            // Every replica learns of nodes that registered through another one, lease or
-            // not: it must reach them to serve their databases.
-            if let Err(e) = state.data_plane.refresh_nodes(&state.store).await {
-                tracing::warn!(error = %e, "cannot refresh the data nodes from the store");
-            }
-            if let Err(e) = run_once(&state, &holder, atoll_meta::now_millis()).await {
-                tracing::warn!(error = %e, "reconcile pass failed; retrying at the next tick");
-            }
-        }
+        // A little later than asked: the node that just failed may be restarting.
+        let schedule = Schedule::every(interval).or_when(&PASS_WANTED, Duration::from_millis(500));
+        periodic::run(
+            schedule,
+            "reconcile pass failed; retrying at the next tick",
+            || {
+                let (state, holder) = (state.clone(), holder.clone());
+                async move {
+                    // Every replica learns of nodes that registered through another one,
+                    // lease or not: it must reach them to serve their databases.
+                    if let Err(e) = state.data_plane.refresh_nodes(&state.store).await {
+                        tracing::warn!(error = %e, "cannot refresh the data nodes from the store");
+                    }
+                    run_once(&state, &holder, atoll_meta::now_millis())
+                        .await
+                        .map(|_| ())
+                }
+            },
+        )
+        .await
     })
 }
 

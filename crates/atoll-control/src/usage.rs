@@ -3,6 +3,7 @@
 //! databases' sizes, so storage has a history too.
 
 use crate::error::ApiResult;
+use crate::periodic::{self, Schedule};
 use crate::state::AppState;
 use atoll_meta::{StorageSample, Usage, UsageEntry};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -139,14 +140,12 @@ fn saturating_i64(value: u64) -> i64 {
 
 /// Collects every `interval` until the process ends.
 pub fn spawn_collector(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            if let Err(e) = collect_and_sweep(&state).await {
-                tracing::warn!(error = %e, "usage collection failed; retrying at the next tick");
-            }
-        }
-    })
+    periodic::spawn(
+        Schedule::every(interval),
+        "usage collection failed; retrying at the next tick",
+        move || {
+            let state = state.clone();
+            async move { collect_and_sweep(&state).await }
+        },
+    )
 }

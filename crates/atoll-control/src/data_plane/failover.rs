@@ -24,6 +24,7 @@
 
 use crate::data_plane::{database_config, DataPlane};
 use crate::error::ApiError;
+use crate::periodic::{self, Schedule};
 use crate::state::AppState;
 use atoll_meta::{Database, DatabaseState, Group, GroupChanges, NodeRecord, Store};
 use atoll_types::groups::FailedOver;
@@ -59,18 +60,21 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         if state.data_plane.failover_after().is_none() {
             return;
         }
-        let mut ticker = tokio::time::interval(CHECK_INTERVAL);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            match check_once(&state, &holder).await {
-                Ok(0) => {}
-                Ok(done) => tracing::warn!(databases = done, "lost nodes failed over"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot check for lost nodes; retrying at the next tick")
+        periodic::run(
+            Schedule::every(CHECK_INTERVAL),
+            "cannot check for lost nodes; retrying at the next tick",
+            || {
+                let (state, holder) = (state.clone(), holder.clone());
+                async move {
+                    let done = check_once(&state, &holder).await?;
+                    if done > 0 {
+                        tracing::warn!(databases = done, "lost nodes failed over");
+                    }
+                    Ok::<(), ApiError>(())
                 }
-            }
-        }
+            },
+        )
+        .await
     })
 }
 
