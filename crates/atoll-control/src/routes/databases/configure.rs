@@ -1,7 +1,18 @@
 //! `GET`/`PATCH …/databases/{db}/configuration`, and pushing a database's configuration
 //! to its node after any change.
 
-use super::*;
+use super::size_limit;
+use crate::audit;
+use crate::auth::Access;
+use crate::body::LenientJson;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use atoll_meta::{Database, DatabaseChanges};
+use atoll_types::audit::AuditCode;
+use atoll_types::databases::{DatabaseConfiguration, UpdateDatabaseConfiguration};
+use axum::extract::State;
+use axum::Json;
+use serde_json::json;
 
 /// Pushes `db`'s configuration, as the store holds it, to its node after a change the
 /// store has recorded. The change is done whatever happens here: a store that fails to

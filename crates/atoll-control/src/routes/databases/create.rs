@@ -2,7 +2,23 @@
 //! an upload, another database (a point in time) or a dump; undone whole when it fails.
 
 use super::dumps::dump_expired;
-use super::*;
+use super::size_limit;
+use crate::audit;
+use crate::auth::{Access, Action};
+use crate::body::parse_lenient;
+use crate::database_tokens::{group_with_key, new_signing_key};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use atoll_meta::{Database, DatabaseChanges, DatabaseInsert, DatabaseState, StoreError};
+use atoll_types::audit::AuditCode;
+use atoll_types::databases::{CreateDatabaseRequest, CreateDatabaseResponse, CreatedDatabase};
+use atoll_types::node::{CreateDatabase, Seed};
+use atoll_types::ErrorCode;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use serde_json::json;
+use sha2::{Digest, Sha256};
 
 pub(crate) async fn create(
     State(state): State<AppState>,

@@ -1,7 +1,17 @@
 //! `POST …/databases/dumps`: SQL dumps uploaded to seed a database from, and their
 //! lifetime and allowance.
 
-use super::*;
+use crate::audit;
+use crate::auth::Access;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use atoll_http::body::BodyReadTimeout;
+use atoll_types::audit::AuditCode;
+use atoll_types::databases::DumpUploaded;
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::{Multipart, State};
+use axum::{Extension, Json};
+use serde_json::json;
 
 pub(super) async fn upload_dump(
     State(state): State<AppState>,

@@ -1,6 +1,14 @@
 //! `GET …/databases/{db}/instances[/{instance}]`: the primary and its replicas.
 
-use super::*;
+use crate::auth::Access;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use atoll_meta::Database;
+use atoll_types::databases::{InstanceList, InstanceResponse};
+use atoll_types::ErrorCode;
+use axum::extract::{Path, State};
+use axum::Json;
+use std::collections::HashMap;
 
 /// Every instance of `db`: the primary, then a replica in each other location of its
 /// group (`crate::data_plane::replicas`), with how far each replica is.

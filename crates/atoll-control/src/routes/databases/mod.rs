@@ -14,35 +14,27 @@ mod instances;
 use super::Route;
 use crate::audit;
 use crate::auth::{Access, Action};
-use crate::body::{parse_lenient, LenientJson, Query};
-use crate::database_tokens::{
-    group_with_key, mint, new_signing_key, rotate_database_key, Subject, TokenQuery,
-};
+use crate::body::{LenientJson, Query};
+use crate::database_tokens::{group_with_key, mint, rotate_database_key, Subject, TokenQuery};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::wire;
-use atoll_http::body::BodyReadTimeout;
-use atoll_meta::{
-    Database, DatabaseChanges, DatabaseFilter, DatabaseInsert, DatabaseState, StoreError,
-};
+use atoll_meta::{Database, DatabaseChanges, DatabaseFilter, DatabaseState, StoreError};
 use atoll_types::audit::AuditCode;
 use atoll_types::databases::{
-    CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest, CreatedDatabase,
+    CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest,
     DatabaseConfiguration, DatabaseList, DatabaseResponse, DatabaseToken, DeletedDatabase,
     DeletedDatabaseList, DumpUploaded, InstanceList, InstanceResponse, Pagination,
     RestorableDatabase, TransferDatabaseRequest, UpdateDatabaseConfiguration,
 };
-use atoll_types::node::{CreateDatabase, Seed};
 use atoll_types::{Empty, ErrorCode, Role};
-use axum::extract::multipart::MultipartRejection;
-use axum::extract::{Multipart, Path, State};
-use axum::http::{HeaderMap, Method};
-use axum::{Extension, Json};
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
 use configure::{configuration, configure, push_config};
