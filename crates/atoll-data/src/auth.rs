@@ -6,6 +6,7 @@ use crate::error::DataError;
 use crate::jwt::JwtError;
 use crate::namespace::database_label;
 use crate::DataPlaneState;
+use atoll_types::allowed_ips::ip_matches;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use std::sync::Arc;
@@ -237,62 +238,5 @@ pub fn check_client_address(db: &Database, parts: &Parts) -> Result<(), DataErro
             "database {} only accepts listed addresses",
             config.name
         ))),
-    }
-}
-
-/// `ip` is `rule` (an address) or inside it (a CIDR range).
-pub fn ip_matches(ip: std::net::IpAddr, rule: &str) -> bool {
-    use std::net::IpAddr;
-    let (address, bits) = match rule.split_once('/') {
-        Some((a, b)) => (a, b.parse::<u32>().ok()),
-        None => (rule, None),
-    };
-    let Ok(network) = address.trim().parse::<IpAddr>() else {
-        return false;
-    };
-    let ip = match (ip, network) {
-        // An IPv4 client may show up as an IPv4-mapped IPv6 address.
-        (IpAddr::V6(v6), IpAddr::V4(_)) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        _ => ip,
-    };
-    match (ip, network) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let bits = bits.unwrap_or(32).min(32);
-            let mask = if bits == 0 {
-                0
-            } else {
-                u32::MAX << (32 - bits)
-            };
-            u32::from(a) & mask == u32::from(n) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let bits = bits.unwrap_or(128).min(128);
-            let mask = if bits == 0 {
-                0
-            } else {
-                u128::MAX << (128 - bits)
-            };
-            u128::from(a) & mask == u128::from(n) & mask
-        }
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ip_matches;
-
-    #[test]
-    fn addresses_and_ranges() {
-        let ip = |s: &str| s.parse().unwrap();
-        assert!(ip_matches(ip("203.0.113.7"), "203.0.113.7"));
-        assert!(!ip_matches(ip("203.0.113.8"), "203.0.113.7"));
-        assert!(ip_matches(ip("10.1.2.3"), "10.0.0.0/8"));
-        assert!(!ip_matches(ip("11.1.2.3"), "10.0.0.0/8"));
-        assert!(ip_matches(ip("::ffff:127.0.0.1"), "127.0.0.0/8"));
-        assert!(ip_matches(ip("2001:db8::1"), "2001:db8::/32"));
-        assert!(!ip_matches(ip("2001:db9::1"), "2001:db8::/32"));
-        assert!(ip_matches(ip("1.2.3.4"), "0.0.0.0/0"));
-        assert!(!ip_matches(ip("1.2.3.4"), "garbage"));
     }
 }

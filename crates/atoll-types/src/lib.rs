@@ -5,6 +5,7 @@
 //! roles, token scopes, the expiration grammar and the stable error codes. This crate knows
 //! nothing of HTTP servers or SQL, so the CLI and the typed client can share it.
 
+pub mod allowed_ips;
 pub mod audit;
 pub mod backups;
 pub mod client_certificates;

@@ -8,6 +8,7 @@ use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use atoll_meta::{Database, DatabaseChanges};
+use atoll_types::allowed_ips;
 use atoll_types::audit::AuditCode;
 use atoll_types::databases::{DatabaseConfiguration, UpdateDatabaseConfiguration};
 use axum::extract::State;
@@ -62,7 +63,7 @@ pub(super) async fn configure(
     };
     if let Some(ips) = &body.allowed_ips {
         for ip in ips {
-            if !valid_ip_or_cidr(ip) {
+            if !allowed_ips::is_valid_rule(ip) {
                 return Err(ApiError::invalid(format!(
                     "allowed_ips: {ip:?} is not an IP address or CIDR range"
                 )));
@@ -153,19 +154,4 @@ pub(super) async fn configure(
         .await;
     }
     Ok(Json(configuration_of(&updated)))
-}
-
-pub(super) fn valid_ip_or_cidr(text: &str) -> bool {
-    let (ip, prefix) = text
-        .split_once('/')
-        .map_or((text, None), |(ip, p)| (ip, Some(p)));
-    let Ok(addr) = ip.parse::<std::net::IpAddr>() else {
-        return false;
-    };
-    match prefix {
-        None => true,
-        Some(p) => p
-            .parse::<u8>()
-            .is_ok_and(|bits| bits <= if addr.is_ipv4() { 32 } else { 128 }),
-    }
 }
