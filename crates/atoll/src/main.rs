@@ -5,15 +5,11 @@ mod bench;
 mod cli;
 mod file_modes;
 mod fuzz_sql;
-mod load;
 mod logging;
 mod node;
-mod noisy_neighbour;
-mod replication_bench;
 mod secrets_key;
 mod server;
 mod supervisor;
-mod topology_load;
 
 use clap::{Parser, Subcommand};
 

@@ -1,6 +1,6 @@
 //! `atoll bench --noisy-neighbour`: what one tenant feels while another abuses the node.
 //!
-//! The node under test is the benchmark's (`bench.rs`), with its default limits. A victim
+//! The node under test is the benchmark's (`bench/mod.rs`), with its default limits. A victim
 //! organization runs point selects one after another on its own database from its own
 //! client address (127.0.0.2) for the whole run, while an attacker organization runs each
 //! abuse of the issue "Tenant blast radius" in turn, from 127.0.0.1:

@@ -15,7 +15,7 @@
 //!
 //! Client and servers share the machine: the figures are a floor.
 
-use crate::topology_load::{free_port, node_args, wait_healthy, Process};
+use crate::bench::topology_load::{free_port, node_args, wait_healthy, Process};
 use anyhow::{bail, Context};
 use rand::Rng;
 use serde_json::{json, Value};

@@ -4,6 +4,17 @@
 //!
 //! Client and server share the process and the machine: the figures are a floor for what
 //! the server does alone on the same hardware.
+//!
+//! The other workloads `atoll bench` runs live beside this file: the load test
+//! (`load.rs`, and `topology_load.rs` for a cluster of processes), the replica figures
+//! (`replication.rs`), what one tenant feels while another abuses the node
+//! (`noisy_neighbour.rs`), and many tenants' databases at once (`spread.rs`).
+
+pub(crate) mod load;
+pub(crate) mod noisy_neighbour;
+pub(crate) mod replication;
+mod spread;
+pub(crate) mod topology_load;
 
 use anyhow::{anyhow, bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane};
@@ -51,6 +62,10 @@ pub enum Figure {
     /// protocol (`/sync/{generation}/{start}/{end}`), seconds.
     #[value(name = "replica_sync")]
     ReplicaSync,
+    /// Point selects spread over many databases (`--spread-databases`), uniform and Zipf,
+    /// beside one database's figure, and the first query to an untouched database.
+    #[value(name = "spread")]
+    Spread,
 }
 
 /// Object storage of the benchmark's node (`--storage`).
@@ -86,6 +101,10 @@ pub struct BenchArgs {
     /// first page, `rss_peak` queries each of them once.
     #[arg(long, alias = "orgs-databases", default_value_t = 100_000)]
     databases: usize,
+    /// Scales of the `spread` figure: how many databases the requests spread over,
+    /// comma-separated (each scale adds databases to the previous one).
+    #[arg(long, value_delimiter = ',', default_value = "2000")]
+    spread_databases: Vec<usize>,
     /// Databases in the data directory of the idle `atoll dev` of `rss_idle`.
     #[arg(long, default_value_t = 10_000)]
     idle_databases: usize,
@@ -110,7 +129,7 @@ pub struct BenchArgs {
     /// New WAL (page bytes written) the `replica_sync` figure's replica syncs, MiB.
     #[arg(long, default_value_t = 100)]
     replica_mb: u64,
-    /// The replica figures instead (`replication_bench.rs`): replica vs primary reads and
+    /// The replica figures instead (`bench/replication.rs`): replica vs primary reads and
     /// the replication lag, against `atoll serve` on this (empty) PostgreSQL database and
     /// two `atoll node`s started as processes.
     #[arg(long, value_name = "POSTGRES_URL", conflicts_with = "load")]
@@ -118,13 +137,13 @@ pub struct BenchArgs {
     /// Inserts per second of the `--replication` lag figure.
     #[arg(long, default_value_t = 1000)]
     replication_rate: u64,
-    /// What one tenant feels while another abuses the node (`noisy_neighbour.rs`), instead
+    /// What one tenant feels while another abuses the node (`bench/noisy_neighbour.rs`), instead
     /// of the figures: `--duration-secs` per abuse.
     #[arg(long, conflicts_with_all = ["load", "replication"])]
     noisy_neighbour: bool,
-    /// `--load`: the load test instead of the figures (`load.rs`).
+    /// `--load`: the load test instead of the figures (`bench/load.rs`).
     #[command(flatten)]
-    load: crate::load::LoadArgs,
+    load: crate::bench::load::LoadArgs,
 }
 
 const USERNAME: &str = "bench";
@@ -159,10 +178,10 @@ pub(crate) struct Org {
 
 pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if args.load.load {
-        return crate::load::load(&args.load).await;
+        return crate::bench::load::load(&args.load).await;
     }
     if let Some(database_url) = &args.replication {
-        return crate::replication_bench::run(crate::replication_bench::ReplicationArgs {
+        return crate::bench::replication::run(crate::bench::replication::ReplicationArgs {
             database_url,
             duration: Duration::from_secs(args.duration_secs),
             connections: args.connections,
@@ -187,7 +206,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     let bench = Arc::new(Bench::start(args.database_url.as_deref(), dir, args.storage).await?);
     if args.noisy_neighbour {
-        return crate::noisy_neighbour::run(&bench, Duration::from_secs(args.duration_secs)).await;
+        return crate::bench::noisy_neighbour::run(&bench, Duration::from_secs(args.duration_secs))
+            .await;
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -222,6 +242,9 @@ async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     }
     if wants(Figure::Insert) {
         insert(&bench, &main, args).await?;
+    }
+    if wants(Figure::Spread) {
+        spread::run(&bench, &main, args).await?;
     }
     // Peak RSS before the upload, whose file buffers would dominate the process's memory.
     if let (true, Some(seeded)) = (wants(Figure::RssPeak), &seeded) {
@@ -499,7 +522,7 @@ async fn seed_organization(bench: &Arc<Bench>, count: usize) -> anyhow::Result<S
     let org = Arc::new(bench.org("seeded").await?);
     let names: Arc<Vec<String>> = Arc::new((0..count).map(|i| format!("seed-{i:06}")).collect());
     let start = Instant::now();
-    seed_databases(bench, &org.slug, &names).await?;
+    seed_databases(bench, &org.slug, &names, atoll_types::node::Seed::Empty).await?;
     println!(
         "# seeded {count} databases in {:.0} s through the store and the node directly (not {count} HTTP creates)",
         start.elapsed().as_secs_f64()
@@ -516,6 +539,7 @@ async fn seed_databases(
     bench: &Bench,
     org_slug: &str,
     names: &Arc<Vec<String>>,
+    seed: atoll_types::node::Seed,
 ) -> anyhow::Result<()> {
     let store = bench.store.clone();
     let org = store
@@ -539,6 +563,7 @@ async fn seed_databases(
     Bench::for_each_index("seeded", names.len(), SEED_CONCURRENCY, move |i| {
         let (store, node, node_name) = (store.clone(), Arc::clone(&node), node_name.clone());
         let (org, group, name) = (Arc::clone(&org), Arc::clone(&group), names[i].clone());
+        let seed = seed.clone();
         async move {
             let (signing_key, key_id) = atoll_control::new_signing_key();
             let record = atoll_meta::Database {
@@ -573,10 +598,7 @@ async fn seed_databases(
                 &atoll_control::data_plane::OrgCredentials::default(),
             );
             tokio::task::spawn_blocking(move || {
-                node.create_database(atoll_types::node::CreateDatabase {
-                    config,
-                    seed: atoll_types::node::Seed::Empty,
-                })
+                node.create_database(atoll_types::node::CreateDatabase { config, seed })
             })
             .await?
             .map_err(|e| anyhow!("node: {e}"))?;
@@ -1136,7 +1158,7 @@ async fn rss_idle(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
         let seeder = Bench::start(None, dir, StorageMode::Lag).await?;
         let org = seeder.org("idle").await?;
         let names = Arc::new((0..count).map(|i| format!("idle-{i:06}")).collect());
-        seed_databases(&seeder, &org.slug, &names).await?;
+        seed_databases(&seeder, &org.slug, &names, atoll_types::node::Seed::Empty).await?;
     }
     println!(
         "# seeded {count} databases in {:.0} s for rss_idle (store and node directly, as for list_databases)",

@@ -65,7 +65,7 @@ const FAILURES_SHOWN: usize = 10;
 
 pub async fn load(args: &LoadArgs) -> anyhow::Result<()> {
     if let Some(database_url) = &args.topology {
-        return crate::topology_load::run(
+        return crate::bench::topology_load::run(
             database_url,
             Duration::from_secs(args.duration),
             args.workers,
