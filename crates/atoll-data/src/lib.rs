@@ -41,6 +41,7 @@ pub mod sandbox;
 pub mod sql_pool;
 pub mod transfer_history;
 pub mod upload;
+pub mod warm_set;
 pub mod write_lock;
 
 use atoll_http::admission::{admit, Admission};

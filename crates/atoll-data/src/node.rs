@@ -100,6 +100,7 @@ impl Node {
             configuring: Mutex::new(()),
             pool: ConnectionPool::new(
                 settings.sandbox.max_idle_connections,
+                settings.sandbox.warm_memory_bytes,
                 settings.sandbox.clone(),
                 Arc::clone(&shutdown),
             ),

@@ -2,19 +2,23 @@
 //!
 //! A connection is checked out for a request and checked back in after it; idle ones are
 //! kept for reuse by database and sandbox mode (read-only and read-write connections are
-//! kept apart: statements are cached per connection under the rules of its mode), at most
-//! `--max-idle-connections` over the node, and closed when unused for a while.
+//! kept apart: statements are cached per connection under the rules of its mode), within
+//! the warm set's budget (`warm_set`: a number of connections from the open-files limit,
+//! and bytes of memory, each connection counted at what it holds), and closed when unused
+//! for a while.
 //!
-//! Fair shares (docs/SECURITY.md, "Fair shares"): when the pool is full, the connection
-//! closed to make room is the least recently used one of the organization holding the most,
-//! if it holds more than its fair share (the pool's size divided among the organizations
-//! with idle connections); otherwise the least recently used one of the node. A tenant
+//! Fair shares (docs/SECURITY.md, "Fair shares"): when the pool is over its budget, the
+//! connection closed to make room is the least recently used one of the organization
+//! holding the most, if it holds more than its fair share of connections or of memory (the
+//! budget divided among the organizations with idle connections); otherwise the least
+//! recently used one of the node. A tenant
 //! cycling through thousands of its own databases then evicts its own warm connections,
 //! not its neighbours', who keep theirs and their warm latency; a tenant alone on the node
 //! may still fill the whole pool.
 
 use crate::database::Database;
 use crate::error::DataError;
+use crate::memory::{connection_heap_bytes, CONNECTION_OVERHEAD_BYTES};
 use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -23,6 +27,8 @@ use std::time::{Duration, Instant};
 
 pub struct ConnectionPool {
     max_idle: usize,
+    /// Bytes the idle connections may hold together (`--warm-memory`).
+    memory_budget: u64,
     sandbox: SandboxSettings,
     shutdown: Arc<AtomicBool>,
     inner: Mutex<PoolInner>,
@@ -35,6 +41,16 @@ struct Entry {
     key: PoolKey,
     org: Arc<str>,
     since: Instant,
+    /// Bytes it holds, as counted when it came back.
+    bytes: u64,
+}
+
+/// What one organization holds in the pool.
+#[derive(Default)]
+struct Held {
+    /// Its idle connections, least recently returned first.
+    seqs: BTreeSet<u64>,
+    bytes: u64,
 }
 
 #[derive(Default)]
@@ -42,15 +58,18 @@ struct PoolInner {
     by_db: HashMap<PoolKey, Vec<(u64, SandboxedConnection)>>,
     /// Least recently returned first.
     order: BTreeMap<u64, Entry>,
-    /// Each organization's idle connections, least recently returned first.
-    by_org: HashMap<Arc<str>, BTreeSet<u64>>,
+    by_org: HashMap<Arc<str>, Held>,
     /// Organizations by how many idle connections they hold (the last holds the most).
-    org_sizes: BTreeSet<(usize, Arc<str>)>,
+    org_counts: BTreeSet<(usize, Arc<str>)>,
+    /// Organizations by the bytes their idle connections hold (the last holds the most).
+    org_bytes: BTreeSet<(u64, Arc<str>)>,
+    /// Bytes all idle connections hold.
+    bytes: u64,
     next: u64,
 }
 
 impl PoolInner {
-    fn insert(&mut self, key: PoolKey, org: &str, conn: SandboxedConnection) {
+    fn insert(&mut self, key: PoolKey, org: &str, conn: SandboxedConnection, bytes: u64) {
         let seq = self.next;
         self.next += 1;
         let org = match self.by_org.get_key_value(org) {
@@ -58,9 +77,13 @@ impl PoolInner {
             None => Arc::from(org),
         };
         let held = self.by_org.entry(Arc::clone(&org)).or_default();
-        self.org_sizes.remove(&(held.len(), Arc::clone(&org)));
-        held.insert(seq);
-        self.org_sizes.insert((held.len(), Arc::clone(&org)));
+        self.org_counts.remove(&(held.seqs.len(), Arc::clone(&org)));
+        self.org_bytes.remove(&(held.bytes, Arc::clone(&org)));
+        held.seqs.insert(seq);
+        held.bytes += bytes;
+        self.org_counts.insert((held.seqs.len(), Arc::clone(&org)));
+        self.org_bytes.insert((held.bytes, Arc::clone(&org)));
+        self.bytes += bytes;
         self.by_db.entry(key.clone()).or_default().push((seq, conn));
         self.order.insert(
             seq,
@@ -68,6 +91,7 @@ impl PoolInner {
                 key,
                 org,
                 since: Instant::now(),
+                bytes,
             },
         );
     }
@@ -75,13 +99,19 @@ impl PoolInner {
     /// Takes the idle connection `seq` out of the pool.
     fn take(&mut self, seq: u64) -> Option<SandboxedConnection> {
         let entry = self.order.remove(&seq)?;
+        self.bytes -= entry.bytes;
         if let Some(held) = self.by_org.get_mut(&entry.org) {
-            self.org_sizes.remove(&(held.len(), Arc::clone(&entry.org)));
-            held.remove(&seq);
-            if held.is_empty() {
+            self.org_counts
+                .remove(&(held.seqs.len(), Arc::clone(&entry.org)));
+            self.org_bytes.remove(&(held.bytes, Arc::clone(&entry.org)));
+            held.seqs.remove(&seq);
+            held.bytes -= entry.bytes;
+            if held.seqs.is_empty() {
                 self.by_org.remove(&entry.org);
             } else {
-                self.org_sizes.insert((held.len(), Arc::clone(&entry.org)));
+                self.org_counts
+                    .insert((held.seqs.len(), Arc::clone(&entry.org)));
+                self.org_bytes.insert((held.bytes, Arc::clone(&entry.org)));
             }
         }
         let idle = self.by_db.get_mut(&entry.key)?;
@@ -95,15 +125,38 @@ impl PoolInner {
         taken
     }
 
+    fn over_budget(&self, max_idle: usize, memory_budget: u64) -> bool {
+        self.order.len() > max_idle || self.bytes > memory_budget
+    }
+
     /// The connection to close to make room: the least recently used of the organization
-    /// holding the most when that is more than its fair share, else of the whole pool.
-    fn victim(&self, max_idle: usize) -> Option<u64> {
-        let fair_share = (max_idle / self.by_org.len().max(1)).max(1);
-        match self.org_sizes.last() {
-            Some((held, org)) if *held > fair_share => {
-                self.by_org.get(org).and_then(|seqs| seqs.first().copied())
-            }
-            _ => self.order.keys().next().copied(),
+    /// holding the largest part of a budget (connections or memory) when that is more than
+    /// its fair share, else of the whole pool.
+    fn victim(&self, max_idle: usize, memory_budget: u64) -> Option<u64> {
+        let orgs = self.by_org.len().max(1);
+        let count_share = (max_idle / orgs).max(1);
+        let memory_share = (memory_budget / orgs as u64).max(1);
+        // Each candidate's excess, as a fraction of its fair share.
+        let by_count = self
+            .org_counts
+            .last()
+            .filter(|(held, _)| *held > count_share)
+            .map(|(held, org)| (*held as f64 / count_share as f64, org));
+        let by_memory = self
+            .org_bytes
+            .last()
+            .filter(|(held, _)| *held > memory_share)
+            .map(|(held, org)| (*held as f64 / memory_share as f64, org));
+        let over = match (by_count, by_memory) {
+            (Some(a), Some(b)) => Some(if a.0 >= b.0 { a.1 } else { b.1 }),
+            (a, b) => a.or(b).map(|(_, org)| org),
+        };
+        match over {
+            Some(org) => self
+                .by_org
+                .get(org)
+                .and_then(|held| held.seqs.first().copied()),
+            None => self.order.keys().next().copied(),
         }
     }
 }
@@ -111,11 +164,13 @@ impl PoolInner {
 impl ConnectionPool {
     pub fn new(
         max_idle: usize,
+        memory_budget: u64,
         sandbox: SandboxSettings,
         shutdown: Arc<AtomicBool>,
     ) -> ConnectionPool {
         ConnectionPool {
             max_idle,
+            memory_budget,
             sandbox,
             shutdown,
             inner: Mutex::new(PoolInner::default()),
@@ -151,12 +206,13 @@ impl ConnectionPool {
         }
         let key = (db.id().to_string(), conn.control.mode());
         let org = db.config().org_id.clone();
+        let bytes = connection_heap_bytes(&conn.conn) + CONNECTION_OVERHEAD_BYTES;
         let evicted = {
             let mut inner = self.lock();
-            inner.insert(key, &org, conn);
+            inner.insert(key, &org, conn, bytes);
             let mut evicted = Vec::new();
-            while inner.order.len() > self.max_idle {
-                let Some(seq) = inner.victim(self.max_idle) else {
+            while inner.over_budget(self.max_idle, self.memory_budget) {
+                let Some(seq) = inner.victim(self.max_idle, self.memory_budget) else {
                     break;
                 };
                 evicted.extend(inner.take(seq));
@@ -215,6 +271,14 @@ impl ConnectionPool {
 
     /// Idle connections `org_id` holds.
     pub fn idle_count_of(&self, org_id: &str) -> usize {
-        self.lock().by_org.get(org_id).map_or(0, BTreeSet::len)
+        self.lock()
+            .by_org
+            .get(org_id)
+            .map_or(0, |held| held.seqs.len())
+    }
+
+    /// Bytes the idle connections hold, as counted against `--warm-memory`.
+    pub fn idle_bytes(&self) -> u64 {
+        self.lock().bytes
     }
 }

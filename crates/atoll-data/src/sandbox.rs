@@ -90,13 +90,18 @@ pub struct SandboxSettings {
     /// SQLite's page cache of each connection, in bytes (`--page-cache-size`): the memory a
     /// connection holds besides its statements (`database::CONNECTION_PRAGMAS`).
     pub page_cache_bytes: u64,
-    /// Idle connections the node keeps open for reuse, over all its databases
-    /// (`--max-idle-connections`): with the page cache, what idle databases hold.
+    /// Idle connections the node keeps open for reuse, over all its databases: by default
+    /// what the warm set's file descriptors allow (`--warm-files`, `warm_set`), lower with
+    /// `--max-idle-connections`.
     pub max_idle_connections: usize,
+    /// Bytes of memory the idle connections may hold together (`--warm-memory`,
+    /// `warm_set`): each counted at its page cache, schema and statements plus a fixed part.
+    pub warm_memory_bytes: u64,
 }
 
 impl Default for SandboxSettings {
     fn default() -> Self {
+        let warm = crate::warm_set::WarmBudget::of_machine();
         SandboxSettings {
             statement_timeout: Duration::from_secs(30),
             dump_load_timeout: Duration::from_secs(600),
@@ -107,7 +112,8 @@ impl Default for SandboxSettings {
             transaction_timeout: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(10),
             page_cache_bytes: 512 * 1024,
-            max_idle_connections: 512,
+            max_idle_connections: warm.max_connections(),
+            warm_memory_bytes: warm.memory_bytes,
         }
     }
 }

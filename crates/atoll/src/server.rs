@@ -6,6 +6,7 @@ use atoll_control::{AppState, ControlConfig, DataPlane, Location};
 use atoll_data::node::NodeSettings;
 use atoll_data::sandbox::SandboxSettings;
 use atoll_data::sql_pool::SqlPool;
+use atoll_data::warm_set::WarmBudget;
 use atoll_data::DataLimits;
 use atoll_http::listener::Listener;
 use atoll_http::rate_limit::RateLimitSetting;
@@ -324,14 +325,30 @@ pub struct DbLimitArgs {
     /// SQLite page cache of each database connection, in bytes.
     #[arg(long, env = "ATOLL_PAGE_CACHE_SIZE", default_value_t = SandboxSettings::default().page_cache_bytes)]
     page_cache_size: u64,
-    /// Idle database connections kept open for reuse, over all databases of the node.
-    #[arg(long, env = "ATOLL_MAX_IDLE_CONNECTIONS", default_value_t = SandboxSettings::default().max_idle_connections)]
-    max_idle_connections: usize,
+    /// Memory the node's idle database connections (its warm databases) may hold together,
+    /// in bytes. Default: a sixteenth of the machine's memory (or of its cgroup's limit).
+    #[arg(long, env = "ATOLL_WARM_MEMORY", default_value_t = WarmBudget::of_machine().memory_bytes)]
+    warm_memory: u64,
+    /// File descriptors the node's idle database connections may hold together (three
+    /// each at most). Default: half of the process's open-files limit.
+    #[arg(long, env = "ATOLL_WARM_FILES", default_value_t = WarmBudget::of_machine().files)]
+    warm_files: u64,
+    /// At most this many idle database connections, over all databases of the node (below
+    /// what `--warm-files` allows). Default: no limit besides the two above.
+    #[arg(long, env = "ATOLL_MAX_IDLE_CONNECTIONS")]
+    max_idle_connections: Option<usize>,
     #[command(flatten)]
     pub(crate) connections: ConnectionArgs,
 }
 
 impl DbLimitArgs {
+    fn warm_budget(&self) -> WarmBudget {
+        WarmBudget {
+            memory_bytes: self.warm_memory,
+            files: self.warm_files,
+        }
+    }
+
     pub(crate) fn limits(&self) -> anyhow::Result<DataLimits> {
         for (flag, value) in [
             ("--max-streams-per-db", self.max_streams_per_db),
@@ -383,7 +400,11 @@ impl DbLimitArgs {
                     // A statement's reads fill its connection's page cache from this budget too.
                     max_statement_memory: self.max_statement_memory.max(4 << 20),
                     page_cache_bytes: self.page_cache_size.max(1024),
-                    max_idle_connections: self.max_idle_connections,
+                    max_idle_connections: self
+                        .warm_budget()
+                        .max_connections()
+                        .min(self.max_idle_connections.unwrap_or(usize::MAX).max(1)),
+                    warm_memory_bytes: self.warm_memory,
                     ..SandboxSettings::default()
                 },
                 sql_threads: self.sql_threads.unwrap_or_else(SqlPool::default_threads),

@@ -1,0 +1,104 @@
+//! How much the node keeps warm: the budget of its idle connections, from the machine.
+//!
+//! A node serves far more databases than it can keep open, so most requests to a rarely
+//! used database open it (a cold open), and the warm set — the idle connections the pool
+//! keeps (`pool`) — decides how often that happens. A fixed count (512 until issue 31)
+//! turned most requests spread over 2,000 databases into cold opens on a machine that
+//! had memory and file descriptors for all of them. The set is bounded instead by what
+//! it costs:
+//! - **memory**: each idle connection counts its engine heap (page cache, schema,
+//!   statements: `memory::connection_heap_bytes`) plus a measured fixed part
+//!   (`memory::CONNECTION_OVERHEAD_BYTES`); by default a sixteenth of the machine's memory
+//!   (or of the cgroup's limit when lower) — 1.5 GiB on a 24 GiB machine;
+//! - **open files**: an idle connection holds up to [`FILES_PER_IDLE_CONNECTION`] file
+//!   descriptors; by default half of the process's open-files limit goes to the warm set,
+//!   the rest to sockets, uploads, object storage and connections in use.
+//!
+//! Both are node settings (`--warm-memory`, `--warm-files`, OPERATIONS.md); the least
+//! recently used connection goes first, within the fair shares of `pool`.
+
+/// File descriptors one idle connection may hold: the database file, its WAL, and its
+/// WAL index (shared by the connections of one database, counted for each).
+pub const FILES_PER_IDLE_CONNECTION: u64 = 3;
+/// The share of the machine's memory the warm set may hold by default (1/16).
+const MEMORY_DIVISOR: u64 = 16;
+/// The share of the open-files limit the warm set may hold by default (1/2).
+const FILES_DIVISOR: u64 = 2;
+/// When the machine's memory cannot be read.
+const FALLBACK_MEMORY: u64 = 4 << 30;
+/// When the open-files limit cannot be read (the usual soft limit).
+const FALLBACK_FILES: u64 = 1024;
+
+/// What the warm set may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarmBudget {
+    /// Bytes of memory its idle connections may hold together.
+    pub memory_bytes: u64,
+    /// File descriptors its idle connections may hold together.
+    pub files: u64,
+}
+
+impl WarmBudget {
+    /// The defaults for this machine.
+    pub fn of_machine() -> WarmBudget {
+        WarmBudget {
+            memory_bytes: machine_memory() / MEMORY_DIVISOR,
+            files: open_files_limit() / FILES_DIVISOR,
+        }
+    }
+
+    /// The idle connections its file descriptors allow.
+    pub fn max_connections(&self) -> usize {
+        usize::try_from(self.files / FILES_PER_IDLE_CONNECTION)
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+}
+
+/// The machine's memory, or its cgroup's limit when that is lower (a container).
+fn machine_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| rest.trim().strip_suffix("kB"))
+                .and_then(|kib| kib.trim().parse::<u64>().ok())
+        })
+        .map_or(FALLBACK_MEMORY, |kib| kib * 1024);
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|limit| limit.trim().parse::<u64>().ok());
+    cgroup.map_or(total, |limit| limit.min(total))
+}
+
+/// The process's soft limit of open files.
+fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            limits
+                .lines()
+                .find_map(|line| line.strip_prefix("Max open files"))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|soft| soft.parse::<u64>().ok())
+        })
+        .unwrap_or(FALLBACK_FILES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_defaults_are_read_and_leave_room() {
+        let budget = WarmBudget::of_machine();
+        assert!(budget.memory_bytes >= 16 << 20, "{budget:?}");
+        assert!(budget.files >= 16, "{budget:?}");
+        assert!(budget.files < open_files_limit(), "{budget:?}");
+        assert_eq!(
+            budget.max_connections() as u64,
+            budget.files / FILES_PER_IDLE_CONNECTION
+        );
+    }
+}
