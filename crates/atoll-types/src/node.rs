@@ -504,6 +504,9 @@ mod tests {
     #[test]
     fn an_order_with_nothing_to_report_answers_an_empty_object() {
         assert_eq!(serde_json::to_string(&OrderDone {}).unwrap(), "{}");
-        assert_eq!(serde_json::from_str::<OrderDone>("{}").unwrap(), OrderDone {});
+        assert_eq!(
+            serde_json::from_str::<OrderDone>("{}").unwrap(),
+            OrderDone {}
+        );
     }
 }
