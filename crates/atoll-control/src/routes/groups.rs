@@ -735,7 +735,8 @@ async fn wait_location(
             if db.state != atoll_meta::DatabaseState::Active {
                 continue;
             }
-            for place in crate::data_plane::replicas::instances_of(&db, &group.locations, &records) {
+            for place in crate::data_plane::replicas::instances_of(&db, &group.locations, &records)
+            {
                 if place.primary || place.location != *code {
                     continue;
                 }
