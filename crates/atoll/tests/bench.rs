@@ -73,6 +73,63 @@ fn bench_seeds_an_organization_and_lists_its_first_page() {
     );
 }
 
+/// The spread figure at two tiny scales: every database answered (no errors), each scale
+/// adds to the previous one, and what the warm set costs is read off the process.
+#[test]
+fn bench_spreads_point_selects_over_many_databases() {
+    let lines = figure_lines(&[
+        "--only",
+        "spread",
+        "--spread-databases",
+        "24,12",
+        "--duration-secs",
+        "1",
+        "--connections",
+        "4",
+    ]);
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|line| line.split(':').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "spread_warm_cost",
+            "spread_first_query",
+            "spread_one_database_1",
+            "spread_uniform_12_1",
+            "spread_zipf_12_1",
+            "spread_one_database_4",
+            "spread_uniform_12_4",
+            "spread_zipf_12_4",
+            "spread_resources_12",
+            "spread_warm_cost",
+            "spread_first_query",
+            "spread_one_database_1",
+            "spread_uniform_24_1",
+            "spread_zipf_24_1",
+            "spread_one_database_4",
+            "spread_uniform_24_4",
+            "spread_zipf_24_4",
+            "spread_resources_24",
+        ],
+        "{lines:?}"
+    );
+    for line in lines.iter().filter(|l| l.contains(" req/s ")) {
+        assert!(line.contains(", 0 errors)"), "{line}");
+    }
+    assert!(
+        lines[0].contains("12 idle connections") || lines[0].contains("13 idle connections"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("over 12 databases never queried before"),
+        "{}",
+        lines[1]
+    );
+}
+
 #[test]
 fn bench_measures_an_idle_atoll_dev_process() {
     let lines = figure_lines(&["--only", "rss_idle", "--idle-databases", "12"]);
