@@ -71,27 +71,49 @@ pub fn end_statement_memory_budget() -> bool {
 /// The engine's heap one connection holds: its page cache, its schema and its prepared
 /// statements (`sqlite3_db_status`), the part of an idle connection's cost that depends on
 /// what ran on it. The warm set (`pool`) adds the fixed part, [`CONNECTION_OVERHEAD_BYTES`].
-pub fn connection_heap_bytes(conn: &rusqlite::Connection) -> u64 {
-    use rusqlite::ffi;
-    let mut total = 0u64;
-    for op in [
-        ffi::SQLITE_DBSTATUS_CACHE_USED,
-        ffi::SQLITE_DBSTATUS_SCHEMA_USED,
-        ffi::SQLITE_DBSTATUS_STMT_USED,
-    ] {
-        let (mut current, mut highwater) = (0, 0);
-        // SAFETY: the handle is the open connection `conn` borrows; the engine writes two
-        // integers we own and reads nothing else (reset flag 0).
-        let rc =
-            unsafe { ffi::sqlite3_db_status(conn.handle(), op, &mut current, &mut highwater, 0) };
-        if rc == ffi::SQLITE_OK {
-            total += u64::try_from(current).unwrap_or(0);
-        }
-    }
-    total
+///
+/// The engine counts schema and statements by walking every table, index, trigger and
+/// prepared statement as if freeing them: too dear for every check-in of a connection (it
+/// is on every request's path), so those two are read on the first check-in and then
+/// every [`FULL_READING_EVERY`]th; the page cache (which grows with what is read) every
+/// time.
+#[derive(Debug, Default)]
+pub struct HeapReading {
+    schema_and_statements: u64,
+    checkins: u32,
 }
 
-/// What an idle connection holds besides [`connection_heap_bytes`]: the engine's
+/// How often a connection's schema and statements are counted again (check-ins).
+const FULL_READING_EVERY: u32 = 64;
+
+impl HeapReading {
+    /// The connection's heap now, in bytes.
+    pub fn bytes(&mut self, conn: &rusqlite::Connection) -> u64 {
+        use rusqlite::ffi;
+        if self.checkins.is_multiple_of(FULL_READING_EVERY) {
+            self.schema_and_statements = db_status(conn, ffi::SQLITE_DBSTATUS_SCHEMA_USED)
+                + db_status(conn, ffi::SQLITE_DBSTATUS_STMT_USED);
+        }
+        self.checkins = self.checkins.wrapping_add(1);
+        db_status(conn, ffi::SQLITE_DBSTATUS_CACHE_USED) + self.schema_and_statements
+    }
+}
+
+fn db_status(conn: &rusqlite::Connection, op: std::ffi::c_int) -> u64 {
+    let (mut current, mut highwater) = (0, 0);
+    // SAFETY: the handle is the open connection `conn` borrows; the engine writes two
+    // integers we own and reads nothing else (reset flag 0).
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_db_status(conn.handle(), op, &mut current, &mut highwater, 0)
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        u64::try_from(current).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// What an idle connection holds besides its [`HeapReading`]: the engine's
 /// connection object and its lookaside (48 KiB), the registered functions and virtual
 /// table modules of every connection, the Rust side (sandbox control, statement cache
 /// entries) and the kernel's share (open files, the shared-memory mapping of its WAL

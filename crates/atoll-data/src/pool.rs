@@ -18,7 +18,7 @@
 
 use crate::database::Database;
 use crate::error::DataError;
-use crate::memory::{connection_heap_bytes, CONNECTION_OVERHEAD_BYTES};
+use crate::memory::CONNECTION_OVERHEAD_BYTES;
 use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -200,13 +200,13 @@ impl ConnectionPool {
 
     /// Returns a connection to `db` for reuse. One inside a transaction is closed instead
     /// (which rolls the transaction back).
-    pub fn checkin(&self, db: &Database, conn: SandboxedConnection) {
+    pub fn checkin(&self, db: &Database, mut conn: SandboxedConnection) {
         if !conn.conn.is_autocommit() {
             return;
         }
         let key = (db.id().to_string(), conn.control.mode());
         let org = db.config().org_id.clone();
-        let bytes = connection_heap_bytes(&conn.conn) + CONNECTION_OVERHEAD_BYTES;
+        let bytes = conn.heap.bytes(&conn.conn) + CONNECTION_OVERHEAD_BYTES;
         let evicted = {
             let mut inner = self.lock();
             inner.insert(key, &org, conn, bytes);

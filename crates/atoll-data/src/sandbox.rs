@@ -577,6 +577,8 @@ fn pragma_verdict(mode: Mode, name: &str, value: Option<&str>) -> Verdict {
 pub struct SandboxedConnection {
     pub conn: Connection,
     pub control: Arc<Control>,
+    /// What it holds of the engine's heap, for the warm set's budget (`pool`).
+    pub(crate) heap: crate::memory::HeapReading,
 }
 
 /// How often (in virtual-machine instructions) a running statement checks whether it must
@@ -637,7 +639,11 @@ pub fn open(
         PROGRESS_INTERVAL,
         Some(move || for_progress.should_interrupt()),
     );
-    Ok(SandboxedConnection { conn, control })
+    Ok(SandboxedConnection {
+        conn,
+        control,
+        heap: Default::default(),
+    })
 }
 
 fn set_limit(conn: &Connection, limit: Limit, value: usize) {

@@ -7,7 +7,7 @@
 //! had memory and file descriptors for all of them. The set is bounded instead by what
 //! it costs:
 //! - **memory**: each idle connection counts its engine heap (page cache, schema,
-//!   statements: `memory::connection_heap_bytes`) plus a measured fixed part
+//!   statements: `memory::HeapReading`) plus a measured fixed part
 //!   (`memory::CONNECTION_OVERHEAD_BYTES`); by default a sixteenth of the machine's memory
 //!   (or of the cgroup's limit when lower) — 1.5 GiB on a 24 GiB machine;
 //! - **open files**: an idle connection holds up to [`FILES_PER_IDLE_CONNECTION`] file

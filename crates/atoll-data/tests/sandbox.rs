@@ -797,3 +797,47 @@ async fn one_tenant_cycling_its_databases_keeps_its_neighbours_warm() {
     assert_eq!(node.node.pool.idle_count_of("org-greedy"), 6);
     assert_eq!(node.node.pool.idle_count(), 8);
 }
+
+/// The warm set is bounded by what it costs, not only by a count: with room for hundreds
+/// of connections but memory for about eight, the pool keeps what its memory budget holds,
+/// counts each connection at its heap plus the fixed part, and a tenant cycling through its
+/// databases still leaves a neighbour's within its fair share of memory.
+#[tokio::test]
+async fn the_warm_set_is_bounded_by_its_memory_budget() {
+    let per_connection = atoll_data::memory::CONNECTION_OVERHEAD_BYTES;
+    let mut settings = NodeSettings::default();
+    settings.sandbox.max_idle_connections = 500;
+    settings.sandbox.warm_memory_bytes = 8 * per_connection + per_connection / 2;
+    let node = start_node_with_settings(DataLimits::default(), settings).await;
+    let in_org = |org: &'static str| {
+        move |config: &mut atoll_types::node::DatabaseConfig| {
+            config.org_id = org.into();
+        }
+    };
+    let quiet: Vec<_> = (0..2)
+        .map(|i| node.create_db_with(&format!("quiet{i}"), in_org("org-quiet")))
+        .collect();
+    for db in &quiet {
+        db.query(sql("SELECT 1")).await;
+    }
+    let mut greedy = Vec::new();
+    for i in 0..20 {
+        let db = node.create_db_with(&format!("greedy{i}"), in_org("org-greedy"));
+        db.query(sql("SELECT 1")).await;
+        greedy.push(db);
+    }
+    for db in &greedy {
+        db.query(sql("SELECT 1")).await;
+    }
+    let (idle, bytes) = (node.node.pool.idle_count(), node.node.pool.idle_bytes());
+    assert!(
+        bytes <= 8 * per_connection + per_connection / 2,
+        "{bytes} bytes held"
+    );
+    assert!(
+        bytes >= idle as u64 * per_connection,
+        "{bytes} bytes for {idle}"
+    );
+    assert!((4..=8).contains(&idle), "{idle} idle connections");
+    assert_eq!(node.node.pool.idle_count_of("org-quiet"), 2);
+}
