@@ -5,10 +5,12 @@
 //! that SQLite and PostgreSQL share, against the small synchronous [`Conn`] trait; each
 //! backend ([`sqlite`], [`postgres`]) provides connections, transactions, its own
 //! migrations and the mapping of its errors. Every operation runs on a blocking thread,
-//! never on the async executor. The [`conformance`] suite runs the same checks on both
-//! backends so they cannot drift apart.
+//! never on the async executor. The `conformance` suite runs the same checks on both
+//! backends so they cannot drift apart; it and the `testing` helpers are compiled only with
+//! the crate's `testing` feature (tests enable it), never into the server.
 
 mod backend;
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
 mod model;
@@ -16,6 +18,7 @@ mod postgres;
 pub mod secrets;
 mod sqlite;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use backend::{Conn, Row, Value};

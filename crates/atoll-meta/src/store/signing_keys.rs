@@ -60,6 +60,7 @@ impl Store {
 
     /// The signing key of a database or group exactly as stored (the conformance suite
     /// checks what is at rest).
+    #[cfg(feature = "testing")]
     pub(crate) async fn stored_signing_key(&self, table: &'static str, id: &str) -> Result<String> {
         let id = id.to_string();
         self.read("stored_signing_key", move |c| {
@@ -75,6 +76,7 @@ impl Store {
 
     /// Writes a stored value as it is, bypassing sealing (the conformance suite plays an
     /// older version or an attacker with write access to the store).
+    #[cfg(feature = "testing")]
     pub(crate) async fn overwrite_stored_signing_key(
         &self,
         table: &'static str,
