@@ -31,9 +31,9 @@ pub use atoll_storage::PAGE_SIZE;
 ///   last commits, never corrupt the file. `FULL` would add an fsync to every commit.
 /// - `cache_size` (set after these, from `SandboxSettings::page_cache_bytes`, 512 KiB by
 ///   default; SQLite's default is 2 MiB): the page cache is per connection and up to
-///   `SandboxSettings::max_idle_connections` (512) connections stay open (and none past
-///   30 s unused: `ConnectionPool::close_unused`), so the two bound what idle databases
-///   hold (256 MiB by default); the OS page cache serves the rest. A
+///   the warm set's budget of idle connections stays open (`warm_set`: each counted at the
+///   cache it holds; none past 30 s unused: `ConnectionPool::close_unused`); the OS page
+///   cache serves the rest. A
 ///   busy database has one connection per concurrent request, each with its own cache: at
 ///   2 MiB, 64 concurrent clients of one database left the process at 166–180 MiB, at
 ///   512 KiB 71–92 MiB, with the same throughput (PERFORMANCE.md, issue 16).
