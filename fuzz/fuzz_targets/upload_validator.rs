@@ -2,7 +2,7 @@
 //! (`/v1/upload` and chunked uploads): header checks, then SQLite's own quick_check.
 #![no_main]
 
-use atoll_data::upload::check_database_file;
+use atoll_data::upload::validate::check_database_file;
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 

@@ -122,7 +122,7 @@ pub struct DataPlaneState {
     /// Hosts are `<db>-<org>.<db_domain>`.
     pub db_domain: String,
     pub streams: hrana::StreamRegistry,
-    pub uploads: upload::Uploads,
+    pub uploads: upload::registry::Uploads,
     /// Offline writes waiting for their commit frames (`replication::push`).
     pub pushes: replication::push::PendingPushes,
     pub limits: DataLimits,
@@ -162,7 +162,7 @@ impl DataPlaneState {
             node,
             db_domain: db_domain.to_string(),
             streams: hrana::StreamRegistry::new(),
-            uploads: upload::Uploads::new(),
+            uploads: upload::registry::Uploads::new(),
             pushes: replication::push::PendingPushes::new(),
             rate_limits: Arc::new(RateLimits::new(
                 limits.rate_per_credential,

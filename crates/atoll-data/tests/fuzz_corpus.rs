@@ -3,7 +3,7 @@
 //! panic, and the valid seeds must still be accepted.
 
 use atoll_data::hrana::{inspect_request, Encoding, RequestKind};
-use atoll_data::upload::check_database_file;
+use atoll_data::upload::validate::check_database_file;
 use std::path::{Path, PathBuf};
 
 fn corpus(target: &str) -> Vec<PathBuf> {

@@ -18,18 +18,18 @@
 //!   last frame sent) — which is what the client needs to go on — and kept in memory,
 //!   bounded per push and per node, dropped when idle.
 //! - **Validation before anyone sees it.** The database as it would be after the push is
-//!   built in a scratch copy and held to the upload's rules (`upload::check_database_file_within`:
-//!   page size, WAL mode, encoding, no auto-vacuum, length agreeing with the header,
-//!   `PRAGMA integrity_check`, so an index that disagrees with its table is refused too),
-//!   and to the database's size limit. The check runs the database's own SQL (CHECK
-//!   constraints, generated columns, index expressions) and is bounded like a statement
-//!   (`upload::CheckBounds`: the node's statement timeout per 64 MiB, the client going
-//!   away, shutdown). Only then are the frames written, under the write lock, after
+//!   built in a scratch copy and held to the upload's rules
+//!   (`upload::validate::check_database_file_within`: page size, WAL mode, encoding, no
+//!   auto-vacuum, length agreeing with the header, `PRAGMA integrity_check`, so an index
+//!   that disagrees with its table is refused too), and to the database's size limit. The
+//!   check runs the database's own SQL (CHECK constraints, generated columns, index
+//!   expressions) and is bounded like a statement (`upload::validate::CheckBounds`: the
+//!   node's statement timeout per 64 MiB, the client going away, shutdown). Only then are the frames written, under the write lock, after
 //!   checking again that nothing committed meanwhile.
 
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
-use crate::upload::CheckBounds;
+use crate::upload::validate::CheckBounds;
 use crate::DataPlaneState;
 use atoll_storage::shipper::{internal_connection, DatabaseLog};
 use atoll_storage::wal_insert::{WalInsert, WalInsertError};
@@ -451,12 +451,12 @@ fn check_candidate(
                 "the pushed frames would leave the database unusable, so none was applied: {why}"
             )))
         };
-        crate::upload::check_file_format(&path).map_err(|e| match e {
+        crate::upload::validate::check_file_format(&path).map_err(|e| match e {
             DataError::BadRequest(why) => unusable(why),
             other => Refused::Error(other),
         })?;
         let what = "the database the pushed frames make";
-        match crate::upload::integrity_check(&path, bounds, what)? {
+        match crate::upload::validate::integrity_check(&path, bounds, what)? {
             Ok(()) => Ok(()),
             Err(detail) => Err(unusable(format!("it fails its check ({detail})"))),
         }
