@@ -42,10 +42,10 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
             .node
             .by_label(&label)
             .or_else(|| {
-                // A replica serving a read (`replication::follow::serve_on_replica`).
+                // A replica serving a read (`replication::routing::serve_on_replica`).
                 parts
                     .extensions
-                    .get::<crate::replication::follow::OnReplica>()
+                    .get::<crate::replication::routing::OnReplica>()
                     .map(|replica| Arc::clone(&replica.0.db))
             })
             .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;

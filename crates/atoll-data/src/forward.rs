@@ -316,12 +316,12 @@ pub(crate) async fn forward_elsewhere(
         // answers its client only once it holds that frame (reads its own writes).
         let held = request
             .headers()
-            .contains_key(crate::replication::follow::WANT_FRAME_NO)
+            .contains_key(crate::replication::routing::WANT_FRAME_NO)
             .then(|| state.node.by_label(&label))
             .flatten();
         let mut response = next.run(request).await;
         if let Some(db) = held {
-            if let Some(head) = crate::replication::follow::head_after_request(&db).await {
+            if let Some(head) = crate::replication::routing::head_after_request(&db).await {
                 response.headers_mut().insert(
                     crate::replication::follow::FRAME_NO_HEADER,
                     HeaderValue::from(head),
@@ -334,7 +334,7 @@ pub(crate) async fn forward_elsewhere(
         return next.run(request).await;
     }
     if let Some(replica) = state.node.replicas.serving(&label) {
-        return crate::replication::follow::serve_on_replica(
+        return crate::replication::routing::serve_on_replica(
             forwarder, replica, &label, request, next,
         )
         .await;

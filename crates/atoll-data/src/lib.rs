@@ -246,7 +246,7 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         // long-poll their primaries here.
         .route(
             "/v1/internal/frames/{id}",
-            get(replication::follow::serve_frames),
+            get(replication::frames::serve_frames),
         )
         .with_state(state)
 }

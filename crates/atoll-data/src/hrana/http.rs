@@ -103,7 +103,7 @@ async fn pipeline(
     {
         // A stream that outlives the request holds a connection to one copy: the
         // primary's, which takes writes.
-        return Ok(crate::replication::follow::to_primary());
+        return Ok(crate::replication::routing::to_primary());
     }
     // A replica answers a client that saw index N (a `replication_index` it sends back)
     // only once it applied N, waiting a little; otherwise the primary answers.
@@ -115,7 +115,7 @@ async fn pipeline(
     if let Some(replica) = &replica {
         let wanted = wanted_replication_index(&body.requests);
         if wanted > replica.applied() && !replica.wait_applied(wanted).await {
-            return Ok(crate::replication::follow::to_primary());
+            return Ok(crate::replication::routing::to_primary());
         }
     }
     // What the replica had applied before it read: its results show at least that state.
@@ -156,7 +156,7 @@ async fn pipeline(
     })
     .await??;
     let Some((baton, mut results)) = served else {
-        return Ok(crate::replication::follow::to_primary());
+        return Ok(crate::replication::routing::to_primary());
     };
     if let Some(applied) = applied {
         stamp_replication_index(&mut results, applied);

@@ -17,20 +17,19 @@
 //!   other route go to the primary (`forward`). After a forwarded request the replica
 //!   waits (bounded) until it has applied the frame the primary reported, so a client
 //!   reads its own writes through the replica.
+//!
+//! This module owns the follower (the replicas a node holds, bootstrapping and applying
+//! the primary's frames) and the frames' wire format; the frame endpoint is in
+//! [`super::frames`], the routing of a replica's requests in [`super::routing`].
 
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::forward::Forwarder;
 use crate::node::Node;
-use crate::DataPlaneState;
 use atoll_storage::restore::{self, Target};
 use atoll_storage::segment::{frame_checksum, Frame};
-use atoll_storage::shipper::TailRead;
 use atoll_types::node::{DatabaseConfig, ReplicaSpec, ReplicaStatus};
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -47,9 +46,9 @@ pub const EPOCH_HEADER: &str = "x-atoll-epoch";
 pub const FRAME_NO_HEADER: &str = "x-atoll-frame-no";
 
 /// The longest a frames request waits for a commit.
-const LONGEST_POLL: Duration = Duration::from_secs(10);
+pub(super) const LONGEST_POLL: Duration = Duration::from_secs(10);
 /// Page bytes per batch.
-const BATCH_BYTES: usize = 4 * 1024 * 1024;
+pub(super) const BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Frames per batch read from the stored log.
 const BATCH_FRAMES: u64 = (BATCH_BYTES / PAGE_SIZE as usize) as u64;
 /// The longest a replica holds its client's answer waiting to apply a forwarded write.
@@ -658,7 +657,7 @@ mod inject {
 
 /// A batch on the wire: for each frame, frame number, rolling checksum (u64), page
 /// number, size after (u32), all big-endian, then the page.
-fn encode_frames(frames: &[Frame]) -> Vec<u8> {
+pub(super) fn encode_frames(frames: &[Frame]) -> Vec<u8> {
     let mut out = Vec::with_capacity(frames.len() * (24 + PAGE_SIZE as usize));
     for frame in frames {
         out.extend_from_slice(&frame.frame_no.to_be_bytes());
@@ -693,235 +692,9 @@ fn decode_frames(bytes: &[u8]) -> Result<Vec<Frame>, DataError> {
     Ok(frames)
 }
 
-/// `GET /v1/internal/frames/{id}?after=N&wait_ms=M`: whole transactions after frame `N`
-/// (waiting up to `M` ms for one when there is none), for a replica on another node.
-/// Only nodes (the node secret) may ask.
-pub(crate) async fn serve_frames(
-    State(state): State<Arc<DataPlaneState>>,
-    Path(id): Path<String>,
-    Query(query): Query<FramesQuery>,
-    headers: HeaderMap,
-) -> Response {
-    let trusted = state
-        .forwarder
-        .as_ref()
-        .is_some_and(|forwarder| forwarder.trusts(&headers));
-    if !trusted {
-        return DataError::Unauthorized("node secret expected".into()).into_response();
-    }
-    match frames_after(
-        &state,
-        &id,
-        query.after,
-        Duration::from_millis(query.wait_ms.min(LONGEST_POLL.as_millis() as u64)),
-    )
-    .await
-    {
-        Ok(response) => response,
-        Err(e) => e.into_response(),
-    }
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct FramesQuery {
-    after: u64,
-    #[serde(default)]
-    wait_ms: u64,
-}
-
-async fn frames_after(
-    state: &Arc<DataPlaneState>,
-    id: &str,
-    after: u64,
-    wait: Duration,
-) -> Result<Response, DataError> {
-    let db = state
-        .node
-        .by_id(id)
-        .ok_or_else(|| DataError::UnknownDatabase(format!("database {id} is not on this node")))?;
-    let log = Arc::clone(db.log().ok_or_else(|| {
-        DataError::BadRequest(
-            "this node has no object storage: its databases have no replicas".into(),
-        )
-    })?);
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let signal = log.commit_signal().notified();
-        let reading = Arc::clone(&log);
-        let read = tokio::task::spawn_blocking(move || reading.read_tail(after, BATCH_BYTES))
-            .await
-            .map_err(|e| DataError::Internal(e.to_string()))??;
-        let epoch = log.file_epoch();
-        match read {
-            TailRead::SnapshotPending => {
-                return Ok((
-                    StatusCode::CONFLICT,
-                    "the database's snapshot is being stored",
-                )
-                    .into_response())
-            }
-            TailRead::Frames { frames, head } if !frames.is_empty() || after >= head => {
-                if frames.is_empty() && tokio::time::Instant::now() < deadline {
-                    // Nothing new: wait for a commit (its frames land just after the
-                    // signal, so look again shortly in any case).
-                    let _ = tokio::time::timeout_at(
-                        deadline.min(tokio::time::Instant::now() + Duration::from_millis(10)),
-                        signal,
-                    )
-                    .await;
-                    continue;
-                }
-                return Ok(frames_response(&frames, head, epoch));
-            }
-            TailRead::Frames { head, .. } => return Ok(frames_response(&[], head, epoch)),
-            TailRead::Stored { durable, head } => {
-                let storage = state
-                    .node
-                    .storage()
-                    .ok_or_else(|| DataError::Internal("no object storage".into()))?;
-                return match stored_transactions(&storage.storage, id, after, durable).await? {
-                    super::log::Frames::Found(frames) => Ok(frames_response(&frames, head, epoch)),
-                    super::log::Frames::Gone => Ok((
-                        StatusCode::GONE,
-                        "those frames are no longer in the log: start from the latest snapshot",
-                    )
-                        .into_response()),
-                };
-            }
-        }
-    }
-}
-
-fn frames_response(frames: &[Frame], head: u64, epoch: u64) -> Response {
-    let status = if frames.is_empty() {
-        StatusCode::NO_CONTENT
-    } else {
-        StatusCode::OK
-    };
-    let mut response = (status, Bytes::from(encode_frames(frames))).into_response();
-    let headers = response.headers_mut();
-    headers.insert(HEAD_HEADER, HeaderValue::from(head));
-    headers.insert(EPOCH_HEADER, HeaderValue::from(epoch));
-    response
-}
-
-/// Set by a replica on a request it forwards: the primary answers with [`FRAME_NO_HEADER`].
-pub const WANT_FRAME_NO: &str = "x-atoll-want-frame-no";
-
-/// Largest pipeline body a replica holds to try it itself before forwarding it.
-const MAX_PIPELINE_BYTES: usize = 32 * 1024 * 1024;
-
-/// On a request a replica tries to serve itself: the replica (the request's database).
-#[derive(Clone)]
-pub(crate) struct OnReplica(pub Arc<Replica>);
-
-/// Left by a handler on its answer when the replica cannot serve the request (a write, an
-/// interactive stream): the request goes to the primary instead.
-#[derive(Clone, Copy)]
-pub(crate) struct ToPrimary;
-
-/// The answer of a handler that leaves a request to the primary.
-pub(crate) fn to_primary() -> Response {
-    let mut response = StatusCode::MISDIRECTED_REQUEST.into_response();
-    response.extensions_mut().insert(ToPrimary);
-    response
-}
-
-/// A request for a database this node holds a replica of: a pipeline that only reads
-/// and closes its stream is answered here; everything else goes to the primary.
-pub(crate) async fn serve_on_replica(
-    forwarder: &Forwarder,
-    replica: Arc<Replica>,
-    label: &str,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let path = request.uri().path();
-    let pipeline = request.method() == axum::http::Method::POST
-        && ["/v2/pipeline", "/v3/pipeline", "/v3-protobuf/pipeline"]
-            .iter()
-            .any(|p| path.ends_with(p));
-    if !pipeline {
-        return forward_to_primary(forwarder, &replica, label, request).await;
-    }
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_PIPELINE_BYTES).await else {
-        return DataError::TooLarge("the request body is too large".into()).into_response();
-    };
-    // What forwarding needs, kept aside (the body is shared, not copied); the request
-    // itself is rebuilt only when the replica leaves it to the primary.
-    let (method, uri, version, headers) = (
-        parts.method.clone(),
-        parts.uri.clone(),
-        parts.version,
-        parts.headers.clone(),
-    );
-    let client_address = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .copied();
-    let mut local =
-        axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
-    local
-        .extensions_mut()
-        .insert(OnReplica(Arc::clone(&replica)));
-    let response = next.run(local).await;
-    if response.extensions().get::<ToPrimary>().is_none() {
-        return response;
-    }
-    let mut again = axum::extract::Request::new(axum::body::Body::from(bytes));
-    *again.method_mut() = method;
-    *again.uri_mut() = uri;
-    *again.version_mut() = version;
-    *again.headers_mut() = headers;
-    if let Some(info) = client_address {
-        again.extensions_mut().insert(info);
-    }
-    forward_to_primary(forwarder, &replica, label, again).await
-}
-
-async fn forward_to_primary(
-    forwarder: &Forwarder,
-    replica: &Replica,
-    label: &str,
-    mut request: axum::extract::Request,
-) -> Response {
-    request
-        .headers_mut()
-        .insert(WANT_FRAME_NO, HeaderValue::from_static("1"));
-    match forwarder
-        .forward(&replica.primary_url(), label, request)
-        .await
-    {
-        Ok(response) => {
-            let frame_no = response
-                .headers()
-                .get(FRAME_NO_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if let Some(frame_no) = frame_no {
-                if !replica.wait_applied(frame_no).await {
-                    tracing::debug!(database_id = %replica.db.id(), frame_no, "replica answered before applying the client's write");
-                }
-            }
-            response
-        }
-        Err(e) => e.into_response(),
-    }
-}
-
-/// The primary's last committed frame, for the answer to a request a replica forwarded.
-pub(crate) async fn head_after_request(db: &Arc<Database>) -> Option<u64> {
-    let log = Arc::clone(db.log()?);
-    tokio::task::spawn_blocking(move || log.head().ok())
-        .await
-        .ok()
-        .flatten()
-}
-
 /// Whole transactions after frame `after` from the stored log, up to `last_stored`: about
 /// a batch, and always a whole transaction when one is stored, however large.
-async fn stored_transactions(
+pub(super) async fn stored_transactions(
     storage: &atoll_storage::Storage,
     id: &str,
     after: u64,

@@ -17,10 +17,14 @@
 //! - [`grpc`]: the older gRPC-web `wal_log.ReplicationLog` protocol (`new_remote_replica`
 //!   without the crate's `sync` feature, or with `SyncProtocol::V1`).
 //! - [`follow`]: replicas on nodes of the group's other locations, which follow the
-//!   primary's WAL (not only the stored log: their lag is a round trip).
+//!   primary's WAL (not only the stored log: their lag is a round trip); [`frames`]: the
+//!   primary's frame endpoint they follow; [`routing`]: which requests a replica serves
+//!   from its copy and which go to the primary.
 
 pub mod follow;
+pub mod frames;
 pub mod grpc;
 pub mod log;
 pub mod push;
+pub mod routing;
 pub mod sync_http;
