@@ -263,9 +263,17 @@ pub async fn ids(
     label: &str,
     token: &str,
 ) -> BTreeSet<i64> {
-    let result = execute(client, node_url, label, token, "SELECT id FROM t")
-        .await
-        .unwrap();
+    // A node that came back answers 503 (with Retry-After) until it has confirmed its
+    // databases' configuration with the control plane; a client retries, and so does this.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let result = loop {
+        match execute(client, node_url, label, token, "SELECT id FROM t").await {
+            Err(e) if e.starts_with("503") && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            other => break other.unwrap(),
+        }
+    };
     result["rows"]
         .as_array()
         .unwrap()
