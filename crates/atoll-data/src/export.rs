@@ -294,7 +294,7 @@ fn copy(from: &mut impl Read, out: &mut dyn Write) -> Result<(), DataError> {
 /// still becomes the response's status, and its `M` (a length, say) goes into the headers.
 /// Then `produce` writes the body; a failure there can only cut the body off, so the
 /// client sees a broken transfer rather than a complete-looking one.
-async fn stream_from_blocking<S, M, P, F>(
+pub(crate) async fn stream_from_blocking<S, M, P, F>(
     node: &Node,
     tenant: &Database,
     prepare: P,

@@ -9,6 +9,7 @@
 //! | `/v2/pipeline`, `/v3/pipeline`, `/v3/cursor`, `/v3-protobuf/*`, `/v1/execute`, `/v1/batch`, `GET /v2`, `/v3`, `/v3-protobuf` | [`hrana`] |
 //! | `POST /v1/upload`, `PUT /v2/upload/…` | [`upload`] |
 //! | `GET /info`, `GET /export/{generation}`, `GET /dump` | [`export`] |
+//! | `POST /pull-updates` (Turso Sync; its pushes are `/v2/pipeline` batches) | [`sync`] |
 //! | `GET /health`, `GET /version` | here |
 //!
 //! Database tokens are checked by [`auth::DbRequest`]; the control plane manages the node
@@ -39,6 +40,7 @@ pub mod registration;
 pub mod replication;
 pub mod sandbox;
 pub mod sql_pool;
+pub mod sync;
 pub mod transfer_history;
 pub mod upload;
 pub mod warm_set;
@@ -229,6 +231,7 @@ pub fn router(state: Arc<DataPlaneState>) -> Router {
         .merge(export::routes())
         .merge(replication::sync_http::routes())
         .merge(replication::grpc::routes())
+        .merge(sync::routes())
         .layer(cross_origin())
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),

@@ -254,7 +254,7 @@ impl<'a> Run<'a> {
     }
 
     /// The SQL text of each step, after checking the protocol rules of the batch (known
-    /// SQL ids, conditions that only look back, `is_autocommit` only from Hrana 3).
+    /// SQL ids, conditions that only look back).
     pub(crate) fn batch_texts<'b>(
         &self,
         batch: &'b proto::Batch,
@@ -266,7 +266,7 @@ impl<'a> Run<'a> {
             .enumerate()
             .map(|(index, step)| {
                 if let Some(condition) = &step.condition {
-                    check_condition(condition, index, self.caller.version)?;
+                    check_condition(condition, index)?;
                 }
                 sqls.resolve(
                     step.stmt.sql.as_deref(),
@@ -850,11 +850,11 @@ fn writes(kind: StatementKind, stmt: &Statement<'_>) -> bool {
     !kind.is_always_read() && !stmt.readonly()
 }
 
-fn check_condition(
-    condition: &proto::BatchCond,
-    step: usize,
-    version: Version,
-) -> Result<(), HranaError> {
+/// `is_autocommit` is taken on every protocol version, though sqld takes it from Hrana 3
+/// on only: Turso's sync clients (`@tursodatabase/sync`) push their changes as a
+/// `/v2/pipeline` batch whose steps run on `not is_autocommit`, which Turso's servers
+/// accept (docs/DATA-PLANE.md, "Turso Sync").
+fn check_condition(condition: &proto::BatchCond, step: usize) -> Result<(), HranaError> {
     let check_reference = |referenced: u32| {
         if (referenced as usize) < step {
             Ok(())
@@ -865,23 +865,13 @@ fn check_condition(
         }
     };
     match condition {
-        proto::BatchCond::None => Err(HranaError::Protocol(
-            "BatchCond type not recognized".into(),
-        )),
-        proto::BatchCond::Ok { step } | proto::BatchCond::Error { step } => {
-            check_reference(*step)
-        }
-        proto::BatchCond::Not { cond } => check_condition(cond, step, version),
+        proto::BatchCond::None => Err(HranaError::Protocol("BatchCond type not recognized".into())),
+        proto::BatchCond::Ok { step } | proto::BatchCond::Error { step } => check_reference(*step),
+        proto::BatchCond::Not { cond } => check_condition(cond, step),
         proto::BatchCond::And(list) | proto::BatchCond::Or(list) => list
             .conds
             .iter()
-            .try_for_each(|cond| check_condition(cond, step, version)),
-        proto::BatchCond::IsAutocommit {} if version < Version::Hrana3 => {
-            Err(HranaError::Protocol(
-                "BatchCond of type `is_autocommit` is only supported in protocol version hrana3 and higher"
-                    .into(),
-            ))
-        }
+            .try_for_each(|cond| check_condition(cond, step)),
         proto::BatchCond::IsAutocommit {} => Ok(()),
     }
 }
