@@ -6,9 +6,11 @@
 //! does is [`crate::data_plane::DataPlane::reconcile`]: push every configuration a node is
 //! behind on, finish deletes from their tombstones, finish what dead control planes
 //! abandoned, and quarantine (never delete) what the store does not know. A failed node
-//! call asks for a pass at once ([`request_pass`]). Nodes are worked on concurrently, each
-//! order with a timeout suited to it (`crate::data_plane::node_client::ORDER_TIMEOUT`), so one hung node
-//! delays its own work only; lost nodes are failed over apart (`crate::failover::spawn`).
+//! call asks for a pass at once ([`request_pass`]). Each node is converged by a task of its
+//! own, each order with a timeout suited to it (`crate::data_plane::node_client::ORDER_TIMEOUT`);
+//! a pass starts a node's task only when its previous one has finished and waits for none,
+//! so one hung node delays its own work only, never a pass's work on the other nodes; lost
+//! nodes are failed over apart (`crate::failover::spawn`).
 
 use crate::data_plane::ReconcileReport;
 use crate::error::ApiResult;
@@ -34,8 +36,9 @@ pub async fn run_once(
     holder: &str,
     now: i64,
 ) -> ApiResult<Option<ReconcileReport>> {
-    // The lease outlives a pass that hangs on an unreachable node (the admin client's
-    // timeout), so another replica does not start the same steps meanwhile.
+    // The lease outlives a few passes, so another replica does not start the same steps
+    // while the node tasks this replica's passes started may still run (their orders wait
+    // out their timeouts on a hung node); each pass renews it.
     let lease_ms = i64::try_from(state.config.reconcile_interval.as_millis())
         .unwrap_or(i64::MAX / 4)
         .saturating_mul(4);

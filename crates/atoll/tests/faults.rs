@@ -3,6 +3,8 @@
 //! - a node paused with SIGSTOP (it accepts connections and never answers) is failed over
 //!   within `--failover-after-secs` and a few seconds, however long orders to it wait, and a
 //!   create placed on it while it still looks healthy goes to another node of the location;
+//! - while a node is paused, the reconciler's work on the other nodes (a replica placed)
+//!   is done within about one reconcile interval, not behind the paused node's timeouts;
 //! - a create whose node was just SIGKILLed goes to another node of the location, leaving
 //!   nothing behind;
 //! - PostgreSQL ending the server's connections (`pg_terminate_backend`, 57P01, as a
@@ -21,8 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::cluster::{
-    create_db, execute, ids, nodes, start_replica_with, wait_healthy, Api, Node, Process, EAST,
-    WEST,
+    create_db, execute, ids, nodes, start_replica, start_replica_with, wait_healthy, Api, Node,
+    Process, EAST, WEST,
 };
 use support::{free_port, temp_dir, BIN};
 
@@ -250,6 +252,120 @@ async fn a_paused_node_fails_over_on_time_and_creates_go_around_dead_nodes() {
     drop(survivor);
     drop(west);
     doomed.process.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_node_does_not_slow_the_other_nodes_convergence() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let root = temp_dir("faults-independent");
+    std::fs::create_dir_all(&root).unwrap();
+    let storage = format!("file://{}", root.join("storage").display());
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    // Passes 2 s apart; no failover, so the paused node stays listed and every pass has
+    // work for it that cannot finish (its orders wait out their 10 s timeout).
+    let interval = Duration::from_secs(2);
+    let control = start_replica(&database_url, &secrets_key, &root.join("serve"));
+    wait_healthy(&control.url).await;
+    let replicas = [control.url.as_str()];
+    let sync = ["--no-supervise"];
+    // The databases go to east-b before east-a exists: none is on the node to be paused.
+    let b = Node::start_with(
+        "east-b",
+        EAST,
+        &root.join("east-b"),
+        &storage,
+        &replicas,
+        &sync,
+    );
+    let west_dir = root.join("west-a");
+    let west = Node::start_with("west-a", WEST, &west_dir, &storage, &replicas, &sync);
+    wait_healthy(&b.url).await;
+    wait_healthy(&west.url).await;
+    let api = Api::login(&control.url).await;
+    let wait_nodes = |count: usize| {
+        let (api, url) = (&api, control.url.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while nodes(api, &url).await.len() < count {
+                assert!(Instant::now() < deadline, "the nodes did not register");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait_nodes(2).await;
+    let mut dbs = Vec::new();
+    for i in 0..4 {
+        let group = format!("g{i}");
+        let (status, body) = api
+            .post(
+                format!("{}/v1/groups", control.url),
+                json!({"name": group, "location": EAST}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        dbs.push((
+            group.clone(),
+            create_db(&api, &control.url, &format!("d{i}"), &group).await,
+        ));
+    }
+    let a = Node::start_with(
+        "east-a",
+        EAST,
+        &root.join("east-a"),
+        &storage,
+        &replicas,
+        &sync,
+    );
+    wait_healthy(&a.url).await;
+    wait_nodes(3).await;
+    // Every pass has reached east-a before it stops answering.
+    tokio::time::sleep(2 * interval).await;
+
+    signal(&a, "STOP");
+    // Reconciler work for the healthy nodes, asked at different moments of the paused
+    // node's 10 s order timeouts: a group's new location gets its replica from a pass.
+    let mut took = Vec::new();
+    for (i, (group, db)) in dbs.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(1_300 + 2_100 * i as u64)).await;
+        let added_at = Instant::now();
+        let (status, body) = api
+            .post(
+                format!("{}/v1/groups/{group}/locations/{WEST}", control.url),
+                json!({}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let replica = west_dir.join("replicas").join(&db.id).join("data");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !replica.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "no replica of {} in {WEST} (see {})",
+                db.id,
+                root.join("serve.log").display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        took.push(added_at.elapsed());
+    }
+    let slowest = took.iter().max().copied().unwrap();
+    eprintln!(
+        "faults: with a node paused, replicas placed {:?} s after their location was added (reconcile interval {} s)",
+        took.iter()
+            .map(|t| format!("{:.1}", t.as_secs_f64()))
+            .collect::<Vec<_>>(),
+        interval.as_secs()
+    );
+    // About one interval (the pass, then the replica's first frames), not one interval
+    // plus the paused node's order timeout.
+    assert!(
+        slowest < interval + Duration::from_secs(4),
+        "a replica came {:.1} s after its location was added, behind the paused node: {took:?}",
+        slowest.as_secs_f64()
+    );
+    signal(&a, "CONT");
 }
 
 /// Kills every connection of the server (named by `application_name`) every few tens of

@@ -65,6 +65,10 @@ pub enum DataPlane {
         /// Nodes an order could not reach (refused, timed out), with when: placement passes
         /// them over until they send a heartbeat again ([`DataPlane::answers`]).
         unanswered: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+        /// Nodes whose convergence (a reconcile pass's work on one node) is in flight: a
+        /// pass starts a node's only when its previous one has finished, and waits for
+        /// none (`reconcile`), so a hung node holds up its own work only.
+        converging: std::sync::Mutex<std::collections::HashSet<String>>,
     },
 }
 
@@ -187,6 +191,7 @@ impl DataPlane {
             failover_after: None,
             started: std::time::Instant::now(),
             unanswered: std::sync::Mutex::default(),
+            converging: std::sync::Mutex::default(),
         })
     }
 

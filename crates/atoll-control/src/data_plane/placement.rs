@@ -141,6 +141,7 @@ mod tests {
             failover_after: None,
             started: std::time::Instant::now(),
             unanswered: std::sync::Mutex::default(),
+            converging: std::sync::Mutex::default(),
         }
     }
 

@@ -2,10 +2,12 @@
 //! runs it).
 
 use super::node_config::{database_config, node_config, org_credentials};
-use super::DataPlane;
+use super::{DataPlane, IN_PROCESS_NODE};
 use crate::error::ApiError;
 use atoll_meta::{Database, DatabaseState, Store};
 use atoll_types::node as wire;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 impl DataPlane {
     /// One pass that converges the nodes to the store (see `crate::reconciler`):
@@ -17,71 +19,148 @@ impl DataPlane {
     /// - a database a node holds that the store does not know is quarantined, never
     ///   deleted.
     ///
-    /// Nodes are converged concurrently, each order with its own timeout; a node that
-    /// cannot be reached (or stops answering midway) is reported and skipped, and the next
-    /// pass retries.
+    /// Each remote node is converged by a task of its own, which the pass starts only when
+    /// the node's previous one has finished and does not wait for: a node that hangs (paused,
+    /// cut off) holds up its own work only, never the next pass's work on other nodes, and
+    /// at most one convergence per node is in flight. Each node's task logs what it did
+    /// (the pass answers what it did itself, and the nodes it found still converging); a
+    /// node that cannot be reached (or stops answering midway) is skipped by its task, and
+    /// a later pass retries. The in-process node is converged within the pass, which
+    /// answers all it did.
     pub async fn reconcile(
-        &self,
+        self: &Arc<Self>,
         store: &Store,
         creating_grace: std::time::Duration,
         now: i64,
     ) -> Result<ReconcileReport, ApiError> {
         // The in-process node is checked here too, not only at start: nothing below may
         // touch a data directory that belongs to another store.
-        if let DataPlane::InProcess { .. } = self {
+        if let DataPlane::InProcess { .. } = self.as_ref() {
             self.claim_store(&store.store_id().await?)?;
         }
         // Nodes other replicas recorded, or that registered since the last pass.
         self.refresh_nodes(store).await?;
         // Lost nodes are failed over on a schedule of their own (`crate::failover`), never
         // behind a pass that waits on a node.
-        let mut report = ReconcileReport::default();
         let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
+        let mut abandoned: HashMap<String, Vec<Database>> = HashMap::new();
         for db in store.databases_in_state(DatabaseState::Creating).await? {
-            if db.created_at > now.saturating_sub(grace_ms) {
+            if db.created_at <= now.saturating_sub(grace_ms) {
+                abandoned.entry(db.node.clone()).or_default().push(db);
+            }
+        }
+        let mut report = ReconcileReport::default();
+        let DataPlane::Remote { converging, .. } = self.as_ref() else {
+            // One node, in this process: converged now, whatever node the records name.
+            let abandoned: Vec<Database> = abandoned.into_values().flatten().collect();
+            self.remove_abandoned_creates(store, &abandoned, &mut report)
+                .await?;
+            let name = IN_PROCESS_NODE;
+            match self.reconcile_reachable(store, name, None).await? {
+                Some(node_report) => report.add(node_report),
+                None => report.unreachable_nodes.push(name.to_string()),
+            }
+            return Ok(report);
+        };
+        let mut replicas = self.wanted_replicas(store).await?;
+        for name in self.node_names() {
+            let abandoned = abandoned.remove(&name).unwrap_or_default();
+            let replicas = replicas.remove(&name).unwrap_or_default();
+            if !lock(converging).insert(name.clone()) {
+                report.still_converging.push(name);
                 continue;
             }
+            let (data_plane, store) = (Arc::clone(self), store.clone());
+            tokio::spawn(async move {
+                // Forgotten when the task ends, however it ends.
+                let _in_flight = InFlight(&data_plane, &name);
+                match data_plane
+                    .converge_node(&store, &name, &abandoned, Some(replicas))
+                    .await
+                {
+                    Ok(node_report) if node_report != ReconcileReport::default() => {
+                        tracing::info!(node = %name, report = ?node_report, "reconcile pass");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, "reconcile pass failed on a node; retrying at the next tick");
+                    }
+                }
+            });
+        }
+        // Records of nodes that are no longer listed: their removal fails at once (no
+        // such node) and is reported, as before.
+        let unlisted: Vec<Database> = abandoned.into_values().flatten().collect();
+        self.remove_abandoned_creates(store, &unlisted, &mut report)
+            .await?;
+        Ok(report)
+    }
+
+    /// Converges node `name`: removes the creates abandoned on it (`abandoned`), then
+    /// brings it to the store ([`DataPlane::reconcile_reachable`]).
+    async fn converge_node(
+        &self,
+        store: &Store,
+        name: &str,
+        abandoned: &[Database],
+        replicas: Option<Vec<wire::ReplicaSpec>>,
+    ) -> Result<ReconcileReport, ApiError> {
+        let mut report = ReconcileReport::default();
+        if !self
+            .remove_abandoned_creates(store, abandoned, &mut report)
+            .await?
+        {
+            report.unreachable_nodes.push(name.to_string());
+            return Ok(report);
+        }
+        match self.reconcile_reachable(store, name, replicas).await? {
+            Some(node_report) => report.add(node_report),
+            None => report.unreachable_nodes.push(name.to_string()),
+        }
+        Ok(report)
+    }
+
+    /// Removes databases whose creation was abandoned (past the grace): from their node,
+    /// then from the store. Answers false when their node stopped answering (the rest
+    /// waits for a later pass).
+    async fn remove_abandoned_creates(
+        &self,
+        store: &Store,
+        abandoned: &[Database],
+        report: &mut ReconcileReport,
+    ) -> Result<bool, ApiError> {
+        for db in abandoned {
             match self.delete_database(&db.node, &db.id).await {
                 Ok(()) => {
                     tracing::warn!(database = %db.id, name = %db.name, "removing a database whose creation was abandoned");
                     store.delete_database(&db.id).await?;
-                    report.abandoned_creates.push(db.id);
+                    report.abandoned_creates.push(db.id.clone());
                 }
                 Err(e) => {
                     tracing::warn!(database = %db.id, node = %db.node, error = %e, "cannot remove an abandoned create yet");
+                    if self.stopped_answering(&db.node, &e) {
+                        return Ok(false);
+                    }
                 }
             }
         }
-        // Every node on its own and all at once: a node that hangs holds up its own work
-        // only (until its orders time out), never another node's, its replicas included.
-        let mut replicas = match self {
-            DataPlane::Remote { .. } => Some(self.wanted_replicas(store).await?),
-            DataPlane::InProcess { .. } => None,
-        };
-        let names = self.node_names();
-        let passes = names
-            .iter()
-            .map(|name| {
-                let replicas = replicas
-                    .as_mut()
-                    .map(|wanted| wanted.remove(name).unwrap_or_default());
-                Box::pin(self.reconcile_reachable(store, name, replicas))
-            })
-            .collect();
-        let mut failed = None;
-        let outcomes = all(passes).await;
-        for (name, outcome) in names.iter().zip(outcomes) {
-            match outcome {
-                Ok(Some(node_report)) => report.add(node_report),
-                Ok(None) => report.unreachable_nodes.push(name.clone()),
-                Err(e) => failed = Some(e),
-            }
-        }
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        Ok(report)
+        Ok(true)
     }
+}
+
+/// A node whose convergence is in flight, until dropped.
+struct InFlight<'a>(&'a DataPlane, &'a str);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let DataPlane::Remote { converging, .. } = self.0 {
+            lock(converging).remove(self.1);
+        }
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl DataPlane {
@@ -363,6 +442,9 @@ pub struct ReconcileReport {
     pub rebuilt: Vec<(String, String)>,
     /// (node, database) pairs of moves a dead control plane left half-done, finished.
     pub moves_finished: Vec<(String, String)>,
+    /// Nodes this pass left alone because their previous convergence was still in
+    /// flight (a node that hangs: its orders are waiting out their timeouts).
+    pub still_converging: Vec<String>,
 }
 
 impl ReconcileReport {
@@ -377,6 +459,7 @@ impl ReconcileReport {
             unreachable_nodes,
             rebuilt,
             moves_finished,
+            still_converging,
         } = node;
         self.configured.extend(configured);
         self.deleted.extend(deleted);
@@ -386,29 +469,6 @@ impl ReconcileReport {
         self.unreachable_nodes.extend(unreachable_nodes);
         self.rebuilt.extend(rebuilt);
         self.moves_finished.extend(moves_finished);
+        self.still_converging.extend(still_converging);
     }
-}
-
-/// Runs `futures` concurrently on the current task, answering their outputs in order.
-async fn all<F: std::future::Future>(mut futures: Vec<std::pin::Pin<Box<F>>>) -> Vec<F::Output> {
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_some() {
-                continue;
-            }
-            match future.as_mut().poll(cx) {
-                std::task::Poll::Ready(value) => *output = Some(value),
-                std::task::Poll::Pending => pending = true,
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
