@@ -6,9 +6,11 @@
 //! |---|---|---|
 //! | `GET /v1/node` | | [`NodeInfo`] |
 //! | `GET /v1/databases` | | [`DatabaseIds`] |
-//! | `POST /v1/databases` | [`CreateDatabase`] | `{}` |
+//! | `POST /v1/databases` | [`CreateDatabase`] | `202` [`OperationStarted`]; done: `{}` |
 //! | `PUT /v1/databases/{id}/config` | [`DatabaseConfig`] | `{}` |
-//! | `DELETE /v1/databases/{id}` | | `{}` |
+//! | `DELETE /v1/databases/{id}` | | `{}`; an operation running on it is abandoned |
+//! | `POST /v1/databases/{id}/restore` | [`RestoreInPlace`](atoll_types::node::RestoreInPlace) | `202` [`OperationStarted`]; done: [`RestoreOutcome`](atoll_types::node::RestoreOutcome) |
+//! | `GET /v1/databases/{id}/backups` | | `202` [`OperationStarted`]; done: [`Backups`](atoll_types::node::Backups) |
 //! | `GET /v1/databases/{id}/stats` | | [`DatabaseStats`] |
 //! | `GET /v1/databases/{id}/queries` | | the heaviest statements ([`QueryStats`]) |
 //! | `POST /v1/usage/collect` | | [`UsageBatch`]: the same batch until acknowledged |
@@ -16,10 +18,17 @@
 //! | `POST /v1/databases/{id}/quarantine` | | [`QuarantinedDatabase`]: moved aside, not served |
 //! | `GET /v1/quarantine` | | [`Quarantine`] |
 //! | `DELETE /v1/quarantine/{id}` | | [`QuarantinedDatabase`]; 409 before its retention is over |
-//! | `POST /v1/databases/{id}/hand-over` | | [`HandedOver`]: a move's first step (`crate::moves`) |
-//! | `POST /v1/databases/{id}/adopt` | [`AdoptDatabase`] | [`HandedOver`]: rebuilt here, not serving yet |
+//! | `POST /v1/databases/{id}/hand-over` | | `202` [`OperationStarted`]; done: [`HandedOver`]: a move's first step (`crate::moves`) |
+//! | `POST /v1/databases/{id}/adopt` | [`AdoptDatabase`] | `202` [`OperationStarted`]; done: [`HandedOver`]: rebuilt here, not serving yet |
 //! | `POST /v1/databases/{id}/resume` | | `{}`: serves (again) here |
 //! | `POST /v1/databases/{id}/release` | | `{}`: a handed-over copy removed, its history kept |
+//! | `GET /v1/operations` | | [`Operations`]: running and recently finished |
+//! | `GET /v1/operations/{id}` | | [`Operation`]: its phase, progress, outcome; 404 once forgotten or after a restart |
+//! | `DELETE /v1/operations/{id}` | | [`Operation`]: abandoned (a create it finishes is deleted) |
+//!
+//! The long orders (`202`) run in the background as operations ([`operations`]): one at
+//! a time per database (the same order again answers the running one, another 409), a
+//! bounded number per organization (429), forgotten by a restart.
 //!
 //! Every request also carries the id of the control plane's metadata store
 //! ([`STORE_ID_HEADER`]): the node is stamped with the first one and refuses others
@@ -27,16 +36,19 @@
 //!
 //! Errors are `{"error": …}` with the status of the [`DataError`] they come from.
 
+pub mod operations;
+
 use crate::error::DataError;
 use crate::identity::StoreStamp;
 use crate::node::Node;
 use atoll_types::node::{
     AdoptDatabase, CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HandedOver,
-    HeldDatabase, NodeInfo, OrderDone, Quarantine, QuarantinedDatabase, QueryStats, UsageBatch,
-    STORE_ID_HEADER,
+    HeldDatabase, NodeInfo, Operation, OperationKind, OperationStarted, Operations, OrderDone,
+    Quarantine, QuarantinedDatabase, QueryStats, Seed, UsageBatch, STORE_ID_HEADER,
 };
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, put};
@@ -55,6 +67,8 @@ pub struct AdminState {
     pub stamp: StoreStamp,
     /// How long a quarantined database is kept before a purge may remove it.
     pub quarantine_retention: Duration,
+    /// The long orders running or finished recently (forgotten by a restart).
+    pub operations: Arc<operations::Operations>,
 }
 
 impl AdminState {
@@ -72,6 +86,7 @@ impl AdminState {
             secret_digest: Sha256::digest(secret.as_bytes()).into(),
             stamp,
             quarantine_retention,
+            operations: operations::Operations::new(),
         }))
     }
 }
@@ -94,6 +109,11 @@ pub fn router(state: Arc<AdminState>) -> Router {
             axum::routing::post(quarantine_database),
         )
         .route("/v1/quarantine", get(list_quarantine))
+        .route("/v1/operations", get(list_operations))
+        .route(
+            "/v1/operations/{id}",
+            get(operation).delete(cancel_operation),
+        )
         .route(
             "/v1/databases/{id}/hand-over",
             axum::routing::post(hand_over),
@@ -194,44 +214,207 @@ pub fn held_databases(node: &Node) -> DatabaseIds {
     DatabaseIds { ids, databases }
 }
 
+/// The answer of a long order: its operation runs.
+type Accepted = (StatusCode, Json<OperationStarted>);
+
+/// Runs the work `work` makes of a long order as an operation ([`operations`]) of `kind`
+/// on `database_id` for organization `org_id`: answers `202` with its id at once (or with
+/// the id of the same order already running for the database), the work going on in a
+/// task of its own; its answer is the operation's result.
+fn run_operation<T, Work>(
+    state: &AdminState,
+    kind: OperationKind,
+    database_id: &str,
+    org_id: &str,
+    work: impl FnOnce(operations::Tracker) -> Work,
+) -> Result<Accepted, DataError>
+where
+    T: serde::Serialize,
+    Work: std::future::Future<Output = Result<T, DataError>> + Send + 'static,
+{
+    let running = match state.operations.start(kind, database_id, org_id)? {
+        operations::Started::Joined(id) => return Ok(accepted(id)),
+        operations::Started::New(running) => running,
+    };
+    let tracker = running.tracker();
+    let id = tracker.id().to_string();
+    let work = work(tracker);
+    tokio::spawn(async move {
+        let outcome = work.await.and_then(|answer| {
+            serde_json::to_value(answer).map_err(|e| DataError::Internal(e.to_string()))
+        });
+        running.finish(outcome);
+    });
+    Ok(accepted(id))
+}
+
+fn accepted(operation: String) -> Accepted {
+    (StatusCode::ACCEPTED, Json(OperationStarted { operation }))
+}
+
+/// The organization of a database the node holds, for its operations' bound.
+fn org_of(node: &Node, id: &str) -> Result<String, DataError> {
+    node.by_id(id)
+        .map(|db| db.config().org_id.clone())
+        .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))
+}
+
+/// Creates a database, as an operation: its progress is what its staging directory holds
+/// (of the source's size for a copy). A create its control plane abandoned while it ran
+/// deletes what it created.
 async fn create(
     State(state): State<Arc<AdminState>>,
     Json(request): Json<CreateDatabase>,
-) -> Result<Json<OrderDone>, DataError> {
+) -> Result<Accepted, DataError> {
     let node = Arc::clone(&state.node);
-    if request.seed.runs_tenant_sql() {
-        // A dump is tenant SQL: on the node's SQL threads (`sql_pool`), in its
-        // organization's turn.
-        let tenant = request.config.org_id.clone();
-        state
-            .node
-            .sql()
-            .run_for(&tenant, move || node.create_database(request).map(|_| ()))
-            .await??;
-    } else {
-        blocking(move || node.create_database(request).map(|_| ())).await?;
-    }
-    Ok(Json(OrderDone {}))
+    let id = request.config.id.clone();
+    let org = request.config.org_id.clone();
+    run_operation(
+        &state,
+        OperationKind::Create,
+        &id.clone(),
+        &org.clone(),
+        |tracker| async move {
+            let existed = node.by_id(&id).is_some();
+            let staging = node.creating_dir(&id);
+            tracker.probe(move || directory_bytes(&staging));
+            let phase = match &request.seed {
+                Seed::Empty | Seed::Upload => "creating",
+                Seed::Copy { source_id } => {
+                    if let Some(source) = node.by_id(source_id) {
+                        tracker.set_total(database_bytes(&source.file_path()));
+                    }
+                    "copying"
+                }
+                Seed::PointInTime { .. } => "restoring from object storage",
+                Seed::Dump { .. } => "loading the dump",
+            };
+            tracker.phase(phase);
+            let creating = Arc::clone(&node);
+            if request.seed.runs_tenant_sql() {
+                // A dump is tenant SQL: on the node's SQL threads (`sql_pool`), in its
+                // organization's turn.
+                node.sql()
+                    .run_for(&org, move || creating.create_database(request).map(|_| ()))
+                    .await??;
+            } else {
+                blocking(move || creating.create_database(request).map(|_| ())).await?;
+            }
+            if !existed && tracker.abandoned() {
+                tracker.phase("deleting an abandoned create");
+                blocking(move || node.delete_database(&id)).await?;
+                return Err(DataError::Conflict(
+                    "the create was abandoned by its control plane: what it created is deleted"
+                        .into(),
+                ));
+            }
+            Ok(OrderDone {})
+        },
+    )
 }
 
-/// Restores a database in place to an instant of its history (`node_storage`).
+/// Bytes of the files in `dir` (none when it is gone).
+fn directory_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Bytes of a database file and its WAL: what a copy of it writes, about.
+fn database_bytes(file: &std::path::Path) -> u64 {
+    let wal = file.with_file_name(format!(
+        "{}-wal",
+        file.file_name().and_then(|n| n.to_str()).unwrap_or("data")
+    ));
+    [file.to_path_buf(), wal]
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Restores a database in place to an instant of its history (`node_storage`), as an
+/// operation.
 async fn restore(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
     Json(request): Json<atoll_types::node::RestoreInPlace>,
-) -> Result<Json<atoll_types::node::RestoreOutcome>, DataError> {
+) -> Result<Accepted, DataError> {
+    let org = org_of(&state.node, &id)?;
     let node = Arc::clone(&state.node);
-    Ok(Json(
-        blocking(move || node.restore_in_place(&id, request.timestamp_ms)).await?,
-    ))
+    run_operation(
+        &state,
+        OperationKind::Restore,
+        &id.clone(),
+        &org,
+        |tracker| async move {
+            tracker.phase("restoring");
+            blocking(move || node.restore_in_place(&id, request.timestamp_ms)).await
+        },
+    )
 }
 
-/// What object storage holds of a database: generations, the restorable window, the lag.
+/// What object storage holds of a database: generations, the restorable window, the lag;
+/// an operation (it lists object storage).
 async fn backups(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Result<Json<atoll_types::node::Backups>, DataError> {
-    Ok(Json(state.node.backups(&id).await?))
+) -> Result<Accepted, DataError> {
+    let org = org_of(&state.node, &id)?;
+    let node = Arc::clone(&state.node);
+    run_operation(
+        &state,
+        OperationKind::Backups,
+        &id.clone(),
+        &org,
+        |tracker| async move {
+            tracker.phase("listing object storage");
+            node.backups(&id).await
+        },
+    )
+}
+
+/// `GET /v1/operations`: every running operation and those finished recently.
+async fn list_operations(State(state): State<Arc<AdminState>>) -> Json<Operations> {
+    Json(Operations {
+        operations: state.operations.list(),
+    })
+}
+
+/// `GET /v1/operations/{id}`: how far an operation is, or its outcome.
+async fn operation(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Operation>, DataError> {
+    state
+        .operations
+        .get(&id)
+        .map(Json)
+        .ok_or_else(|| unknown_operation(&id))
+}
+
+/// `DELETE /v1/operations/{id}`: its orderer gives it up.
+async fn cancel_operation(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Operation>, DataError> {
+    state
+        .operations
+        .cancel(&id)
+        .map(Json)
+        .ok_or_else(|| unknown_operation(&id))
+}
+
+fn unknown_operation(id: &str) -> DataError {
+    DataError::UnknownDatabase(format!(
+        "operation {id} (this node restarted since, or finished it too long ago)"
+    ))
 }
 
 async fn configure(
@@ -253,6 +436,8 @@ async fn delete(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
 ) -> Result<Json<OrderDone>, DataError> {
+    // A create still running for it deletes what it creates once it is done.
+    state.operations.cancel_for_database(&id);
     let node = Arc::clone(&state.node);
     blocking(move || node.delete_database(&id)).await?;
     Ok(Json(OrderDone {}))
@@ -332,34 +517,56 @@ async fn purge_quarantined(
     Ok(Json(purged))
 }
 
+/// A move's first step, as an operation.
 async fn hand_over(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Result<Json<HandedOver>, DataError> {
+) -> Result<Accepted, DataError> {
+    let org = org_of(&state.node, &id)?;
     let node = Arc::clone(&state.node);
-    Ok(Json(
-        blocking(move || crate::moves::hand_over(&node, &id)).await?,
-    ))
+    run_operation(
+        &state,
+        OperationKind::HandOver,
+        &id.clone(),
+        &org,
+        |tracker| async move {
+            tracker.phase("handing over");
+            blocking(move || crate::moves::hand_over(&node, &id)).await
+        },
+    )
 }
 
+/// A database rebuilt here from object storage (a move's second step, a failover, a
+/// rebuild), as an operation.
 async fn adopt(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
     Json(request): Json<AdoptDatabase>,
-) -> Result<Json<HandedOver>, DataError> {
+) -> Result<Accepted, DataError> {
     if request.config.id != id {
         return Err(DataError::BadRequest(
             "the configuration is for another database".into(),
         ));
     }
-    let frame_no = crate::node_storage::adopt(
-        &state.node,
-        request.config,
-        request.frame_no,
-        request.replace,
+    let node = Arc::clone(&state.node);
+    let org = request.config.org_id.clone();
+    run_operation(
+        &state,
+        OperationKind::Adopt,
+        &id,
+        &org,
+        |tracker| async move {
+            tracker.phase("rebuilding from object storage");
+            let frame_no = crate::node_storage::adopt(
+                &node,
+                request.config,
+                request.frame_no,
+                request.replace,
+            )
+            .await?;
+            Ok(HandedOver { frame_no })
+        },
     )
-    .await?;
-    Ok(Json(HandedOver { frame_no }))
 }
 
 async fn resume(

@@ -388,6 +388,12 @@ impl Node {
         Ok(self.data_dir.join("dbs").join(id))
     }
 
+    /// Where a database is staged while it is created (renamed into place when done): what
+    /// it holds so far is how far the create got.
+    pub fn creating_dir(&self, id: &str) -> PathBuf {
+        self.data_dir.join("dbs").join(format!(".creating-{id}"))
+    }
+
     /// Creates a database from its seed. Idempotent for the same id (a retried create
     /// answers the existing database); on failure nothing is left behind.
     pub fn create_database(&self, request: CreateDatabase) -> Result<Arc<Database>, DataError> {
@@ -402,10 +408,7 @@ impl Node {
             )));
         }
         let dir = self.db_dir(&config.id)?;
-        let staging = self
-            .data_dir
-            .join("dbs")
-            .join(format!(".creating-{}", config.id));
+        let staging = self.creating_dir(&config.id);
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)?;
         let result = (|| -> Result<(), DataError> {

@@ -400,6 +400,88 @@ pub struct HeldDatabase {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderDone {}
 
+/// The answer (`202 Accepted`) of a long order (a create, a restore in place, a move's
+/// hand-over or adopt, the listing of backups): the node runs it in the background as an
+/// operation, which `GET /v1/operations/{id}` reports on until it is done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationStarted {
+    pub operation: String,
+}
+
+/// What a long order asks, for the operator reading `GET /v1/operations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    /// `POST /v1/databases`: a database created, empty or from its seed.
+    Create,
+    /// `POST /v1/databases/{id}/restore`.
+    Restore,
+    /// `GET /v1/databases/{id}/backups`.
+    Backups,
+    /// `POST /v1/databases/{id}/hand-over`.
+    HandOver,
+    /// `POST /v1/databases/{id}/adopt`.
+    Adopt,
+}
+
+/// Where an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationState {
+    Running,
+    /// Finished: `result` is the order's answer.
+    Done,
+    /// Finished: `error` says why, with the status the order would have answered.
+    Failed,
+}
+
+/// `GET /v1/operations/{id}` of the node admin API: a long order as it runs, and its
+/// outcome for a while after (`atoll-data/src/admin/operations.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operation {
+    pub id: String,
+    pub kind: OperationKind,
+    pub database_id: String,
+    pub state: OperationState,
+    /// What it is doing now (`queued`, `copying`, `restoring`, …; `done` or `failed` at
+    /// the end).
+    pub phase: String,
+    /// How far it got, where the node can tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<OperationProgress>,
+    pub started_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<i64>,
+    /// The order's answer once `done` (the body the order answered before it was an
+    /// operation: `{}`, `RestoreOutcome`, `Backups`, `HandedOver`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<OperationError>,
+}
+
+/// How much of an operation's work is done, in `unit`s (`bytes`); `total` where known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationProgress {
+    pub done: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    pub unit: String,
+}
+
+/// Why an operation failed: the status and message the order would have answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationError {
+    pub status: u16,
+    pub error: String,
+}
+
+/// `GET /v1/operations`: the node's running operations and those finished recently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operations {
+    pub operations: Vec<Operation>,
+}
+
 /// The error body of the node admin API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeError {

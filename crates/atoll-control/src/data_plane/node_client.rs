@@ -1,10 +1,22 @@
 //! The client of the node admin API (`atoll-data/src/admin.rs`): one method per order, its
 //! bodies the wire types of `atoll_types::node`.
 //!
-//! Every order carries the node secret and the store's id, has a timeout by what it asks
-//! ([`order_timeout`]), and has its failures mapped to [`ApiError`] the way the in-process
+//! Every order carries the node secret and the store's id, answers within
+//! [`ORDER_TIMEOUT`], and has its failures mapped to [`ApiError`] the way the in-process
 //! node's are ([`send`]). A new order is a route in `atoll-data/src/admin.rs`, its bodies in
 //! `atoll_types::node`, and one method here; nothing else spells an admin URL.
+//!
+//! **Long orders** (a create, a restore in place, the listing of backups, a move's
+//! hand-over and adopt, which copy or rebuild whole databases) run on the node as
+//! operations (`atoll-data/src/admin/operations.rs`): the order answers `202` with the
+//! operation's id at once, and [`NodeAdmin::operation`] polls `GET /v1/operations/{id}`
+//! until it is done, each poll within [`POLL_TIMEOUT`]. A node that stops answering
+//! mid-order (paused, partitioned, dead) is therefore given up within seconds
+//! ([`ApiError::NodeUnavailable`]), however long the order may take when the node works,
+//! and callers run their undo paths as for any order that failed. A node that restarted
+//! no longer knows the operation (404): the order failed, the same way. The whole
+//! operation is bounded too ([`OPERATION_BOUND`], [`MOVE_STEP_BOUND`]), generously: past
+//! it the operation is cancelled on the node and the order fails.
 
 use crate::error::ApiError;
 use atoll_data::error::DataError;
@@ -21,26 +33,29 @@ use std::time::Duration;
 /// hung or cut off, and whoever waits on it (the reconciler, an API request) moves on.
 pub const ORDER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long creating an empty database may take: a file, its first generation and index
-/// entry in object storage.
-pub const CREATE_ORDER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one poll of a long order's operation may take: the node answers it from
+/// memory, so a node that has not answered in this long is hung or cut off.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long an order that copies a whole database may take: a seeded create (a copy, a
-/// dump, a point in time), a restore in place, a move's hand-over or adopt, a rebuild from
-/// object storage; and the listing of what object storage holds of a database.
-pub const LONG_ORDER_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a long order may run on a node in all (a seeded create, a restore in place,
+/// the listing of backups) while the node keeps answering its polls: generous, since a
+/// node that stops answering is found out by [`POLL_TIMEOUT`] long before.
+pub const OPERATION_BOUND: Duration = Duration::from_secs(30 * 60);
 
-/// The timeout of an order to a node's admin API, by what it asks.
-fn order_timeout(method: &Method, path: &str) -> Duration {
-    let long = (*method == Method::POST && path == "/v1/databases")
-        || ["/restore", "/adopt", "/hand-over", "/backups"]
-            .iter()
-            .any(|step| path.ends_with(step));
-    if long {
-        LONG_ORDER_TIMEOUT
-    } else {
-        ORDER_TIMEOUT
-    }
+/// The same for a move's steps (hand-over, adopt, also used by failovers and rebuilds):
+/// two of them together must end within `atoll_data::moves::MOVE_TIMEOUT` (300 s), past
+/// which the reconciler takes a handed-over copy as abandoned.
+pub const MOVE_STEP_BOUND: Duration = Duration::from_secs(120);
+
+/// How often a long order's operation is polled at most: quickly first (most finish in
+/// milliseconds), then every second.
+const POLL_INTERVAL_FIRST: Duration = Duration::from_millis(20);
+const POLL_INTERVAL_MAX: Duration = Duration::from_secs(1);
+
+/// How long the request that starts a long order may take: [`ORDER_TIMEOUT`], plus a
+/// second for each 4 MiB of its body (an SQL dump of up to 512 MiB is sent with it).
+fn start_timeout(body_bytes: usize) -> Duration {
+    ORDER_TIMEOUT + Duration::from_secs((body_bytes / (4 << 20)) as u64)
 }
 
 /// What every order to every node shares: the HTTP client, the node secret, the store's id.
@@ -53,10 +68,9 @@ pub struct NodeClient {
 
 impl NodeClient {
     pub fn new(secret: &str, store_id: &str) -> Result<NodeClient, ApiError> {
-        // Each order has a timeout of its own (`order_timeout`); this is the longest.
+        // Each request has a timeout of its own (`NodeAdmin::order`, `start_timeout`).
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(LONG_ORDER_TIMEOUT)
             .build()
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(NodeClient {
@@ -87,15 +101,100 @@ pub struct NodeAdmin<'a> {
 }
 
 impl NodeAdmin<'_> {
-    /// An order with its credential, the store's id and its timeout.
+    /// An order with its credential, the store's id and its timeout ([`ORDER_TIMEOUT`]).
     fn order(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let timeout = order_timeout(&method, path);
         self.client
             .http
             .request(method, format!("{}{path}", self.admin_url))
-            .timeout(timeout)
+            .timeout(ORDER_TIMEOUT)
             .bearer_auth(&self.client.secret)
             .header(wire::STORE_ID_HEADER, self.client.store_id.as_str())
+    }
+
+    /// A long order: started (`202` and its operation's id), then its operation polled
+    /// until it is done ([`NodeAdmin::operation`]) within `bound`; answers its result.
+    async fn long_order<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        bound: Duration,
+    ) -> Result<T, ApiError> {
+        let mut order = self.order(method, path);
+        if let Some(body) = body {
+            order = order
+                .timeout(start_timeout(body.len()))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+        }
+        let response = order.send().await.map_err(unreachable)?;
+        if response.status() != reqwest::StatusCode::ACCEPTED {
+            // A node of a version before operations answers the order itself.
+            return answer(response).await;
+        }
+        let started: wire::OperationStarted = answer(response).await?;
+        self.operation(&started.operation, path, bound).await
+    }
+
+    /// Polls operation `id` (of the order to `path`) until it is done, each poll within
+    /// [`POLL_TIMEOUT`] and all within `bound`; answers its result as the order's answer,
+    /// or its error as the order's error.
+    pub async fn operation<T: serde::de::DeserializeOwned>(
+        &self,
+        id: &str,
+        path: &str,
+        bound: Duration,
+    ) -> Result<T, ApiError> {
+        let started = std::time::Instant::now();
+        let mut interval = POLL_INTERVAL_FIRST;
+        loop {
+            let poll = self
+                .order(Method::GET, &format!("/v1/operations/{id}"))
+                .timeout(POLL_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| {
+                    ApiError::NodeUnavailable(format!(
+                        "data node stopped answering during {path} (operation {id}): {e}"
+                    ))
+                })?;
+            if poll.status() == reqwest::StatusCode::NOT_FOUND {
+                return Err(ApiError::NodeUnavailable(format!(
+                    "data node no longer knows operation {id} of {path}: it restarted before the order finished"
+                )));
+            }
+            let operation: wire::Operation = answer(poll).await?;
+            match operation.state {
+                wire::OperationState::Done => {
+                    return serde_json::from_value(operation.result.unwrap_or_default()).map_err(
+                        |e| ApiError::Upstream(format!("bad answer from data node: {e}")),
+                    );
+                }
+                wire::OperationState::Failed => {
+                    let error = operation.error.unwrap_or(wire::OperationError {
+                        status: 500,
+                        error: "the operation failed".into(),
+                    });
+                    return Err(node_failure(error.status, error.error, None));
+                }
+                wire::OperationState::Running => {}
+            }
+            if started.elapsed() >= bound {
+                // Cancelled on the node (a create it finishes is deleted there); the
+                // order failed, however the cancel fares.
+                let _ = self
+                    .order(Method::DELETE, &format!("/v1/operations/{id}"))
+                    .send()
+                    .await;
+                return Err(ApiError::Upstream(format!(
+                    "data node did not finish {path} within {} s (operation {id}, at {})",
+                    bound.as_secs(),
+                    operation.phase
+                )));
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(POLL_INTERVAL_MAX);
+        }
     }
 
     /// `GET /v1/node`: who the node is.
@@ -108,13 +207,11 @@ impl NodeAdmin<'_> {
         send(self.order(Method::GET, "/v1/databases")).await
     }
 
-    /// `POST /v1/databases`: creates a database, empty or from its seed.
+    /// `POST /v1/databases`: creates a database, empty or from its seed (a long order).
     pub async fn create_database(&self, request: &CreateDatabase) -> Result<OrderDone, ApiError> {
-        let mut order = self.order(Method::POST, "/v1/databases");
-        if matches!(request.seed, wire::Seed::Empty | wire::Seed::Upload) {
-            order = order.timeout(CREATE_ORDER_TIMEOUT);
-        }
-        send(order.json(request)).await
+        let body = json_body(request)?;
+        self.long_order(Method::POST, "/v1/databases", Some(body), OPERATION_BOUND)
+            .await
     }
 
     /// `PUT /v1/databases/{id}/config`: the database's configuration.
@@ -133,19 +230,24 @@ impl NodeAdmin<'_> {
         send(self.order(Method::GET, &format!("/v1/databases/{id}/stats"))).await
     }
 
-    /// `GET /v1/databases/{id}/backups`: what object storage holds of the database.
+    /// `GET /v1/databases/{id}/backups`: what object storage holds of the database (a
+    /// long order: it lists object storage).
     pub async fn backups(&self, id: &str) -> Result<Backups, ApiError> {
-        send(self.order(Method::GET, &format!("/v1/databases/{id}/backups"))).await
+        let path = format!("/v1/databases/{id}/backups");
+        self.long_order(Method::GET, &path, None, OPERATION_BOUND)
+            .await
     }
 
-    /// `POST /v1/databases/{id}/restore`: restores the database in place.
+    /// `POST /v1/databases/{id}/restore`: restores the database in place (a long order).
     pub async fn restore(
         &self,
         id: &str,
         request: &RestoreInPlace,
     ) -> Result<RestoreOutcome, ApiError> {
         let path = format!("/v1/databases/{id}/restore");
-        send(self.order(Method::POST, &path).json(request)).await
+        let body = json_body(request)?;
+        self.long_order(Method::POST, &path, Some(body), OPERATION_BOUND)
+            .await
     }
 
     /// `GET /v1/databases/{id}/queries`: the database's heaviest statements.
@@ -189,15 +291,20 @@ impl NodeAdmin<'_> {
         send(self.order(Method::GET, "/v1/replicas")).await
     }
 
-    /// `POST /v1/databases/{id}/hand-over`: a move's first step.
+    /// `POST /v1/databases/{id}/hand-over`: a move's first step (a long order).
     pub async fn hand_over(&self, id: &str) -> Result<HandedOver, ApiError> {
-        send(self.order(Method::POST, &format!("/v1/databases/{id}/hand-over"))).await
+        let path = format!("/v1/databases/{id}/hand-over");
+        self.long_order(Method::POST, &path, None, MOVE_STEP_BOUND)
+            .await
     }
 
-    /// `POST /v1/databases/{id}/adopt`: rebuilt from object storage, not serving yet.
+    /// `POST /v1/databases/{id}/adopt`: rebuilt from object storage, not serving yet (a
+    /// long order).
     pub async fn adopt(&self, id: &str, request: &AdoptDatabase) -> Result<HandedOver, ApiError> {
         let path = format!("/v1/databases/{id}/adopt");
-        send(self.order(Method::POST, &path).json(request)).await
+        let body = json_body(request)?;
+        self.long_order(Method::POST, &path, Some(body), MOVE_STEP_BOUND)
+            .await
     }
 
     /// `POST /v1/databases/{id}/resume`: a handed-over or adopted copy serves.
@@ -211,18 +318,32 @@ impl NodeAdmin<'_> {
     }
 }
 
+/// A request's body as JSON, sent as it is (its size sets the start's timeout).
+fn json_body(body: &impl serde::Serialize) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(body).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// A request that got no answer: refused or timed out, the node is down or restarting,
+/// which a retry outlives.
+fn unreachable(e: reqwest::Error) -> ApiError {
+    if e.is_connect() || e.is_timeout() {
+        ApiError::NodeUnavailable(format!("data node unreachable: {e}"))
+    } else {
+        ApiError::Upstream(format!("data node unreachable: {e}"))
+    }
+}
+
 /// Sends a node admin request and maps its answer, as the in-process calls are mapped.
 async fn send<T: serde::de::DeserializeOwned>(
     request: reqwest::RequestBuilder,
 ) -> Result<T, ApiError> {
-    let response = request.send().await.map_err(|e| {
-        // Refused or timed out: the node is down or restarting, which a retry outlives.
-        if e.is_connect() || e.is_timeout() {
-            ApiError::NodeUnavailable(format!("data node unreachable: {e}"))
-        } else {
-            ApiError::Upstream(format!("data node unreachable: {e}"))
-        }
-    })?;
+    answer(request.send().await.map_err(unreachable)?).await
+}
+
+/// A node's answer: its body on success, else its error mapped ([`node_failure`]).
+async fn answer<T: serde::de::DeserializeOwned>(
+    response: reqwest::Response,
+) -> Result<T, ApiError> {
     let status = response.status();
     if status.is_success() {
         return response
@@ -230,19 +351,32 @@ async fn send<T: serde::de::DeserializeOwned>(
             .await
             .map_err(|e| ApiError::Upstream(format!("bad answer from data node: {e}")));
     }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     let message = response
         .json::<wire::NodeError>()
         .await
         .map(|e| e.error)
         .unwrap_or_else(|_| format!("data node answered {status}"));
-    Err(super::data_error(match status.as_u16() {
+    Err(node_failure(status.as_u16(), message, retry_after))
+}
+
+/// A node's error (an order's, or a failed operation's) as the in-process node's would
+/// be reported.
+fn node_failure(status: u16, message: String, retry_after: Option<u64>) -> ApiError {
+    let error = match status {
         400 => DataError::BadRequest(message),
         401 => DataError::Unauthorized(format!("the data node refused the node secret: {message}")),
         404 => DataError::UnknownDatabase(message),
         409 => DataError::Conflict(message),
+        // Too many long orders of the organization at once on the node.
+        429 => return ApiError::TooManyRequests(message, retry_after.unwrap_or(5)),
         503 => DataError::Storage(message),
         _ => DataError::Internal(message),
-    }))
+    };
+    super::data_error(error)
 }
 
 #[cfg(test)]
@@ -250,20 +384,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn orders_time_out_by_what_they_ask() {
-        assert_eq!(order_timeout(&Method::GET, "/v1/databases"), ORDER_TIMEOUT);
+    fn a_long_order_is_started_within_the_order_timeout_plus_its_body() {
+        assert_eq!(start_timeout(0), ORDER_TIMEOUT);
         assert_eq!(
-            order_timeout(&Method::PUT, "/v1/databases/x/config"),
-            ORDER_TIMEOUT
+            start_timeout(512 << 20),
+            ORDER_TIMEOUT + Duration::from_secs(128)
         );
-        for (method, path) in [
-            (Method::POST, "/v1/databases"),
-            (Method::POST, "/v1/databases/x/adopt"),
-            (Method::POST, "/v1/databases/x/hand-over"),
-            (Method::POST, "/v1/databases/x/restore"),
-            (Method::GET, "/v1/databases/x/backups"),
-        ] {
-            assert_eq!(order_timeout(&method, path), LONG_ORDER_TIMEOUT, "{path}");
-        }
+        assert!(POLL_TIMEOUT <= ORDER_TIMEOUT);
+        // Two steps of a move end before the reconciler takes the move as abandoned.
+        assert!(MOVE_STEP_BOUND * 2 < atoll_data::moves::MOVE_TIMEOUT);
+    }
+
+    #[test]
+    fn a_failed_operation_answers_as_its_order_would_have() {
+        assert!(matches!(
+            node_failure(404, "db".into(), None),
+            ApiError::NotFound(..)
+        ));
+        assert!(matches!(
+            node_failure(409, "taken".into(), None),
+            ApiError::Conflict(..)
+        ));
+        assert!(matches!(
+            node_failure(429, "busy".into(), Some(7)),
+            ApiError::TooManyRequests(_, 7)
+        ));
+        assert!(matches!(
+            node_failure(500, "boom".into(), None),
+            ApiError::Upstream(_)
+        ));
     }
 }
