@@ -10,7 +10,10 @@
 //! - PostgreSQL ending the server's connections (`pg_terminate_backend`, 57P01, as a
 //!   restart or a failover of PostgreSQL does) in the middle of creates: every create
 //!   answers 200 or 503 `store_unavailable` with `Retry-After`, never 500, and none leaves
-//!   a database in `creating` or files on the node.
+//!   a database in `creating` or files on the node;
+//! - the same during transfers between organizations and drains (moves between nodes):
+//!   200 or 503, and afterwards every database on exactly one node, of one organization,
+//!   its rows intact.
 //!
 //! Skips (loudly) without PostgreSQL.
 
@@ -564,4 +567,276 @@ async fn postgres_ending_connections_mid_create_never_half_creates_and_answers_5
         deleted.len()
     );
     let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+/// An API call answering its status, whether it said `Retry-After`, and its body.
+async fn send(api: &Api, method: reqwest::Method, url: String, body: Value) -> (u16, bool, Value) {
+    let mut request = api
+        .client
+        .request(method.clone(), url)
+        .bearer_auth(&api.token);
+    if method == reqwest::Method::POST {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response.headers().contains_key("retry-after");
+    (
+        status,
+        retry_after,
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// A refusal must be 503 `store_unavailable` with `Retry-After`; answers whether it was one
+/// (false: 200).
+fn refused(what: &str, (status, retry_after, body): &(u16, bool, Value)) -> bool {
+    match status {
+        200 => false,
+        503 => {
+            assert_eq!(body["code"], "store_unavailable", "{what}: {body}");
+            assert!(retry_after, "{what}: 503 without Retry-After");
+            true
+        }
+        other => panic!("{what}: {other} {body}"),
+    }
+}
+
+/// Where the store places each database (by id), and which organization owns it.
+async fn placements(url: &str) -> std::collections::BTreeMap<String, (String, String)> {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        store_query(
+            &url,
+            "SELECT d.id, d.node, o.slug FROM databases d JOIN organizations o ON o.id = d.org_id",
+            &[],
+        )
+        .iter()
+        .map(|row| (row.get(0), (row.get(1), row.get(2))))
+        .collect()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_ending_connections_mid_transfer_and_move_never_half_does_them() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let application_name = format!("atoll_faults_{}", free_port());
+    let server_url = format!("{database_url}&application_name={application_name}");
+    let root = temp_dir("faults-transfer-move");
+    std::fs::create_dir_all(&root).unwrap();
+    let storage = format!("file://{}", root.join("storage").display());
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let control = start_replica(&server_url, &secrets_key, &root.join("serve"));
+    wait_healthy(&control.url).await;
+    let replicas = [control.url.as_str()];
+    let names = ["east-a", "east-b"];
+    let started: Vec<Node> = names
+        .iter()
+        .map(|name| Node::start(name, EAST, &root.join(name), &storage, &replicas))
+        .collect();
+    for node in &started {
+        wait_healthy(&node.url).await;
+    }
+    let node_url = |name: &str| {
+        started[names.iter().position(|n| *n == name).unwrap()]
+            .url
+            .clone()
+    };
+    let api = Api::login(&control.url).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes(&api, &control.url).await.len() < 2 {
+        assert!(Instant::now() < deadline, "the nodes did not register");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let base = &control.url;
+    let (_, listed) = api.get(format!("{base}/v1/organizations")).await;
+    let personal = listed[0]["slug"].as_str().unwrap().to_string();
+    let (status, body) = api
+        .post(
+            format!("{base}/v1/organizations"),
+            json!({"name": "Receiving"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let orgs = [personal, body["org"]["slug"].as_str().unwrap().to_string()];
+    for org in &orgs {
+        let (status, body) = api
+            .post(
+                format!("{base}/v1/admin/organizations/{org}/plan"),
+                json!({"plan": "scaler"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = api
+            .post(
+                format!("{base}/v1/organizations/{org}/groups"),
+                json!({"name": "g", "location": EAST}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let client = reqwest::Client::new();
+    let count = 6;
+    let mut dbs = Vec::new();
+    for i in 0..count {
+        let name = format!("t{i}");
+        let db = create_db(&api, base, &name, "g").await;
+        let on = placed(&database_url, &name).await.unwrap().0;
+        for statement in [
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)",
+            "INSERT INTO t VALUES (1, 'kept')",
+        ] {
+            execute(&client, &node_url(&on), &db.label, &db.token, statement)
+                .await
+                .unwrap();
+        }
+        dbs.push((name, db.id));
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = spawn_connection_killer(
+        database_url.clone(),
+        application_name.clone(),
+        Arc::clone(&stop),
+    );
+    let (mut transfers, mut transfers_refused) = (0, 0);
+    let (mut moved, mut move_failures, mut drains_refused) = (0, 0, 0);
+    let rounds = 6;
+    for round in 0..rounds {
+        // Every database to the other organization, one at a time.
+        let owners = placements(&database_url).await;
+        for (name, id) in &dbs {
+            let owner = &owners[id].1;
+            let other = orgs.iter().find(|o| *o != owner).unwrap();
+            let answer = send(
+                &api,
+                reqwest::Method::POST,
+                format!("{base}/v1/organizations/{owner}/databases/{name}/transfer"),
+                json!({"org": other}),
+            )
+            .await;
+            transfers += 1;
+            if refused(&format!("transfer {name} to {other}"), &answer) {
+                transfers_refused += 1;
+            }
+        }
+        // One node drained (its databases move to the other), then taking databases again.
+        let node = names[round % 2];
+        let answer = send(
+            &api,
+            reqwest::Method::POST,
+            format!("{base}/v1/admin/nodes/{node}/drain"),
+            json!({}),
+        )
+        .await;
+        if refused(&format!("drain {node}"), &answer) {
+            drains_refused += 1;
+        } else {
+            moved += answer.2["moved"].as_array().unwrap().len();
+            move_failures += answer.2["failed"].as_array().unwrap().len();
+        }
+        let undrain_deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = send(
+                &api,
+                reqwest::Method::DELETE,
+                format!("{base}/v1/admin/nodes/{node}/drain"),
+                json!({}),
+            )
+            .await;
+            if !refused(&format!("undrain {node}"), &answer) {
+                break;
+            }
+            assert!(Instant::now() < undrain_deadline, "{node} stays drained");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let ended = killer.join().unwrap();
+    assert!(ended > 0, "no connection of the server was ended");
+    let stopped_at = Instant::now();
+
+    // Each database served from exactly one node (the one the store places it on: no copy
+    // left handed over elsewhere), owned by exactly one organization, its rows intact and
+    // taking writes.
+    let holders = |id: &str| -> Vec<&str> {
+        names
+            .iter()
+            .copied()
+            .filter(|name| root.join(name).join("dbs").join(id).exists())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (name, id) in &dbs {
+        loop {
+            let (node, owner) = placements(&database_url).await[id].clone();
+            let held = holders(id);
+            let (in_owner, _) = api
+                .get(format!("{base}/v1/organizations/{owner}/databases/{name}"))
+                .await;
+            let other = orgs.iter().find(|o| **o != owner).unwrap();
+            let (in_other, _) = api
+                .get(format!("{base}/v1/organizations/{other}/databases/{name}"))
+                .await;
+            let served = if held == [node.as_str()] && (in_owner, in_other) == (200, 404) {
+                let (status, got) = api
+                    .get(format!("{base}/v1/organizations/{owner}/databases/{name}"))
+                    .await;
+                assert_eq!(status, 200, "{got}");
+                let label = got["database"]["Hostname"]
+                    .as_str()
+                    .unwrap()
+                    .split('.')
+                    .next()
+                    .unwrap()
+                    .to_string();
+                let (status, minted) = api
+                    .post(
+                        format!("{base}/v1/organizations/{owner}/databases/{name}/auth/tokens"),
+                        json!({}),
+                    )
+                    .await;
+                assert_eq!(status, 200, "{minted}");
+                let token = minted["jwt"].as_str().unwrap();
+                let url = node_url(&node);
+                match execute(&client, &url, &label, token, "SELECT id, v FROM t").await {
+                    Ok(rows) if rows["rows"].as_array().map(Vec::len) == Some(1) => execute(
+                        &client,
+                        &url,
+                        &label,
+                        token,
+                        &format!("INSERT INTO t VALUES (2, '{owner}')"),
+                    )
+                    .await
+                    .map(|_| ()),
+                    Ok(rows) => panic!("{name}: rows lost or added: {rows}"),
+                    Err(e) => Err(e),
+                }
+            } else {
+                Err(format!(
+                    "placed on {node}, held by {held:?}, owner {owner} answers {in_owner}, {other} {in_other}"
+                ))
+            };
+            let Err(unsettled) = served else {
+                break;
+            };
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not settle: {unsettled} (see {})",
+                root.join("serve.log").display()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let settled_in = stopped_at.elapsed();
+    let log = std::fs::read_to_string(root.join("serve.log")).unwrap_or_default();
+    eprintln!(
+        "faults: under {ended} ended connections, {transfers} transfers ({transfers_refused} answered 503 store_unavailable) and {rounds} drains ({drains_refused} answered 503; {moved} databases moved, {move_failures} moves reported failed); {} moves and {} transfers read back their store write's outcome after it failed; every database in one place, of one organization, its row intact, {:.1} s after the blips stopped",
+        log.matches("finished a move whose flip failed").count(),
+        log.matches("a transfer whose commit failed was").count(),
+        settled_in.as_secs_f64()
+    );
 }

@@ -32,6 +32,7 @@ use atoll_types::node as wire;
 use atoll_types::nodes::FailedMove;
 use atoll_types::ErrorCode;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// How long after the recorded end of a node's lease its databases may be taken over:
 /// room for a store write the node started just before its lease ended, and for clocks
@@ -177,7 +178,7 @@ impl DataPlane {
                 format!("database {id} changed place meanwhile; nothing was taken over"),
             ));
         }
-        self.serve_where_placed(store, id, to, &group, &org).await?;
+        self.serve_where_placed(store, id, to, &group, &org).await;
         tracing::warn!(database = %id, from = %db.node, to = %to, "database taken over from a lost node (rebuilt from object storage)");
         Ok(())
     }
@@ -187,7 +188,7 @@ impl DataPlane {
     /// also from a lost node without a lease). A database that cannot go now is reported
     /// and stays; asking again retries it.
     pub async fn fail_over_group(
-        &self,
+        self: &Arc<Self>,
         store: &Store,
         group: &Group,
         location: &str,
@@ -245,7 +246,7 @@ impl DataPlane {
 
     /// Puts `db`'s primary on a node of `location` (nothing to do when it is there).
     async fn fail_over_database(
-        &self,
+        self: &Arc<Self>,
         store: &Store,
         db: &Database,
         location: &str,
@@ -303,7 +304,7 @@ impl DataPlane {
     /// The automatic part, run every [`CHECK_INTERVAL`]: each node silent for longer than
     /// `--failover-after-secs` whose lease ran out has its databases taken over. Answers
     /// how many databases got a new primary.
-    pub async fn fail_over_lost_nodes(&self, store: &Store) -> Result<usize, ApiError> {
+    pub async fn fail_over_lost_nodes(self: &Arc<Self>, store: &Store) -> Result<usize, ApiError> {
         let Some(after) = self.failover_after() else {
             return Ok(0);
         };

@@ -7,7 +7,9 @@
 //! copy removed, its history kept). Until the flip, any failure resumes the old holder;
 //! after it, the move is done and the reconciler finishes a resume or release that failed
 //! (a handed-over copy the store places elsewhere is released, one it places here is
-//! resumed, once older than `atoll_data::moves::MOVE_TIMEOUT`).
+//! resumed, once older than `atoll_data::moves::MOVE_TIMEOUT`). A flip the store failed to
+//! answer (a connection ended around its commit) is settled at once by asking the store
+//! again where the database is (`settle_move`), not left to that timeout.
 
 use crate::data_plane::{database_config, DataPlane};
 use crate::error::ApiError;
@@ -15,17 +17,32 @@ use atoll_meta::{Database, DatabaseState, Store};
 use atoll_types::node as wire;
 use atoll_types::nodes::{DrainReport, FailedMove, MovedDatabase};
 use atoll_types::ErrorCode;
+use std::sync::Arc;
+
+/// How long a move whose flip failed in the store waits for the store to say where the
+/// database is before the reconciler is left to finish it.
+const MOVE_SETTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long a request waits for a move whose flip failed to be settled before answering.
+const MOVE_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A database on its way from one node to another.
+struct Move {
+    id: String,
+    from: String,
+    to: String,
+}
 
 impl DataPlane {
     /// Moves database `db` from the node that holds it to node `to`, losing no
     /// acknowledged write: nothing commits on the old holder after its hand-over.
     pub async fn move_database(
-        &self,
+        self: &Arc<Self>,
         store: &Store,
         db: &Database,
         to: &str,
     ) -> Result<(), ApiError> {
-        let DataPlane::Remote { .. } = self else {
+        let DataPlane::Remote { .. } = self.as_ref() else {
             return Err(ApiError::Invalid(
                 ErrorCode::InvalidRequest,
                 "this server runs one data node in process (atoll dev): there is nowhere to move a database".into(),
@@ -36,11 +53,14 @@ impl DataPlane {
             return Ok(());
         }
         let id = db.id.as_str();
+        // Everything the move reads from the store is read before the old holder stops
+        // writes: a store that fails here changes nothing.
         let (group, org) = group_and_org(store, db).await?;
+        let config = database_config(store, db, &group, &org).await?;
 
         let handed = self.admin(&from)?.hand_over(id).await?;
         let adopt = wire::AdoptDatabase {
-            config: database_config(store, db, &group, &org).await?,
+            config,
             frame_no: handed.frame_no,
             // A copy an earlier, failed attempt of this move left on `to` (the store
             // places the database on `from`, so nothing else put it there).
@@ -51,7 +71,27 @@ impl DataPlane {
             self.resume_or_leave(&from, id).await;
             return Err(e);
         }
-        if !store.place_database(id, &from, to).await? {
+        let placed = match store.place_database(id, &from, to).await {
+            Ok(placed) => placed,
+            // The store failed around the flip (PostgreSQL restarting, a connection ended):
+            // the flip may have committed all the same. Whoever the store names once it
+            // answers serves, the other copy goes; the request waits a little for that.
+            Err(e) => {
+                let move_ = Move {
+                    id: id.to_string(),
+                    from: from.clone(),
+                    to: to.to_string(),
+                };
+                return match self.settle_move(store, move_, group, org).await {
+                    Some(true) => {
+                        tracing::info!(database = %id, from = %from, to = %to, "database moved (its flip's answer was lost)");
+                        Ok(())
+                    }
+                    Some(false) | None => Err(e.into()),
+                };
+            }
+        };
+        if !placed {
             // Someone else moved or deleted it meanwhile: this move is void.
             self.release_or_leave(to, id).await;
             self.resume_or_leave(&from, id).await;
@@ -61,10 +101,65 @@ impl DataPlane {
             ));
         }
         // The move is done in the store. The new holder serves; the old copy goes.
-        self.serve_where_placed(store, id, to, &group, &org).await?;
+        self.serve_where_placed(store, id, to, &group, &org).await;
         self.release_or_leave(&from, id).await;
         tracing::info!(database = %id, from = %from, to = %to, frame_no = handed.frame_no, "database moved");
         Ok(())
+    }
+
+    /// Finishes a move whose flip failed in the store, one way or the other once the store
+    /// answers which node it places the database on: `to` (the flip committed and only its
+    /// answer was lost: `to` serves, `from`'s copy is released) or any other (nothing
+    /// moved: `to`'s copy is released, `from` serves again). The store may be failing right
+    /// now, so this retries in a task of its own, for up to [`MOVE_SETTLE_PATIENCE`] (after
+    /// which the reconciler finishes the handed-over copies, past
+    /// `atoll_data::moves::MOVE_TIMEOUT`); the caller waits [`MOVE_SETTLE_WAIT`] at most.
+    /// Answers whether the database moved, `None` when the store has not said yet.
+    async fn settle_move(
+        self: &Arc<Self>,
+        store: &Store,
+        move_: Move,
+        group: atoll_meta::Group,
+        org: atoll_meta::Organization,
+    ) -> Option<bool> {
+        let (decided, decision) = tokio::sync::oneshot::channel();
+        let (data_plane, store) = (Arc::clone(self), store.clone());
+        tokio::spawn(async move {
+            let Move { id, from, to } = move_;
+            let started = std::time::Instant::now();
+            let mut delay = std::time::Duration::from_millis(100);
+            let placed = loop {
+                match store.database_by_id(&id).await {
+                    Ok(placed) => break placed.map(|db| db.node),
+                    Err(e) if started.elapsed() < MOVE_SETTLE_PATIENCE => {
+                        tracing::warn!(database = %id, error = %e, "cannot learn where a move left its database yet: retrying");
+                    }
+                    Err(e) => {
+                        tracing::error!(database = %id, error = %e, "could not learn where a move left its database: the reconciler finishes it");
+                        crate::reconciler::request_pass();
+                        return;
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(2));
+            };
+            let moved = placed.as_deref() == Some(to.as_str());
+            let _ = decided.send(moved);
+            if moved {
+                data_plane
+                    .serve_where_placed(&store, &id, &to, &group, &org)
+                    .await;
+                data_plane.release_or_leave(&from, &id).await;
+            } else {
+                data_plane.release_or_leave(&to, &id).await;
+                data_plane.resume_or_leave(&from, &id).await;
+            }
+            tracing::warn!(database = %id, from = %from, to = %to, moved, "finished a move whose flip failed in the store");
+        });
+        tokio::time::timeout(MOVE_SETTLE_WAIT, decision)
+            .await
+            .ok()
+            .and_then(Result::ok)
     }
 
     /// After the store placed database `id` on `to` (a move's or a takeover's flip): `to`
@@ -76,15 +171,22 @@ impl DataPlane {
         to: &str,
         group: &atoll_meta::Group,
         org: &atoll_meta::Organization,
-    ) -> Result<(), ApiError> {
-        if let Some(placed) = store.database_by_id(id).await? {
-            let config = database_config(store, &placed, group, org).await?;
-            if let Err(e) = self.configure(to, config).await {
-                tracing::warn!(database = %id, node = %to, error = %e, "newly placed database not configured yet: the reconciler will");
+    ) {
+        // The flip is done: a store that fails now delays the new version's configuration
+        // (the reconciler pushes it), never the serving.
+        let configured = async {
+            if let Some(placed) = store.database_by_id(id).await? {
+                let config = database_config(store, &placed, group, org).await?;
+                self.configure(to, config).await?;
             }
+            Ok::<(), ApiError>(())
+        }
+        .await;
+        if let Err(e) = configured {
+            tracing::warn!(database = %id, node = %to, error = %e, "newly placed database not configured yet: the reconciler will");
+            crate::reconciler::request_pass();
         }
         self.resume_or_leave(to, id).await;
-        Ok(())
     }
 
     pub(crate) async fn resume_or_leave(&self, node: &str, id: &str) {
@@ -106,7 +208,11 @@ impl DataPlane {
     /// Drains node `name`: it takes no new databases, and every database it holds moves to
     /// the least-loaded other node of its location, one at a time. A database that cannot
     /// move now is reported and stays; draining again retries it.
-    pub async fn drain(&self, store: &Store, name: &str) -> Result<DrainReport, ApiError> {
+    pub async fn drain(
+        self: &Arc<Self>,
+        store: &Store,
+        name: &str,
+    ) -> Result<DrainReport, ApiError> {
         if self.is_in_process() {
             return Err(ApiError::Invalid(
                 ErrorCode::InvalidRequest,

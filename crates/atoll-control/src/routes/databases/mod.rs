@@ -477,6 +477,30 @@ async fn wakeup(access: Access) -> ApiResult<Json<Empty>> {
     Ok(Json(Empty {}))
 }
 
+/// How long a request waits for the store to answer after a change whose commit failed.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Database `id` as the store holds it, asked again (with growing pauses) until the store
+/// answers or [`SETTLE_WAIT`] passes: after a write whose answer was lost, what it did.
+async fn settled(state: &AppState, id: &str) -> Option<Database> {
+    let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+    let mut delay = std::time::Duration::from_millis(50);
+    loop {
+        match state.store.database_by_id(id).await {
+            Ok(db) => return db,
+            Err(e) if tokio::time::Instant::now() + delay < deadline => {
+                tracing::warn!(database = %id, error = %e, "cannot read back a change whose commit failed yet: retrying");
+            }
+            Err(e) => {
+                tracing::warn!(database = %id, error = %e, "cannot read back a change whose commit failed");
+                return None;
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(1));
+    }
+}
+
 async fn transfer(
     State(state): State<AppState>,
     access: Access,
@@ -550,7 +574,15 @@ async fn transfer(
     // The new owner decides who holds credentials: the database gets a new key before it
     // moves, so no token minted by the old owner survives, whatever happens next. (The
     // group tokens of its old group already do not cover it in its new group.)
-    let rotated = rotate_database_key(&state, &db.id).await?;
+    let rotated = match rotate_database_key(&state, &db.id).await {
+        Ok(rotated) => rotated,
+        Err(e) => {
+            // The new key may have committed though its answer was lost: its node learns
+            // it from the next pass.
+            crate::reconciler::request_pass();
+            return Err(e);
+        }
+    };
     let moved = match state
         .store
         .move_database(
@@ -562,6 +594,25 @@ async fn transfer(
         .await
     {
         Ok(moved) => moved,
+        // The store failed around the commit (PostgreSQL restarting, a connection ended):
+        // the transfer may be done all the same. The store's answer, once it gives one,
+        // decides: done (answered as such) or not (it stays, with its new key).
+        Err(e @ StoreError::Unreachable(_)) => match settled(&state, &db.id).await {
+            Some(now) if now.org_id == target.id => {
+                tracing::warn!(database = %db.id, error = %e, "a transfer whose commit failed was done: answered as such");
+                now
+            }
+            Some(now) => {
+                tracing::warn!(database = %db.id, error = %e, "a transfer whose commit failed was not done");
+                push_config(&state, &now, access.group(), access.org()).await;
+                return Err(e.into());
+            }
+            None => {
+                // Whichever it is, the reconciler brings its node to it.
+                crate::reconciler::request_pass();
+                return Err(e.into());
+            }
+        },
         Err(e) => {
             // It stays, with its new key: its node must learn that key all the same.
             push_config(&state, &rotated, access.group(), access.org()).await;
