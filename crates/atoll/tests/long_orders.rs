@@ -1,0 +1,344 @@
+//! Long orders to nodes (issue 28), with processes on PostgreSQL: a seeded create runs on
+//! its node as an operation the control plane polls (`GET /v1/operations/{id}` of the node
+//! admin API), so
+//!
+//! - it works end to end through the public API as before, and the node lists the
+//!   operation with its outcome and logs its phases;
+//! - a node paused (SIGSTOP) in the middle of one is given up within about the poll's
+//!   timeout (5 s, under the 10 s `ORDER_TIMEOUT`), not the 120 s a long order waited
+//!   before: the create answers 503 and leaves nothing (no record, its name free, no files
+//!   on the node once it runs again).
+//!
+//! Skips (loudly) without PostgreSQL.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::cluster::{
+    create_db, execute, start_replica_with, wait_healthy, Api, Process, EAST, SECRET,
+};
+use support::{free_port, temp_dir, BIN};
+
+/// An `atoll node` whose admin API the test reaches itself.
+struct AdminNode {
+    process: Process,
+    url: String,
+    admin_url: String,
+    dir: PathBuf,
+}
+
+fn start_node(name: &str, dir: &Path, storage: &str, control_plane: &str) -> AdminNode {
+    let (port, admin_port) = (free_port(), free_port());
+    let log = std::fs::File::create(dir.with_extension("log")).unwrap();
+    let child = Command::new(BIN)
+        .args(["node", "--name", name, "--location", EAST])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
+        .args(["--data-dir", dir.to_str().unwrap()])
+        .args(["--storage-url", storage, "--control-plane", control_plane])
+        // One process (no supervisor), so the signals reach the one that serves.
+        .arg("--no-supervise")
+        .env("ATOLL_NODE_SECRET", SECRET)
+        .env("ATOLL_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    AdminNode {
+        process: Process(child),
+        url: format!("http://127.0.0.1:{port}"),
+        admin_url: format!("http://127.0.0.1:{admin_port}"),
+        dir: dir.to_path_buf(),
+    }
+}
+
+impl AdminNode {
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.process.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// `GET {path}` of its admin API, as the control plane asks (the node secret and the
+    /// store it is stamped with).
+    async fn admin_get(&self, client: &reqwest::Client, path: &str) -> Value {
+        let store_id = std::fs::read_to_string(self.dir.join("store-id")).unwrap();
+        let response = client
+            .get(format!("{}{path}", self.admin_url))
+            .bearer_auth(SECRET)
+            .header(atoll_types::node::STORE_ID_HEADER, store_id.trim())
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    async fn operations(&self, client: &reqwest::Client) -> Vec<Value> {
+        self.admin_get(client, "/v1/operations").await["operations"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// Whether the node holds database `id` or is creating it.
+    async fn holds(&self, client: &reqwest::Client, id: &str) -> bool {
+        let held = self.admin_get(client, "/v1/databases").await;
+        held["ids"].as_array().unwrap().iter().any(|h| h == id)
+            || self
+                .dir
+                .join("dbs")
+                .join(format!(".creating-{id}"))
+                .exists()
+    }
+}
+
+/// A control plane with one node of [`EAST`], a group `g` there, and a database `src` of a
+/// few MB (several commits, so a point-in-time copy of it replays a log).
+struct Setup {
+    _root: PathBuf,
+    control: support::cluster::Replica,
+    node: AdminNode,
+    api: Api,
+}
+
+async fn setup(name: &str, database_url: &str) -> Setup {
+    let root = temp_dir(name);
+    std::fs::create_dir_all(&root).unwrap();
+    let storage = format!("file://{}", root.join("storage").display());
+    let secrets_key = atoll_meta::SecretsKey::generate_base64();
+    let control = start_replica_with(
+        database_url,
+        &secrets_key,
+        &root.join("serve"),
+        free_port(),
+        &[],
+    );
+    wait_healthy(&control.url).await;
+    let node = start_node("east-a", &root.join("east-a"), &storage, &control.url);
+    wait_healthy(&node.url).await;
+    let api = Api::login(&control.url).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, listed) = api.get(format!("{}/v1/admin/nodes", control.url)).await;
+        if listed["nodes"].as_array().is_some_and(|n| !n.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the node did not register");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = api
+        .post(
+            format!("{}/v1/groups", control.url),
+            json!({"name": "g", "location": EAST}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let src = create_db(&api, &control.url, "src", "g").await;
+    let client = reqwest::Client::new();
+    let run = |sql: &'static str| execute(&client, &node.url, &src.label, &src.token, sql);
+    run("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+        .await
+        .unwrap();
+    for _ in 0..8 {
+        run(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 64) \
+             INSERT INTO t (v) SELECT randomblob(8192) FROM c",
+        )
+        .await
+        .unwrap();
+    }
+    Setup {
+        _root: root,
+        control,
+        node,
+        api,
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+/// Creates `name` as a point-in-time copy of `src` as of now, through the public API.
+async fn create_copy(api: &Api, control: &str, name: &str) -> (u16, Value) {
+    api.post(
+        format!("{control}/v1/databases"),
+        json!({"name": name, "group": "g",
+               "seed": {"type": "database", "name": "src", "timestamp": now_rfc3339()}}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_seeded_create_runs_as_an_operation_end_to_end() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let Setup {
+        control, node, api, ..
+    } = setup("long-orders-ok", &database_url).await;
+    let client = reqwest::Client::new();
+
+    let started = Instant::now();
+    let (status, body) = create_copy(&api, &control.url, "copy").await;
+    assert_eq!(status, 200, "{body}");
+    let took = started.elapsed();
+    let (status, minted) = api
+        .post(
+            format!("{}/v1/databases/copy/auth/tokens", control.url),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{minted}");
+    let (_, got) = api.get(format!("{}/v1/databases/copy", control.url)).await;
+    let label = got["database"]["Hostname"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let id = got["database"]["DbId"].as_str().unwrap().to_string();
+    let counted = execute(
+        &client,
+        &node.url,
+        &label,
+        minted["jwt"].as_str().unwrap(),
+        "SELECT count(*), sum(length(v)) FROM t",
+    )
+    .await
+    .unwrap();
+    assert_eq!(counted["rows"][0][0]["value"], "512", "{counted}");
+    assert_eq!(counted["rows"][0][1]["value"], "4194304", "{counted}");
+
+    // The node lists the operation with its outcome, and logged its phases.
+    let operations = node.operations(&client).await;
+    let create = operations
+        .iter()
+        .find(|o| o["kind"] == "create" && o["database_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no create operation of {id}: {operations:?}"));
+    assert_eq!(create["state"], "done", "{create}");
+    assert_eq!(create["result"], json!({}), "{create}");
+    let log = std::fs::read_to_string(node.dir.with_extension("log")).unwrap();
+    let phase = create["id"].as_str().unwrap().to_string();
+    assert!(
+        log.lines().any(|l| l.contains(&phase)
+            && l.contains("operation phase")
+            && l.contains("restoring from object storage")),
+        "no phase logged for operation {phase}"
+    );
+
+    // The same through another long order: the listing of backups.
+    let (status, backups) = api
+        .get(format!("{}/v1/databases/copy/backups", control.url))
+        .await;
+    assert_eq!(status, 200, "{backups}");
+    eprintln!(
+        "long orders: a point-in-time copy of 4 MiB answered in {:.2} s",
+        took.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_paused_mid_create_is_given_up_within_seconds_leaving_nothing() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let Setup {
+        control, node, api, ..
+    } = setup("long-orders-paused", &database_url).await;
+    let client = reqwest::Client::new();
+    let api = std::sync::Arc::new(api);
+
+    // The create is caught running on the node, then the node is paused. A copy that
+    // finishes before the pause lands succeeds; the test tries again with another name.
+    let mut caught = None;
+    for attempt in 0..8 {
+        let name = format!("stalled{attempt}");
+        let before: Vec<String> = node
+            .operations(&client)
+            .await
+            .iter()
+            .map(|o| o["id"].as_str().unwrap().to_string())
+            .collect();
+        let creating = {
+            let (api, url, name) = (api.clone(), control.url.clone(), name.clone());
+            tokio::spawn(async move { create_copy(&api, &url, &name).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let running = loop {
+            let operations = node.operations(&client).await;
+            let new = operations
+                .iter()
+                .find(|o| o["kind"] == "create" && !before.iter().any(|id| o["id"] == id.as_str()));
+            match new {
+                Some(o) if o["state"] == "running" => break Some(o.clone()),
+                Some(_) => break None,
+                None if creating.is_finished() => break None,
+                None => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the create did not reach the node"
+            );
+        };
+        let Some(operation) = running else {
+            let (status, body) = creating.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            continue;
+        };
+        node.signal("STOP");
+        let paused_at = Instant::now();
+        let (status, body) = creating.await.unwrap();
+        caught = Some((name, operation, paused_at.elapsed(), status, body));
+        break;
+    }
+    let (name, operation, given_up_in, status, body) =
+        caught.expect("no create was caught running on the node in 8 attempts");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "data_plane_error", "{body}");
+    assert!(
+        given_up_in < Duration::from_secs(12),
+        "the control plane gave up on the paused node after {:.1} s",
+        given_up_in.as_secs_f64()
+    );
+    // Nothing half-created: no record, the name free.
+    let (status, got) = api
+        .get(format!("{}/v1/databases/{name}", control.url))
+        .await;
+    assert_eq!(status, 404, "{got}");
+
+    // Running again, the node ends up holding nothing of it: the create, once finished,
+    // was deleted (the control plane's undo, or the node's own rule for an abandoned one).
+    node.signal("CONT");
+    let id = operation["database_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while node.holds(&client, &id).await {
+        assert!(
+            Instant::now() < deadline,
+            "the node still holds the abandoned create {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, body) = create_copy(&api, &control.url, &name).await;
+    assert_eq!(status, 200, "the name is free again: {body}");
+    eprintln!(
+        "long orders: a node paused mid-create ({} at {:?}) was given up {:.2} s after SIGSTOP",
+        operation["phase"],
+        operation["progress"],
+        given_up_in.as_secs_f64()
+    );
+}
