@@ -9,6 +9,7 @@
 use crate::database::Database;
 use crate::error::DataError;
 use crate::node::Node;
+use atoll_storage::backlog::Backlog;
 use atoll_storage::restore::{self, Catalog, Target};
 use atoll_storage::retention::collect_garbage;
 use atoll_storage::shipper::{self, internal_connection, DatabaseLog, ShipContext};
@@ -35,8 +36,11 @@ pub struct NodeStorage {
     pub storage: Storage,
     pub settings: StorageSettings,
     pub node_name: String,
-    /// Wakes the shipper loop (a `sync` commit, a snapshot owed, an index entry to write).
-    pub wake: Arc<tokio::sync::Notify>,
+    /// The databases whose logs have work for the shipper loop, and its wake-up (a `sync`
+    /// commit, a snapshot owed, an index entry to write).
+    pub backlog: Arc<Backlog>,
+    /// When the loop last looked at every database (retention, rebuilds: [`SWEEP_INTERVAL`]).
+    last_sweep: Mutex<Option<Instant>>,
     runtime: OnceLock<tokio::runtime::Handle>,
     /// Databases whose entry in the node's index (their configuration) must be written.
     index_dirty: Mutex<HashSet<String>>,
@@ -65,7 +69,8 @@ impl NodeStorage {
             storage: Storage::open(&config.url)?.with_lease(lease),
             settings: config.settings.clone(),
             node_name: config.node_name.clone(),
-            wake: Arc::new(tokio::sync::Notify::new()),
+            backlog: Arc::new(Backlog::new()),
+            last_sweep: Mutex::new(None),
             runtime: OnceLock::new(),
             index_dirty: Mutex::default(),
             index_removed: Mutex::default(),
@@ -98,7 +103,7 @@ impl NodeStorage {
         Arc::new(DatabaseLog::open(
             db_id,
             file,
-            Arc::clone(&self.wake),
+            Arc::clone(&self.backlog),
             Arc::clone(self.storage.lease()),
         ))
     }
@@ -108,13 +113,13 @@ impl NodeStorage {
     pub(crate) fn config_changed(&self, id: &str) {
         lock(&self.index_dirty).insert(id.to_string());
         lock(&self.index_removed).remove(id);
-        self.wake.notify_one();
+        self.backlog.wake();
     }
 
     pub(crate) fn database_removed(&self, id: &str) {
         lock(&self.index_dirty).remove(id);
         lock(&self.index_removed).insert(id.to_string());
-        self.wake.notify_one();
+        self.backlog.wake();
     }
 
     /// The durability a database asks for, or the node's.
@@ -146,7 +151,7 @@ pub fn start(node: &Arc<Node>) {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
-                _ = storage.wake.notified() => {}
+                _ = storage.backlog.woken() => {}
             }
             if node.is_shutting_down() {
                 break;
@@ -179,11 +184,33 @@ pub async fn flush_all(node: &Arc<Node>) {
     .await;
 }
 
+/// How often the loop looks at every database, not only those whose logs have work: for
+/// retention (due once per `gc_interval`) and databases whose files must be rebuilt.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
+
+/// One pass of the shipper loop: the node's index, then a round for every database whose
+/// log is due (and retention where it is due). Visits the databases the [`Backlog`] names,
+/// and every database once per [`SWEEP_INTERVAL`]: the cost of a pass follows what is
+/// written, not how many databases the node holds.
 async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
     write_index(node, storage).await;
     let lag = storage.settings.durability_lag;
     let mut max_lag_ms = 0u64;
-    for db in node.databases() {
+    let marked = storage.backlog.take();
+    let sweep = {
+        let mut last = lock(&storage.last_sweep);
+        let due = last.is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    };
+    let visited: Vec<Arc<Database>> = if sweep {
+        node.databases()
+    } else {
+        marked.iter().filter_map(|id| node.by_id(id)).collect()
+    };
+    for db in visited {
         if let Some(log) = db.log() {
             let status = log.status();
             max_lag_ms = max_lag_ms.max(status.lag_ms);
@@ -212,13 +239,20 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
         let Some(log) = db.log().cloned() else {
             continue;
         };
-        let gc_due = lock(&storage.last_gc)
-            .get(db.id())
-            .is_none_or(|at| at.elapsed() >= storage.settings.gc_interval);
+        let gc_due = sweep
+            && lock(&storage.last_gc)
+                .get(db.id())
+                .is_none_or(|at| at.elapsed() >= storage.settings.gc_interval);
         if !log.due(lag) && !gc_due {
+            // Not due yet: looked at again by the next pass.
+            if log.has_work() {
+                storage.backlog.mark(db.id());
+            }
             continue;
         }
         if !lock(&storage.in_flight).insert(db.id().to_string()) {
+            // In a round now: looked at again after it.
+            storage.backlog.mark(db.id());
             continue;
         }
         let storage = Arc::clone(storage);
@@ -280,6 +314,11 @@ async fn pass(node: &Arc<Node>, storage: &Arc<NodeStorage>) {
                 }
             }
             lock(&storage.in_flight).remove(&id);
+            // Commits that arrived during the round, or a round that failed: the next
+            // pass looks again.
+            if log.has_work() {
+                storage.backlog.mark(&id);
+            }
         });
     }
     metrics::gauge!("atoll_storage_lag_seconds").set(max_lag_ms as f64 / 1000.0);

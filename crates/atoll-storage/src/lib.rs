@@ -7,6 +7,7 @@
 //! - [`wal`]: reading committed transactions out of a database's WAL.
 //! - [`wal_insert`]: writing frames into a WAL (replicas, offline writes pushed back).
 //! - [`segment`]: the log's segments, checksummed frame by frame and whole.
+//! - [`backlog`]: which of a node's logs have work for its shipper.
 //! - [`shipper`]: each database's log — shipping its WAL, snapshots (generations),
 //!   checkpoints, durability waits.
 //! - [`restore`]: rebuilding a database, as of the end of its log or any instant in its
@@ -15,6 +16,7 @@
 //! - [`history`]: a transfer starts a database's history anew; nothing before is read.
 //! - [`lease`]: the node's write lease; nothing is stored without it once failover is on.
 
+pub mod backlog;
 pub mod error;
 pub mod history;
 pub mod lease;

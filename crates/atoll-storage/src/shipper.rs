@@ -10,6 +10,7 @@
 use super::segment::{frame_checksum, Frame, Segment};
 use super::wal::{self, WalPosition};
 use super::{keys, now_ms, Storage, StorageSettings};
+use crate::backlog::Backlog;
 use crate::error::StorageError;
 use crate::PAGE_SIZE;
 use bytes::Bytes;
@@ -95,8 +96,9 @@ pub struct DatabaseLog {
     sync: Mutex<SyncWaits>,
     sync_done: Condvar,
     last_error: Mutex<Option<String>>,
-    /// Wakes the node's shipper loop (a `sync` commit waits, or a snapshot is due).
-    wake: Arc<tokio::sync::Notify>,
+    /// The node's logs with work: marked when this one gets some, which wakes the node's
+    /// shipper loop when it should not wait for its tick (a `sync` commit, a snapshot).
+    backlog: Arc<Backlog>,
     /// A new generation was asked for (`start_generation`): the next round cuts one.
     generation_asked: std::sync::atomic::AtomicBool,
     /// The history the database's configuration asks for starts then (ms; a transfer,
@@ -153,7 +155,7 @@ impl DatabaseLog {
     pub fn open(
         id: &str,
         file: &Path,
-        wake: Arc<tokio::sync::Notify>,
+        backlog: Arc<Backlog>,
         lease: Arc<crate::lease::Lease>,
     ) -> DatabaseLog {
         let state_path = file.with_file_name("log.json");
@@ -171,6 +173,9 @@ impl DatabaseLog {
             },
         };
         let dirty = state.needs_snapshot.then(Instant::now);
+        if dirty.is_some() {
+            backlog.mark(id);
+        }
         DatabaseLog {
             id: id.to_string(),
             file: file.to_path_buf(),
@@ -183,7 +188,7 @@ impl DatabaseLog {
             sync: Mutex::default(),
             sync_done: Condvar::new(),
             last_error: Mutex::default(),
-            wake,
+            backlog,
             generation_asked: std::sync::atomic::AtomicBool::new(false),
             history_asked: std::sync::atomic::AtomicI64::new(0),
             history_retry_at: Mutex::new(None),
@@ -222,6 +227,7 @@ impl DatabaseLog {
         let mut dirty = lock(&self.dirty_since);
         if dirty.is_none() {
             *dirty = Some(Instant::now());
+            self.backlog.mark(&self.id);
         }
         self.commit_signal.notify_waiters();
     }
@@ -393,6 +399,7 @@ impl DatabaseLog {
         *lock(&self.state) = state;
         *lock(&self.dirty_since) = Some(Instant::now());
         lock(&self.commit_times).clear();
+        self.backlog.mark(&self.id);
         Ok(())
     }
 
@@ -407,7 +414,7 @@ impl DatabaseLog {
         self.persist(&state)?;
         *lock(&self.state) = state;
         *lock(&self.dirty_since) = Some(Instant::now());
-        self.wake.notify_one();
+        self.backlog.mark_and_wake(&self.id);
         Ok(())
     }
 
@@ -415,7 +422,7 @@ impl DatabaseLog {
     /// the shipper cuts by itself when the log since the last one is long.
     pub fn start_generation(&self) {
         self.generation_asked.store(true, Ordering::Release);
-        self.wake.notify_one();
+        self.backlog.mark_and_wake(&self.id);
     }
 
     /// The database's configuration says its history starts at `since_ms` (a transfer,
@@ -427,7 +434,7 @@ impl DatabaseLog {
             *lock(&self.history_retry_at) = None;
         }
         if self.history_pending() {
-            self.wake.notify_one();
+            self.backlog.mark_and_wake(&self.id);
         }
     }
 
@@ -472,6 +479,17 @@ impl DatabaseLog {
         lock(&self.dirty_since).is_some_and(|since| since.elapsed() >= lag)
     }
 
+    /// Whether the log has work for the shipper, due now or later: commits not shipped, a
+    /// snapshot or history owed, a `sync` wait. A log without is not visited by the
+    /// node's shipper loop until it gets some ([`Backlog`]).
+    pub fn has_work(&self) -> bool {
+        lock(&self.dirty_since).is_some()
+            || lock(&self.state).needs_snapshot
+            || self.generation_asked.load(Ordering::Acquire)
+            || self.history_pending()
+            || self.sync_pending()
+    }
+
     /// Whether the oldest commit not yet shipped has waited longer than `bound`.
     pub fn unshipped_longer_than(&self, bound: Duration) -> bool {
         lock(&self.dirty_since).is_some_and(|since| since.elapsed() > bound)
@@ -500,7 +518,7 @@ impl DatabaseLog {
         let mut sync = lock(&self.sync);
         sync.requested += 1;
         let ticket = sync.requested;
-        self.wake.notify_one();
+        self.backlog.mark_and_wake(&self.id);
         loop {
             if sync.completed >= ticket {
                 return Ok(());

@@ -156,7 +156,7 @@ async fn a_shipped_log_restores_every_committed_state() {
         let log = Arc::new(DatabaseLog::open(
             "db1",
             &file,
-            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(atoll_storage::backlog::Backlog::new()),
             Arc::clone(storage.lease()),
         ));
         // The first round snapshots the new database (a generation at frame 0); then
@@ -220,7 +220,7 @@ async fn a_damaged_segment_stops_the_restore_and_is_named() {
         let log = Arc::new(DatabaseLog::open(
             "db1",
             &file,
-            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(atoll_storage::backlog::Backlog::new()),
             Arc::clone(storage.lease()),
         ));
         for x in 0..3 {

@@ -12,6 +12,7 @@
 //! - point selects over `/v2/pipeline` on 1 and `--connections` connections: on one of the
 //!   databases, then each request on a random database (uniform, then Zipf with s = 1.1),
 //!   with the ratio to the one-database figure;
+//! - `spread_idle_cpu`: the CPU the process spends at rest with that many databases;
 //! - the process's RSS and open files after.
 //!
 //! Goals (issue 31): spread over 2,000 at `--connections` ≥ 70 % of one database, at one
@@ -72,6 +73,7 @@ pub(super) async fn run(bench: &Arc<Bench>, main: &Org, args: &BenchArgs) -> any
         let fresh = seeded..scale;
         seeded = scale;
         prime(bench, &org, &urls, fresh.clone()).await?;
+        idle_cpu(scale).await;
         first_queries(bench, &org, &urls, fresh).await?;
         let urls = Arc::new(urls[..scale].to_vec());
         for connections in [1, args.connections] {
@@ -330,6 +332,36 @@ async fn select_throughput(
         async move { pipeline_ok(&client, &url, &token, select_body(random)).await }
     })
     .await
+}
+
+/// The CPU the process spends while nothing is asked of it, with `scale` databases on the
+/// node (its background loops: shipping, sweeps, heartbeats). What a node costs at rest
+/// should follow what is written, not how many databases it holds.
+async fn idle_cpu(scale: usize) {
+    const WINDOW: Duration = Duration::from_secs(5);
+    let before = cpu_ticks();
+    tokio::time::sleep(WINDOW).await;
+    if let (Some(before), Some(after)) = (before, cpu_ticks()) {
+        // Clock ticks of 10 ms (USER_HZ is 100 on Linux).
+        let ms = (after - before) as f64 * 10.0;
+        println!(
+            "spread_idle_cpu_{scale}: {:.0} ms of CPU per second at rest ({scale} databases, {:.0} s measured)",
+            ms / WINDOW.as_secs_f64(),
+            WINDOW.as_secs_f64()
+        );
+    }
+}
+
+/// User and system CPU of the whole process so far, in clock ticks (`/proc/self/stat`).
+fn cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces, inside parentheses):
+    // utime and stime are the 14th and 15th of the whole line.
+    let after_name = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
 fn open_files() -> usize {
