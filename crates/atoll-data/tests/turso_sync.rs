@@ -152,6 +152,15 @@ async fn the_bootstrap_then_the_changes_give_exactly_the_database() {
     assert_eq!(bootstrap.pages.len() as u64, header.db_size, "every page");
     apply(&file, &bootstrap);
     assert_eq!(local_rows(&file), (1..=200).collect::<Vec<_>>());
+    // The schema cookie is the database's own (a backup would have bumped it), so it
+    // changes on the client exactly when the schema does.
+    let server_file = node.node.by_id(&db.config.id).unwrap().file_path();
+    let server = rusqlite::Connection::open(&server_file).unwrap();
+    let cookie: u32 = server
+        .query_row("PRAGMA schema_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(bootstrap.pages[0].1[40..44], cookie.to_be_bytes());
+    drop(server);
 
     // A change: only the pages it wrote come, and they bring the file up to date.
     db.run(&[sql("UPDATE t SET pad = x'00' WHERE x = 7")]).await;

@@ -8,14 +8,19 @@
 //! ahead of the log or from before a transfer, it is not a number) gets every page, which
 //! is a correct answer for any base: the client ends up with exactly the database.
 //!
+//! A bootstrap's pages come from a consistent copy of the live file (one read
+//! transaction, its position read from the WAL index), used once that position is stored;
+//! otherwise, and for the whole-database answers to old revisions, from the database
+//! rebuilt out of the stored log.
+//!
 //! The checks are those of every route that reads a database: its token (a read-only one
 //! may pull), IP allow list and the refusal of `x-turso-encryption-key` ([`DbRequest`]),
 //! its state, `block_reads`, a transfer's new history; the whole-database answers are
 //! rebuilt under the node's bound on concurrent rebuilds and streamed from the
 //! organization's share of the SQL threads. Every byte sent is metered as bytes synced.
 
-use super::pages;
 use super::proto::{self, PullRequest};
+use super::{live_copy, pages};
 use crate::auth::DbRequest;
 use crate::database::Database;
 use crate::error::DataError;
@@ -34,9 +39,9 @@ use std::time::{Duration, Instant};
 const MAX_LONG_POLL: Duration = Duration::from_secs(30);
 
 /// More frames than this after the client's revision and the whole database is sent
-/// instead of the changes (which are held in memory to keep the newest image of each
-/// page): 16,384 frames, 64 MiB of pages.
-const MAX_INCREMENTAL_FRAMES: u64 = 16_384;
+/// instead of the changes, which are read into memory to keep the newest image of each
+/// page: 4,096 frames, 16 MiB of pages per pull at most.
+const MAX_INCREMENTAL_FRAMES: u64 = 4_096;
 
 /// The content type of requests and answers.
 const PROTOBUF: &str = "application/protobuf";
@@ -137,8 +142,9 @@ async fn wait_for_newer(db: &Arc<Database>, after: u64, wait: Duration) -> u64 {
     }
 }
 
-/// Every page of the database as of `head`, rebuilt from the stored log and streamed from
-/// one of the node's SQL threads (the organization's fair share).
+/// Every page of the database, from a copy of the live file when its position is stored
+/// (at or after `head`), else rebuilt from the stored log as of `head`; streamed from one
+/// of the node's SQL threads (the organization's fair share).
 async fn whole_database(
     state: &Arc<DataPlaneState>,
     db: &Arc<Database>,
@@ -150,41 +156,95 @@ async fn whole_database(
         proto::put(&pages::header(0, 0), &mut out);
         return Ok(answer(state, db, out));
     }
+    let node = Arc::clone(&state.node);
+    let copied_db = Arc::clone(db);
+    let (revision, body) = stream_pages(state, db, move || {
+        Ok(match live_copy::take(&node, &copied_db)? {
+            Some(copy) => {
+                let revision = copy.revision;
+                (Some(copy), revision)
+            }
+            None => (None, 0),
+        })
+    })
+    .await?;
+    // A pull serves only what object storage has (a lost disk must not take back what a
+    // client holds): the copy is used once its position is stored.
+    if revision >= head && log::wait_for_commits(db).await.unwrap_or(0) >= revision {
+        return Ok(protobuf(body));
+    }
+    drop(body);
     let file = log::state_at(&state.node, db, head).await?;
     let dir = file.parent().map(std::path::Path::to_path_buf);
+    let (_, body) = stream_pages(state, db, move || {
+        let opened = std::fs::File::open(&file);
+        // Unlinked while open: the copy goes away when the download ends.
+        if let Some(dir) = &dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        Ok((Some(Rebuilt(opened?)), head))
+    })
+    .await?;
+    Ok(protobuf(body))
+}
+
+/// A database file as of a known revision, to send page by page.
+trait PageSource: Send + 'static {
+    fn file(&mut self) -> &mut std::fs::File;
+}
+
+impl PageSource for live_copy::LiveCopy {
+    fn file(&mut self) -> &mut std::fs::File {
+        &mut self.file
+    }
+}
+
+struct Rebuilt(std::fs::File);
+
+impl PageSource for Rebuilt {
+    fn file(&mut self) -> &mut std::fs::File {
+        &mut self.0
+    }
+}
+
+/// Streams every page of the copy `open` makes (none when it makes none), metered as
+/// bytes synced; answers the copy's revision with the body.
+async fn stream_pages<C: PageSource>(
+    state: &Arc<DataPlaneState>,
+    db: &Arc<Database>,
+    open: impl FnOnce() -> Result<(Option<C>, u64), DataError> + Send + 'static,
+) -> Result<(u64, Body), DataError> {
     let node = Arc::clone(&state.node);
     let id = db.id().to_string();
-    let ((), body) = crate::export::stream_from_blocking(
+    crate::export::stream_from_blocking(
         &state.node,
         db,
         move || {
-            let opened = std::fs::File::open(&file);
-            // Unlinked while open: the copy goes away when the download ends.
-            if let Some(dir) = &dir {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-            Ok((opened?, ()))
+            let (copy, revision) = open()?;
+            Ok(((copy, revision), revision))
         },
-        move |mut file, out| {
-            let written = pages::write_state(&mut file, head, out)?;
+        move |(copy, revision), out| {
+            let Some(mut copy) = copy else {
+                return Ok(());
+            };
+            let written = pages::write_state(copy.file(), revision, out)?;
             node.meters.record_synced(&id, written);
             Ok(())
         },
     )
-    .await?;
+    .await
+}
+
+fn protobuf(body: Body) -> Response {
     let mut response = body.into_response();
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROTOBUF));
-    Ok(response)
+    response
 }
 
 /// An answer built in memory, metered as bytes synced.
 fn answer(state: &DataPlaneState, db: &Database, body: Vec<u8>) -> Response {
     state.node.meters.record_synced(db.id(), body.len() as u64);
-    let mut response = Body::from(body).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROTOBUF));
-    response
+    protobuf(Body::from(body))
 }
