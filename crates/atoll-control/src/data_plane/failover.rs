@@ -155,7 +155,12 @@ impl DataPlane {
     /// object storage (everything the old node stored), the store places it there in one
     /// conditional update, and it serves. The old node's copy, should it come back, is
     /// quarantined (by the node itself as it regains its lease, and by the reconciler).
-    pub async fn take_over(&self, store: &Store, db: &Database, to: &str) -> Result<(), ApiError> {
+    pub async fn take_over(
+        self: &Arc<Self>,
+        store: &Store,
+        db: &Database,
+        to: &str,
+    ) -> Result<(), ApiError> {
         let id = db.id.as_str();
         let (group, org) = super::moves::group_and_org(store, db).await?;
         let adopt = wire::AdoptDatabase {
@@ -171,7 +176,25 @@ impl DataPlane {
                 db.name
             ))
         })?;
-        if !store.place_database(id, &db.node, to).await? {
+        let placed = match store.place_database(id, &db.node, to).await {
+            Ok(placed) => placed,
+            // The store failed around the flip: settled as a move's is, once the store says
+            // where the database is (the lost node's copy left alone), rather than leaving
+            // a flipped database unserved until its adopted copy counts as abandoned.
+            Err(e) => {
+                let take_over = super::moves::Move {
+                    id: id.to_string(),
+                    from: db.node.clone(),
+                    to: to.to_string(),
+                    handed_over: false,
+                };
+                return match self.settle_move(store, take_over, group, org).await {
+                    Some(true) => Ok(()),
+                    Some(false) | None => Err(e.into()),
+                };
+            }
+        };
+        if !placed {
             self.release_or_leave(to, id).await;
             return Err(ApiError::Conflict(
                 ErrorCode::DatabaseAlreadyExists,

@@ -27,10 +27,13 @@ const MOVE_SETTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs
 const MOVE_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A database on its way from one node to another.
-struct Move {
-    id: String,
-    from: String,
-    to: String,
+pub(crate) struct Move {
+    pub id: String,
+    pub from: String,
+    pub to: String,
+    /// Whether `from` handed it over (a move); else `from` is a lost node whose copy is
+    /// left alone (a takeover, a rebuild away from it).
+    pub handed_over: bool,
 }
 
 impl DataPlane {
@@ -81,6 +84,7 @@ impl DataPlane {
                     id: id.to_string(),
                     from: from.clone(),
                     to: to.to_string(),
+                    handed_over: true,
                 };
                 return match self.settle_move(store, move_, group, org).await {
                     Some(true) => {
@@ -109,13 +113,13 @@ impl DataPlane {
 
     /// Finishes a move whose flip failed in the store, one way or the other once the store
     /// answers which node it places the database on: `to` (the flip committed and only its
-    /// answer was lost: `to` serves, `from`'s copy is released) or any other (nothing
-    /// moved: `to`'s copy is released, `from` serves again). The store may be failing right
+    /// answer was lost: `to` serves, `from`'s handed-over copy is released) or any other
+    /// (nothing moved: `to`'s copy is released, a handed-over `from` serves again). The store may be failing right
     /// now, so this retries in a task of its own, for up to [`MOVE_SETTLE_PATIENCE`] (after
     /// which the reconciler finishes the handed-over copies, past
     /// `atoll_data::moves::MOVE_TIMEOUT`); the caller waits [`MOVE_SETTLE_WAIT`] at most.
     /// Answers whether the database moved, `None` when the store has not said yet.
-    async fn settle_move(
+    pub(crate) async fn settle_move(
         self: &Arc<Self>,
         store: &Store,
         move_: Move,
@@ -125,7 +129,12 @@ impl DataPlane {
         let (decided, decision) = tokio::sync::oneshot::channel();
         let (data_plane, store) = (Arc::clone(self), store.clone());
         tokio::spawn(async move {
-            let Move { id, from, to } = move_;
+            let Move {
+                id,
+                from,
+                to,
+                handed_over,
+            } = move_;
             let started = std::time::Instant::now();
             let mut delay = std::time::Duration::from_millis(100);
             let placed = loop {
@@ -144,17 +153,23 @@ impl DataPlane {
                 delay = (delay * 2).min(std::time::Duration::from_secs(2));
             };
             let moved = placed.as_deref() == Some(to.as_str());
-            let _ = decided.send(moved);
             if moved {
                 data_plane
                     .serve_where_placed(&store, &id, &to, &group, &org)
                     .await;
-                data_plane.release_or_leave(&from, &id).await;
+                if handed_over {
+                    data_plane.release_or_leave(&from, &id).await;
+                }
             } else {
                 data_plane.release_or_leave(&to, &id).await;
-                data_plane.resume_or_leave(&from, &id).await;
+                if handed_over {
+                    data_plane.resume_or_leave(&from, &id).await;
+                }
             }
             tracing::warn!(database = %id, from = %from, to = %to, moved, "finished a move whose flip failed in the store");
+            // Answered once the nodes have their orders: a caller that goes on (a
+            // restore on `to`) finds the database served where it is placed.
+            let _ = decided.send(moved);
         });
         tokio::time::timeout(MOVE_SETTLE_WAIT, decision)
             .await
@@ -281,7 +296,7 @@ impl DataPlane {
     /// returns, the reconciler quarantines its copy (the store places it elsewhere).
     /// Answers the database as the store now places it.
     pub async fn relocate_from_lost_node(
-        &self,
+        self: &Arc<Self>,
         store: &Store,
         db: Database,
     ) -> Result<Database, ApiError> {
@@ -314,7 +329,27 @@ impl DataPlane {
                 db.name, db.node
             )));
         }
-        if !store.place_database(id, &db.node, &to).await? {
+        let placed = match store.place_database(id, &db.node, &to).await {
+            Ok(placed) => placed,
+            // The flip's answer was lost: settled as a move's is (the lost node untouched).
+            Err(e) => {
+                let move_ = Move {
+                    id: id.to_string(),
+                    from: db.node.clone(),
+                    to: to.clone(),
+                    handed_over: false,
+                };
+                if self.settle_move(store, move_, group, org).await != Some(true) {
+                    return Err(e.into());
+                }
+                // Placed on `to`, which the settling serves.
+                return store
+                    .database_by_id(id)
+                    .await?
+                    .ok_or_else(|| ApiError::Internal(format!("database {id} vanished")));
+            }
+        };
+        if !placed {
             self.release_or_leave(&to, id).await;
             return Err(ApiError::Conflict(
                 ErrorCode::DatabaseAlreadyExists,
