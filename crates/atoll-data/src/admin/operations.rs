@@ -7,7 +7,8 @@
 //!
 //! - **One at a time per database.** An order for a database that has an operation
 //!   running answers that operation when it asks the same (a retried order joins it,
-//!   never starts a second copy), and 409 when it asks something else.
+//!   never starts a second copy), and 409 when it asks something else. The listing of
+//!   backups only reads: it runs beside any other.
 //! - **Bounded per organization**: at most [`MAX_RUNNING_PER_ORG`] running at once
 //!   (429 with `Retry-After` beyond), so one tenant's bulk restores cannot take every
 //!   blocking thread of the node.
@@ -124,17 +125,19 @@ impl Operations {
         let mut entries = self.lock();
         prune(&mut entries, now);
         let running = |e: &&Entry| e.finished.is_none();
-        if let Some((id, entry)) = entries
+        let on_database = entries
             .iter()
-            .find(|(_, e)| e.finished.is_none() && e.database_id == database_id)
-        {
+            .filter(|(_, e)| e.finished.is_none() && e.database_id == database_id);
+        for (id, entry) in on_database {
             if entry.kind == kind {
                 return Ok(Started::Joined(id.clone()));
             }
-            return Err(DataError::Conflict(format!(
-                "database {database_id} has a {} operation running ({id}): try again once it is finished",
-                kind_name(entry.kind)
-            )));
+            if ![entry.kind, kind].contains(&OperationKind::Backups) {
+                return Err(DataError::Conflict(format!(
+                    "database {database_id} has a {} operation running ({id}): try again once it is finished",
+                    kind_name(entry.kind)
+                )));
+            }
         }
         let of_org = entries
             .values()
@@ -214,12 +217,13 @@ impl Operations {
     /// Abandons the operation running on `database_id`, if any (its database is being
     /// deleted): answers whether there was one.
     pub fn cancel_for_database(&self, database_id: &str) -> bool {
-        let id = self
+        let ids: Vec<String> = self
             .lock()
             .iter()
-            .find(|(_, e)| e.finished.is_none() && e.database_id == database_id)
-            .map(|(id, _)| id.clone());
-        id.is_some_and(|id| self.cancel(&id).is_some())
+            .filter(|(_, e)| e.finished.is_none() && e.database_id == database_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.iter().filter(|id| self.cancel(id).is_some()).count() > 0
     }
 
     fn abandoned(&self, id: &str, now: Instant) -> bool {
@@ -317,15 +321,19 @@ fn report(id: &str, entry: &Entry) -> Operation {
             Some(*at_ms),
         ),
     };
-    let probed = progress
-        .probe
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .filter(|_| entry.finished.is_none())
-        .map(|probe| probe());
-    let done = probed.unwrap_or_else(|| progress.done.load(Ordering::Relaxed));
     let total = Some(progress.total.load(Ordering::Relaxed)).filter(|t| *t != u64::MAX);
+    if entry.finished.is_none() {
+        let probe = progress.probe.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(probe) = probe.as_ref() {
+            // Kept: what the probe measures may be gone once the work is done (a staging
+            // directory renamed into place).
+            progress.done.fetch_max(probe(), Ordering::Relaxed);
+        }
+    }
+    let done = match (&state, total) {
+        (OperationState::Done, Some(total)) => total,
+        _ => progress.done.load(Ordering::Relaxed),
+    };
     Operation {
         id: id.to_string(),
         kind: entry.kind,
@@ -475,9 +483,13 @@ mod tests {
             })
         );
 
+        // What was measured stays once the probe measures nothing any more.
+        tracker.probe(|| 0);
+        assert_eq!(operations.get(&id).unwrap().progress.unwrap().done, 40);
         running.finish(Ok(serde_json::json!({})));
         let seen = operations.get(&id).unwrap();
         assert_eq!(seen.state, OperationState::Done);
+        assert_eq!(seen.progress.unwrap().done, 100, "done is whole");
         assert_eq!(seen.result, Some(serde_json::json!({})));
         assert!(seen.finished_at_ms.is_some());
         assert_eq!(operations.list().len(), 1);
@@ -525,8 +537,11 @@ mod tests {
         ));
         // Another database is free; once finished, the same database is too.
         drop(started(&operations, OperationKind::Create, "db2"));
+        // Listing backups only reads: beside a create, and a restore beside it.
+        let listing = started(&operations, OperationKind::Backups, "db1");
         running.finish(Ok(serde_json::json!({})));
         drop(started(&operations, OperationKind::Restore, "db1"));
+        drop(listing);
     }
 
     #[test]
