@@ -28,34 +28,69 @@ struct AdminNode {
     url: String,
     admin_url: String,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 fn start_node(name: &str, dir: &Path, storage: &str, control_plane: &str) -> AdminNode {
     let (port, admin_port) = (free_port(), free_port());
-    let log = std::fs::File::create(dir.with_extension("log")).unwrap();
-    let child = Command::new(BIN)
-        .args(["node", "--name", name, "--location", EAST])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
-        .args(["--data-dir", dir.to_str().unwrap()])
-        .args(["--storage-url", storage, "--control-plane", control_plane])
+    let args: Vec<String> = [
+        "node",
+        "--name",
+        name,
+        "--location",
+        EAST,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{admin_port}"),
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--storage-url",
+        storage,
+        "--control-plane",
+        control_plane,
         // One process (no supervisor), so the signals reach the one that serves.
-        .arg("--no-supervise")
+        "--no-supervise",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    AdminNode {
+        process: Process(spawn_node(&args, dir)),
+        url: format!("http://127.0.0.1:{port}"),
+        admin_url: format!("http://127.0.0.1:{admin_port}"),
+        dir: dir.to_path_buf(),
+        args,
+    }
+}
+
+fn spawn_node(args: &[String], dir: &Path) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.with_extension("log"))
+        .unwrap();
+    Command::new(BIN)
+        .args(args)
         .env("ATOLL_NODE_SECRET", SECRET)
         .env("ATOLL_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .unwrap();
-    AdminNode {
-        process: Process(child),
-        url: format!("http://127.0.0.1:{port}"),
-        admin_url: format!("http://127.0.0.1:{admin_port}"),
-        dir: dir.to_path_buf(),
-    }
+        .unwrap()
 }
 
 impl AdminNode {
+    /// SIGKILLs it and starts it again on the same directory and ports.
+    async fn restart(&mut self) {
+        self.process.kill();
+        for url in [&self.url, &self.admin_url] {
+            support::wait_until_free(url.rsplit(':').next().unwrap().parse().unwrap());
+        }
+        self.process = Process(spawn_node(&self.args, &self.dir));
+        wait_healthy(&self.url).await;
+    }
+
     fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.process.0.id().to_string()])
@@ -82,6 +117,20 @@ impl AdminNode {
             response.status()
         );
         response.json().await.unwrap()
+    }
+
+    /// `GET /v1/operations/{id}`'s status.
+    async fn operation_status(&self, client: &reqwest::Client, id: &str) -> u16 {
+        let store_id = std::fs::read_to_string(self.dir.join("store-id")).unwrap();
+        client
+            .get(format!("{}/v1/operations/{id}", self.admin_url))
+            .bearer_auth(SECRET)
+            .header(atoll_types::node::STORE_ID_HEADER, store_id.trim())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
     }
 
     async fn operations(&self, client: &reqwest::Client) -> Vec<Value> {
@@ -252,22 +301,17 @@ async fn a_seeded_create_runs_as_an_operation_end_to_end() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_node_paused_mid_create_is_given_up_within_seconds_leaving_nothing() {
-    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
-        return;
-    };
-    let Setup {
-        control, node, api, ..
-    } = setup("long-orders-paused", &database_url).await;
-    let client = reqwest::Client::new();
-    let api = std::sync::Arc::new(api);
-
-    // The create is caught running on the node, then the node is paused. A copy that
-    // finishes before the pause lands succeeds; the test tries again with another name.
-    let mut caught = None;
+/// A point-in-time copy `{prefix}{n}` caught running on the node (seen in its
+/// `GET /v1/operations`): its name, its operation as seen, and the API request still
+/// waiting. A copy that finishes before it is seen running succeeds; the next is tried.
+async fn catch_running_create(
+    setup: &Setup,
+    api: &std::sync::Arc<Api>,
+    prefix: &str,
+) -> (String, Value, tokio::task::JoinHandle<(u16, Value)>) {
+    let (node, client) = (&setup.node, reqwest::Client::new());
     for attempt in 0..8 {
-        let name = format!("stalled{attempt}");
+        let name = format!("{prefix}{attempt}");
         let before: Vec<String> = node
             .operations(&client)
             .await
@@ -275,7 +319,7 @@ async fn a_node_paused_mid_create_is_given_up_within_seconds_leaving_nothing() {
             .map(|o| o["id"].as_str().unwrap().to_string())
             .collect();
         let creating = {
-            let (api, url, name) = (api.clone(), control.url.clone(), name.clone());
+            let (api, url, name) = (api.clone(), setup.control.url.clone(), name.clone());
             tokio::spawn(async move { create_copy(&api, &url, &name).await })
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -295,19 +339,52 @@ async fn a_node_paused_mid_create_is_given_up_within_seconds_leaving_nothing() {
                 "the create did not reach the node"
             );
         };
-        let Some(operation) = running else {
-            let (status, body) = creating.await.unwrap();
-            assert_eq!(status, 200, "{body}");
-            continue;
-        };
-        node.signal("STOP");
-        let paused_at = Instant::now();
-        let (status, body) = creating.await.unwrap();
-        caught = Some((name, operation, paused_at.elapsed(), status, body));
-        break;
+        match running {
+            Some(operation) => return (name, operation, creating),
+            None => {
+                let (status, body) = creating.await.unwrap();
+                assert_eq!(status, 200, "{body}");
+            }
+        }
     }
-    let (name, operation, given_up_in, status, body) =
-        caught.expect("no create was caught running on the node in 8 attempts");
+    panic!("no create was caught running on the node in 8 attempts");
+}
+
+/// Once the node runs again it holds nothing of the create of `operation` (its copy, once
+/// finished, was deleted by the control plane's undo or by the node's own rule for an
+/// abandoned create), and the name `name` can be created.
+async fn nothing_left(setup: &Setup, api: &Api, name: &str, operation: &Value) {
+    let client = reqwest::Client::new();
+    let (status, got) = api
+        .get(format!("{}/v1/databases/{name}", setup.control.url))
+        .await;
+    assert_eq!(status, 404, "{got}");
+    let id = operation["database_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while setup.node.holds(&client, &id).await {
+        assert!(
+            Instant::now() < deadline,
+            "the node still holds the abandoned create {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, body) = create_copy(api, &setup.control.url, name).await;
+    assert_eq!(status, 200, "the name is free again: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_paused_mid_create_is_given_up_within_seconds_leaving_nothing() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let setup = setup("long-orders-paused", &database_url).await;
+    let api = std::sync::Arc::new(Api::login(&setup.control.url).await);
+
+    let (name, operation, creating) = catch_running_create(&setup, &api, "stalled").await;
+    setup.node.signal("STOP");
+    let paused_at = Instant::now();
+    let (status, body) = creating.await.unwrap();
+    let given_up_in = paused_at.elapsed();
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["code"], "data_plane_error", "{body}");
     assert!(
@@ -315,30 +392,39 @@ async fn a_node_paused_mid_create_is_given_up_within_seconds_leaving_nothing() {
         "the control plane gave up on the paused node after {:.1} s",
         given_up_in.as_secs_f64()
     );
-    // Nothing half-created: no record, the name free.
-    let (status, got) = api
-        .get(format!("{}/v1/databases/{name}", control.url))
-        .await;
-    assert_eq!(status, 404, "{got}");
-
-    // Running again, the node ends up holding nothing of it: the create, once finished,
-    // was deleted (the control plane's undo, or the node's own rule for an abandoned one).
-    node.signal("CONT");
-    let id = operation["database_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while node.holds(&client, &id).await {
-        assert!(
-            Instant::now() < deadline,
-            "the node still holds the abandoned create {id}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let (status, body) = create_copy(&api, &control.url, &name).await;
-    assert_eq!(status, 200, "the name is free again: {body}");
+    setup.node.signal("CONT");
+    nothing_left(&setup, &api, &name, &operation).await;
     eprintln!(
         "long orders: a node paused mid-create ({} at {:?}) was given up {:.2} s after SIGSTOP",
         operation["phase"],
         operation["progress"],
         given_up_in.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_restarted_mid_create_forgets_it_and_the_create_fails_leaving_nothing() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let mut setup = setup("long-orders-restarted", &database_url).await;
+    let api = std::sync::Arc::new(Api::login(&setup.control.url).await);
+
+    let (name, operation, creating) = catch_running_create(&setup, &api, "cut").await;
+    let killed_at = Instant::now();
+    setup.node.restart().await;
+    let (status, body) = creating.await.unwrap();
+    let failed_in = killed_at.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "data_plane_error", "{body}");
+    // The restarted node does not know the operation: a control plane polling it now
+    // is told 404 and takes the order as failed.
+    let client = reqwest::Client::new();
+    let id = operation["id"].as_str().unwrap();
+    assert_eq!(setup.node.operation_status(&client, id).await, 404);
+    nothing_left(&setup, &api, &name, &operation).await;
+    eprintln!(
+        "long orders: a node SIGKILLed mid-create and restarted: the create answered 503 {:.2} s after the kill",
+        failed_in.as_secs_f64()
     );
 }
