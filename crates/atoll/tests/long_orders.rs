@@ -290,11 +290,46 @@ async fn a_seeded_create_runs_as_an_operation_end_to_end() {
         "no phase logged for operation {phase}"
     );
 
-    // The same through another long order: the listing of backups.
+    // The same through the other long orders of the public API: the listing of backups,
+    // and a restore in place to before a delete.
     let (status, backups) = api
         .get(format!("{}/v1/databases/copy/backups", control.url))
         .await;
     assert_eq!(status, 200, "{backups}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before_delete = now_rfc3339();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let token = minted["jwt"].as_str().unwrap();
+    execute(
+        &client,
+        &node.url,
+        &label,
+        token,
+        "DELETE FROM t WHERE id > 256",
+    )
+    .await
+    .unwrap();
+    let (status, restored) = api
+        .post(
+            format!("{}/v1/databases/copy/restore", control.url),
+            json!({"timestamp": before_delete}),
+        )
+        .await;
+    assert_eq!(status, 200, "{restored}");
+    let counted = execute(&client, &node.url, &label, token, "SELECT count(*) FROM t")
+        .await
+        .unwrap();
+    assert_eq!(counted["rows"][0][0]["value"], "512", "{counted}");
+    let kinds: Vec<Value> = node
+        .operations(&client)
+        .await
+        .iter()
+        .filter(|o| o["database_id"] == id.as_str() && o["state"] == "done")
+        .map(|o| o["kind"].clone())
+        .collect();
+    for kind in ["create", "backups", "restore"] {
+        assert!(kinds.contains(&json!(kind)), "{kind} not listed: {kinds:?}");
+    }
     eprintln!(
         "long orders: a point-in-time copy of 4 MiB answered in {:.2} s",
         took.as_secs_f64()
