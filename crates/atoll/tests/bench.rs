@@ -159,6 +159,19 @@ fn bench_replica_sync_applies_and_verifies_what_it_pulled() {
     assert!(line.contains("applied and verified"), "{line}");
 }
 
+#[test]
+fn bench_turso_sync_bootstraps_pulls_and_pushes() {
+    let lines = figure_lines(&["--only", "turso_sync", "--sync-mb", "3"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert!(
+        line.starts_with("turso_sync: bootstrap of 3 MiB in ")
+            && line.contains("applied and verified"),
+        "{line}"
+    );
+    assert!(line.contains("push of 1000 statements in"), "{line}");
+}
+
 /// `--replication` starts serve and two nodes as processes and prints its three figures
 /// (skips, loudly, without PostgreSQL).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,6 +101,26 @@ pub fn put_page(page_id: u64, page: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(page);
 }
 
+/// An answer read back: its header and its pages (for clients of Atoll's own, such as
+/// `atoll bench`).
+pub fn decode_answer(body: &[u8]) -> Result<(PullHeader, Vec<PageData>), prost::DecodeError> {
+    use prost::Message;
+    let mut rest = body;
+    let header = PullHeader::decode_length_delimited(&mut rest)?;
+    let mut pages = Vec::new();
+    while !rest.is_empty() {
+        pages.push(PageData::decode_length_delimited(&mut rest)?);
+    }
+    Ok((header, pages))
+}
+
+impl PullRequest {
+    /// The request's body.
+    pub fn to_body(&self) -> Vec<u8> {
+        prost::Message::encode_to_vec(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ pub(crate) mod noisy_neighbour;
 pub(crate) mod replication;
 mod spread;
 pub(crate) mod topology_load;
+pub(crate) mod turso_sync;
 
 use anyhow::{anyhow, bail, Context};
 use atoll_control::{AppState, ControlConfig, DataPlane};
@@ -62,6 +63,11 @@ pub enum Figure {
     /// protocol (`/sync/{generation}/{start}/{end}`), seconds.
     #[value(name = "replica_sync")]
     ReplicaSync,
+    /// A Turso Sync client (`POST /pull-updates`, `bench/turso_sync.rs`): the bootstrap of
+    /// a `--sync-mb` database, MB/s; a pull of 1,000 changed pages and a push of 1,000
+    /// statements, seconds.
+    #[value(name = "turso_sync")]
+    TursoSync,
     /// Point selects spread over many databases (`--spread-databases`), uniform and Zipf,
     /// beside one database's figure, and the first query to an untouched database.
     #[value(name = "spread")]
@@ -129,6 +135,9 @@ pub struct BenchArgs {
     /// New WAL (page bytes written) the `replica_sync` figure's replica syncs, MiB.
     #[arg(long, default_value_t = 100)]
     replica_mb: u64,
+    /// Size of the database the `turso_sync` figure's client bootstraps, MiB.
+    #[arg(long, default_value_t = 100)]
+    sync_mb: u64,
     /// The replica figures instead (`bench/replication.rs`): replica vs primary reads and
     /// the replication lag, against `atoll serve` on this (empty) PostgreSQL database and
     /// two `atoll node`s started as processes.
@@ -261,6 +270,9 @@ async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     }
     if wants(Figure::ReplicaSync) {
         replica_sync(args, &dir.join("replica")).await?;
+    }
+    if wants(Figure::TursoSync) {
+        turso_sync::run(args, &dir.join("turso-sync")).await?;
     }
     Ok(())
 }
