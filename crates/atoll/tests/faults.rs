@@ -679,12 +679,23 @@ async fn postgres_ending_connections_mid_transfer_and_move_never_half_does_them(
             .await;
         assert_eq!(status, 200, "{body}");
     }
+    // And a group of its own, transferred whole.
+    let (status, body) = api
+        .post(
+            format!("{base}/v1/organizations/{}/groups", orgs[0]),
+            json!({"name": "h", "location": EAST}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
     let client = reqwest::Client::new();
     let count = 6;
     let mut dbs = Vec::new();
-    for i in 0..count {
-        let name = format!("t{i}");
-        let db = create_db(&api, base, &name, "g").await;
+    for i in 0..=count {
+        let (name, group) = match i {
+            i if i < count => (format!("t{i}"), "g"),
+            _ => ("u".to_string(), "h"),
+        };
+        let db = create_db(&api, base, &name, group).await;
         let on = placed(&database_url, &name).await.unwrap().0;
         for statement in [
             "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)",
@@ -704,12 +715,26 @@ async fn postgres_ending_connections_mid_transfer_and_move_never_half_does_them(
         Arc::clone(&stop),
     );
     let (mut transfers, mut transfers_refused) = (0, 0);
+    let mut groups_refused = 0;
     let (mut moved, mut move_failures, mut drains_refused) = (0, 0, 0);
     let rounds = 6;
     for round in 0..rounds {
         // Every database to the other organization, one at a time.
         let owners = placements(&database_url).await;
-        for (name, id) in &dbs {
+        // `u` goes with its group.
+        let (_, group_owner) = &owners[&dbs[count].1];
+        let other = orgs.iter().find(|o| *o != group_owner).unwrap();
+        let answer = send(
+            &api,
+            reqwest::Method::POST,
+            format!("{base}/v1/organizations/{group_owner}/groups/h/transfer"),
+            json!({"organization": other}),
+        )
+        .await;
+        if refused(&format!("transfer group h to {other}"), &answer) {
+            groups_refused += 1;
+        }
+        for (name, id) in &dbs[..count] {
             let owner = &owners[id].1;
             let other = orgs.iter().find(|o| *o != owner).unwrap();
             let answer = send(
@@ -834,9 +859,9 @@ async fn postgres_ending_connections_mid_transfer_and_move_never_half_does_them(
     let settled_in = stopped_at.elapsed();
     let log = std::fs::read_to_string(root.join("serve.log")).unwrap_or_default();
     eprintln!(
-        "faults: under {ended} ended connections, {transfers} transfers ({transfers_refused} answered 503 store_unavailable) and {rounds} drains ({drains_refused} answered 503; {moved} databases moved, {move_failures} moves reported failed); {} moves and {} transfers read back their store write's outcome after it failed; every database in one place, of one organization, its row intact, {:.1} s after the blips stopped",
+        "faults: under {ended} ended connections, {transfers} transfers ({transfers_refused} answered 503 store_unavailable), {rounds} group transfers ({groups_refused} answered 503) and {rounds} drains ({drains_refused} answered 503; {moved} databases moved, {move_failures} moves reported failed); {} moves and {} transfers read back their store write's outcome after it failed; every database in one place, of one organization, its row intact, {:.1} s after the blips stopped",
         log.matches("finished a move whose flip failed").count(),
-        log.matches("a transfer whose commit failed was").count(),
+        log.matches("transfer whose commit failed was").count(),
         settled_in.as_secs_f64()
     );
 }

@@ -394,9 +394,36 @@ async fn transfer(
     // get new keys before they move, so no database or group token minted by the old
     // owner survives, whatever happens next. Turso keeps old tokens working for a
     // transition period; Atoll deliberately does not (docs/API.md, deviations).
-    let rotated = rotate_group_keys(&state, group).await?;
+    let rotated = match rotate_group_keys(&state, group).await {
+        Ok(rotated) => rotated,
+        Err(e) => {
+            // Some keys may be new already: their nodes learn them from the next pass.
+            crate::reconciler::request_pass();
+            return Err(e);
+        }
+    };
     let moved = match state.store.transfer_group(&group.id, &target.id).await {
         Ok(moved) => moved,
+        // The store failed around the commit (PostgreSQL restarting, a connection ended):
+        // the transfer may be done all the same. The store's answer, once it gives one,
+        // decides: done (answered as such) or not (it stays, with its new keys).
+        Err(e @ StoreError::Unreachable(_)) => {
+            match super::read_back(&group.id, || state.store.group_by_id(&group.id))
+                .await
+                .flatten()
+            {
+                Some(now) if now.org_id == target.id => {
+                    tracing::warn!(group = %group.id, error = %e, "a group transfer whose commit failed was done: answered as such");
+                    now
+                }
+                _ => {
+                    tracing::warn!(group = %group.id, error = %e, "a group transfer whose commit failed was not done, or not known to be");
+                    // Its nodes learn whichever it is (and the new keys) from the next pass.
+                    crate::reconciler::request_pass();
+                    return Err(e.into());
+                }
+            }
+        }
         Err(e) => {
             // It stays, with new keys: its nodes must learn them all the same.
             if let Err(push) = push_group_databases(&state.data_plane, &state.store, &rotated).await
@@ -410,8 +437,12 @@ async fn transfer(
             });
         }
     };
-    // Its databases answer under their new hostnames, with their new keys, from now on.
-    push_group_databases(&state.data_plane, &state.store, &moved).await?;
+    // Its databases answer under their new hostnames, with their new keys, from now on
+    // (the transfer is done: a push that fails is the reconciler's, not a failed request).
+    if let Err(e) = push_group_databases(&state.data_plane, &state.store, &moved).await {
+        tracing::warn!(error = %e, group = %moved.id, "could not push a transferred group's databases: the reconciler will");
+        crate::reconciler::request_pass();
+    }
     let source = access.org();
     audit::record(
         &state,

@@ -200,3 +200,32 @@ pub(crate) fn router() -> Router<AppState> {
     }
     router
 }
+
+/// How long a request waits for the store to answer after a change whose commit failed.
+const READ_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// After a write whose answer was lost (the store's connection ended around its commit),
+/// what it did: `read` (the record as the store holds it now) asked again, with growing
+/// pauses, until the store answers or [`READ_BACK_WAIT`] passes (`None`: still unknown).
+pub(crate) async fn read_back<T, F, Fut>(what: &str, mut read: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, atoll_meta::StoreError>>,
+{
+    let deadline = tokio::time::Instant::now() + READ_BACK_WAIT;
+    let mut delay = std::time::Duration::from_millis(50);
+    loop {
+        match read().await {
+            Ok(now) => return Some(now),
+            Err(e) if tokio::time::Instant::now() + delay < deadline => {
+                tracing::warn!(what, error = %e, "cannot read back a change whose commit failed yet: retrying");
+            }
+            Err(e) => {
+                tracing::warn!(what, error = %e, "cannot read back a change whose commit failed");
+                return None;
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(1));
+    }
+}

@@ -477,30 +477,6 @@ async fn wakeup(access: Access) -> ApiResult<Json<Empty>> {
     Ok(Json(Empty {}))
 }
 
-/// How long a request waits for the store to answer after a change whose commit failed.
-const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Database `id` as the store holds it, asked again (with growing pauses) until the store
-/// answers or [`SETTLE_WAIT`] passes: after a write whose answer was lost, what it did.
-async fn settled(state: &AppState, id: &str) -> Option<Database> {
-    let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
-    let mut delay = std::time::Duration::from_millis(50);
-    loop {
-        match state.store.database_by_id(id).await {
-            Ok(db) => return db,
-            Err(e) if tokio::time::Instant::now() + delay < deadline => {
-                tracing::warn!(database = %id, error = %e, "cannot read back a change whose commit failed yet: retrying");
-            }
-            Err(e) => {
-                tracing::warn!(database = %id, error = %e, "cannot read back a change whose commit failed");
-                return None;
-            }
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(std::time::Duration::from_secs(1));
-    }
-}
-
 async fn transfer(
     State(state): State<AppState>,
     access: Access,
@@ -597,22 +573,27 @@ async fn transfer(
         // The store failed around the commit (PostgreSQL restarting, a connection ended):
         // the transfer may be done all the same. The store's answer, once it gives one,
         // decides: done (answered as such) or not (it stays, with its new key).
-        Err(e @ StoreError::Unreachable(_)) => match settled(&state, &db.id).await {
-            Some(now) if now.org_id == target.id => {
-                tracing::warn!(database = %db.id, error = %e, "a transfer whose commit failed was done: answered as such");
-                now
+        Err(e @ StoreError::Unreachable(_)) => {
+            match super::read_back(&db.id, || state.store.database_by_id(&db.id))
+                .await
+                .flatten()
+            {
+                Some(now) if now.org_id == target.id => {
+                    tracing::warn!(database = %db.id, error = %e, "a transfer whose commit failed was done: answered as such");
+                    now
+                }
+                Some(now) => {
+                    tracing::warn!(database = %db.id, error = %e, "a transfer whose commit failed was not done");
+                    push_config(&state, &now, access.group(), access.org()).await;
+                    return Err(e.into());
+                }
+                None => {
+                    // Whichever it is, the reconciler brings its node to it.
+                    crate::reconciler::request_pass();
+                    return Err(e.into());
+                }
             }
-            Some(now) => {
-                tracing::warn!(database = %db.id, error = %e, "a transfer whose commit failed was not done");
-                push_config(&state, &now, access.group(), access.org()).await;
-                return Err(e.into());
-            }
-            None => {
-                // Whichever it is, the reconciler brings its node to it.
-                crate::reconciler::request_pass();
-                return Err(e.into());
-            }
-        },
+        }
         Err(e) => {
             // It stays, with its new key: its node must learn that key all the same.
             push_config(&state, &rotated, access.group(), access.org()).await;
