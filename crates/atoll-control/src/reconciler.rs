@@ -64,8 +64,8 @@ pub async fn run_once(
 pub fn spawn(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
     let holder = uuid::Uuid::new_v4().to_string();
     tokio::spawn(async move {
-        // Lost nodes are looked for on a schedule of their own, so a pass that waits on a
-        // hung node never delays a failover; stopped with the reconciler.
+        // Lost nodes are looked for on a schedule of their own, so nothing a pass does (or
+        // the store's slowness) delays a failover; stopped with the reconciler.
         let _failover = AbortOnDrop(crate::failover::spawn(state.clone()));
         // A little later than asked: the node that just failed may be restarting.
         let schedule = Schedule::every(interval).or_when(&PASS_WANTED, Duration::from_millis(500));

@@ -15,8 +15,8 @@
 //! - `POST …/groups/{g}/failover {location}` (`atoll group failover`): the group's primary
 //!   location becomes `location`; each database whose node is up *moves* there (hand-over:
 //!   no write lost in either durability), each whose node is lost is *taken over*.
-//! - automatically, every [`CHECK_INTERVAL`] on a schedule of its own (never behind a
-//!   reconcile pass that waits on a hung node): a node silent for `--failover-after-secs` has its
+//! - automatically, every [`CHECK_INTERVAL`] on a schedule of its own (apart from the
+//!   reconcile passes): a node silent for `--failover-after-secs` has its
 //!   databases taken over by another node of its location, or, when its location has no
 //!   other healthy node, by the group's next location with one (the group fails over).
 //!   A replica fails nothing over before it has been up that long itself: after an outage

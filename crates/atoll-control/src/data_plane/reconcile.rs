@@ -40,8 +40,8 @@ impl DataPlane {
         }
         // Nodes other replicas recorded, or that registered since the last pass.
         self.refresh_nodes(store).await?;
-        // Lost nodes are failed over on a schedule of their own (`crate::failover`), never
-        // behind a pass that waits on a node.
+        // Lost nodes are failed over on a schedule of their own (`crate::failover`), not
+        // by a pass.
         let grace_ms = i64::try_from(creating_grace.as_millis()).unwrap_or(i64::MAX);
         let mut abandoned: HashMap<String, Vec<Database>> = HashMap::new();
         for db in store.databases_in_state(DatabaseState::Creating).await? {
