@@ -95,6 +95,7 @@ fn bench_spreads_point_selects_over_many_databases() {
         names,
         [
             "spread_warm_cost",
+            "spread_idle_cpu_12",
             "spread_first_query",
             "spread_one_database_1",
             "spread_uniform_12_1",
@@ -103,7 +104,9 @@ fn bench_spreads_point_selects_over_many_databases() {
             "spread_uniform_12_4",
             "spread_zipf_12_4",
             "spread_resources_12",
+            "spread_resources_at_rest_12",
             "spread_warm_cost",
+            "spread_idle_cpu_24",
             "spread_first_query",
             "spread_one_database_1",
             "spread_uniform_24_1",
@@ -112,6 +115,7 @@ fn bench_spreads_point_selects_over_many_databases() {
             "spread_uniform_24_4",
             "spread_zipf_24_4",
             "spread_resources_24",
+            "spread_resources_at_rest_24",
         ],
         "{lines:?}"
     );
@@ -124,9 +128,9 @@ fn bench_spreads_point_selects_over_many_databases() {
         lines[0]
     );
     assert!(
-        lines[1].contains("over 12 databases never queried before"),
+        lines[2].contains("over 12 databases never queried before"),
         "{}",
-        lines[1]
+        lines[2]
     );
 }
 

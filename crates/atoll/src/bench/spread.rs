@@ -73,7 +73,7 @@ pub(super) async fn run(bench: &Arc<Bench>, main: &Org, args: &BenchArgs) -> any
         let fresh = seeded..scale;
         seeded = scale;
         prime(bench, &org, &urls, fresh.clone()).await?;
-        idle_cpu(scale).await;
+        idle_cpu(scale, Duration::from_secs(args.duration_secs.max(1))).await;
         first_queries(bench, &org, &urls, fresh).await?;
         let urls = Arc::new(urls[..scale].to_vec());
         for connections in [1, args.connections] {
@@ -114,6 +114,24 @@ pub(super) async fn run(bench: &Arc<Bench>, main: &Org, args: &BenchArgs) -> any
             "spread_resources_{scale}: RSS {:.1} MiB, {} open files (whole process: client, control plane, store and node)",
             mib(status_kib("self", "VmRSS").unwrap_or(0)),
             open_files()
+        );
+        // At rest: what the node's idle sweeper does once connections have gone unused
+        // (`UNUSED_CONNECTION_LIFETIME`), done at once.
+        let node = Arc::clone(&bench.node);
+        tokio::task::spawn_blocking(move || {
+            node.pool.close_unused(Duration::ZERO);
+            atoll_data::memory::release_free_memory();
+        })
+        .await?;
+        let rest_goal = (scale >= 100_000).then_some(800.0);
+        let rss = mib(status_kib("self", "VmRSS").unwrap_or(0));
+        println!(
+            "spread_resources_at_rest_{scale}: RSS {rss:.1} MiB, {} open files (idle connections closed){}",
+            open_files(),
+            rest_goal.map_or(String::new(), |goal| format!(
+                "; target <= {goal:.0} MiB: {}",
+                verdict(rss <= goal)
+            )),
         );
     }
     Ok(())
@@ -334,20 +352,19 @@ async fn select_throughput(
     .await
 }
 
-/// The CPU the process spends while nothing is asked of it, with `scale` databases on the
-/// node (its background loops: shipping, sweeps, heartbeats). What a node costs at rest
+/// The CPU the process spends while nothing is asked of it for `window`, with `scale`
+/// databases on the node (its background loops: shipping, sweeps, heartbeats). What a node costs at rest
 /// should follow what is written, not how many databases it holds.
-async fn idle_cpu(scale: usize) {
-    const WINDOW: Duration = Duration::from_secs(5);
+async fn idle_cpu(scale: usize, window: Duration) {
     let before = cpu_ticks();
-    tokio::time::sleep(WINDOW).await;
+    tokio::time::sleep(window).await;
     if let (Some(before), Some(after)) = (before, cpu_ticks()) {
         // Clock ticks of 10 ms (USER_HZ is 100 on Linux).
         let ms = (after - before) as f64 * 10.0;
         println!(
             "spread_idle_cpu_{scale}: {:.0} ms of CPU per second at rest ({scale} databases, {:.0} s measured)",
-            ms / WINDOW.as_secs_f64(),
-            WINDOW.as_secs_f64()
+            ms / window.as_secs_f64(),
+            window.as_secs_f64()
         );
     }
 }
