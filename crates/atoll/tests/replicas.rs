@@ -9,6 +9,7 @@
 
 mod support;
 
+use atoll_data::sync::proto::{decode_answer, PageData, PullHeader, PullRequest};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +70,70 @@ async fn pipeline(
         .unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A Turso Sync pull (`POST /pull-updates`, docs/DATA-PLANE.md "Turso Sync") from the
+/// node at `node_url`: its status, and the answer's header and pages when 200.
+async fn pull(
+    client: &reqwest::Client,
+    node_url: &str,
+    label: &str,
+    token: &str,
+    revision: &str,
+    long_poll_ms: u32,
+) -> (u16, Option<(PullHeader, Vec<PageData>)>) {
+    let request = PullRequest {
+        client_revision: revision.to_string(),
+        long_poll_timeout_ms: long_poll_ms,
+        ..PullRequest::default()
+    };
+    let response = client
+        .post(format!("{node_url}/db/{label}/pull-updates"))
+        .bearer_auth(token)
+        .header("content-type", "application/protobuf")
+        .body(request.to_body())
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.bytes().await.unwrap();
+    if status != 200 {
+        return (status, None);
+    }
+    (status, Some(decode_answer(&body).unwrap()))
+}
+
+/// Writes an answer's pages into the client's file and cuts it at the database's size, as
+/// the sync client applies them.
+fn apply_pulled(file: &std::path::Path, header: &PullHeader, pages: &[PageData]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(file)
+        .unwrap();
+    for page in pages {
+        out.seek(SeekFrom::Start(page.page_id * 4096)).unwrap();
+        out.write_all(&page.encoded_page).unwrap();
+    }
+    out.set_len(header.db_size * 4096).unwrap();
+}
+
+fn local_rows(file: &std::path::Path) -> Vec<(i64, String)> {
+    let conn = rusqlite::Connection::open(file).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let mut statement = conn.prepare("SELECT id, v FROM t ORDER BY id").unwrap();
+    let rows = statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -399,6 +464,67 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
         36
     );
 
+    // Turso Sync pulls through the replica's node are answered from its copy and the
+    // stored log (shown below with the primary's node down): a bootstrap gives the
+    // database, a pull from its revision the pages a write on the primary changed (a long
+    // poll, woken once the replica applied it and it is stored), a revision past what the
+    // replica holds goes to the primary (a client never goes back).
+    let synced = root.join("synced.db");
+    let (status, answer) = pull(&client, &west.url, &db.label, &db.token, "", 0).await;
+    assert_eq!(status, 200);
+    let (header, pages) = answer.unwrap();
+    apply_pulled(&synced, &header, &pages);
+    assert_eq!(local_rows(&synced).len(), 36);
+    let bootstrapped: u64 = header.server_revision.parse().unwrap();
+    let waiting = {
+        let (client, url, label, token) = (
+            client.clone(),
+            west.url.clone(),
+            db.label.clone(),
+            db.token.clone(),
+        );
+        let revision = header.server_revision.clone();
+        tokio::spawn(async move { pull(&client, &url, &label, &token, &revision, 20_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    execute(
+        &client,
+        &east.url,
+        &db.label,
+        &db.token,
+        "UPDATE t SET v = 'pulled' WHERE id = 1",
+    )
+    .await
+    .unwrap();
+    let (status, answer) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    let (header, pages) = answer.unwrap();
+    let pulled: u64 = header.server_revision.parse().unwrap();
+    assert!(pulled > bootstrapped, "{header:?}");
+    assert!(
+        !pages.is_empty() && pages.len() < 10,
+        "{} pages",
+        pages.len()
+    );
+    apply_pulled(&synced, &header, &pages);
+    let rows = local_rows(&synced);
+    assert_eq!(rows.len(), 36);
+    assert_eq!(rows[0], (1, "pulled".to_string()));
+    let (status, answer) = pull(
+        &client,
+        &west.url,
+        &db.label,
+        &db.token,
+        &(pulled + 1_000_000).to_string(),
+        0,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (ahead, pages) = answer.unwrap();
+    // The primary cannot compare it with its log either: every page, as of its head.
+    assert_eq!(pages.len() as u64, ahead.db_size);
+    assert!(ahead.server_revision.parse::<u64>().unwrap() >= pulled);
+
     // The primary's node goes down: the replica still serves reads from its own copy;
     // writes through it fail (nothing is acknowledged that the primary did not take).
     east.process.kill();
@@ -408,6 +534,28 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
         assert_eq!(all.len(), 36, "{all:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // Turso Sync pulls too, from its copy and the stored log: nothing newer than the
+    // client's revision, and a bootstrap.
+    let (status, answer) = pull(
+        &client,
+        &west.url,
+        &db.label,
+        &db.token,
+        &pulled.to_string(),
+        0,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (header, pages) = answer.unwrap();
+    assert_eq!(header.server_revision, pulled.to_string());
+    assert!(pages.is_empty());
+    let (status, answer) = pull(&client, &west.url, &db.label, &db.token, "", 0).await;
+    assert_eq!(status, 200);
+    let (header, pages) = answer.unwrap();
+    assert_eq!(header.server_revision, pulled.to_string());
+    let again = root.join("synced-again.db");
+    apply_pulled(&again, &header, &pages);
+    assert_eq!(local_rows(&again), rows);
     assert!(execute(
         &client,
         &west.url,

@@ -13,7 +13,7 @@
 //!   never half a transaction. When the primary is unreachable it reads object storage
 //!   directly; when the chain breaks, the primary's file was replaced (an upload: its
 //!   *epoch* changed), or the frames it needs are gone, it starts again from storage.
-//! - Reads are served from the copy; writes, interactive streams, WebSockets and every
+//! - Reads (and Turso Sync pulls, `crate::sync::pull`) are served from the copy; writes, interactive streams, WebSockets and every
 //!   other route go to the primary (`forward`). After a forwarded request the replica
 //!   waits (bounded) until it has applied the frame the primary reported, so a client
 //!   reads its own writes through the replica.
@@ -201,6 +201,9 @@ pub struct Replica {
     contact_ms: AtomicI64,
     /// Since when (ms) it is behind the primary's head; 0: caught up.
     behind_since_ms: AtomicI64,
+    /// Held (written) while the copy changes and `applied` is moved to match it, so that a
+    /// reader holding it sees a copy exactly at `applied` (a Turso Sync bootstrap).
+    applying: tokio::sync::RwLock<()>,
     /// It has a state to serve.
     ready: AtomicBool,
     stop: AtomicBool,
@@ -235,6 +238,7 @@ impl Replica {
             primary_head: AtomicU64::new(0),
             contact_ms: AtomicI64::new(0),
             behind_since_ms: AtomicI64::new(0),
+            applying: tokio::sync::RwLock::new(()),
             ready: AtomicBool::new(ready),
             stop: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
@@ -260,6 +264,17 @@ impl Replica {
 
     pub fn applied(&self) -> u64 {
         *self.applied.borrow()
+    }
+
+    /// Follows the frame applied.
+    pub fn watch_applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
+    /// Keeps the copy at [`Replica::applied`] while the guard is held: no batch is applied
+    /// and no new state replaces it meanwhile. On a blocking thread.
+    pub fn hold_applied(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.applying.blocking_read()
     }
 
     /// Waits, at most [`READ_YOUR_WRITES_WAIT`], until frame `frame_no` is applied.
@@ -443,6 +458,7 @@ async fn bootstrap(
         &staging.join("data"),
     )
     .await?;
+    let applying = replica.applying.write().await;
     // Readers of an earlier state finish on the files they opened; new ones open this.
     node.pool.forget(replica.db.id());
     for suffix in ["data-wal", "data-shm"] {
@@ -456,6 +472,7 @@ async fn bootstrap(
         Ordering::Release,
     );
     replica.applied.send_replace(restored.frame_no);
+    drop(applying);
     replica.persist()?;
     replica.ready.store(true, Ordering::Release);
     replica.note_progress();
@@ -591,11 +608,13 @@ async fn apply_batch(replica: &Arc<Replica>, frames: Vec<Frame>) -> Result<(), D
     }
     let last = frames.last().map_or(0, |f| f.frame_no);
     let file = replica.file();
+    let applying = replica.applying.write().await;
     tokio::task::spawn_blocking(move || inject::inject(&file, &frames))
         .await
         .map_err(|e| DataError::Internal(e.to_string()))??;
     replica.checksum.store(checksum, Ordering::Release);
     replica.applied.send_replace(last);
+    drop(applying);
     replica.persist()?;
     replica.note_progress();
     Ok(())

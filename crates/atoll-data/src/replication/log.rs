@@ -49,6 +49,18 @@ pub async fn wait_for_commits(db: &Arc<Database>) -> Option<u64> {
     Some(log.state().durable_frame_no)
 }
 
+/// The last frame of database `id`'s log found in object storage, listing it again when
+/// the listing kept from before ends earlier than `at_least` (what a replica holds);
+/// `None` when no segment of the log is listed. A replica's pulls serve no further.
+pub async fn stored_head(
+    storage: &Storage,
+    id: &str,
+    at_least: u64,
+) -> Result<Option<u64>, DataError> {
+    let catalog = catalog(storage, id, at_least, false).await?;
+    Ok(catalog.segments.iter().map(|s| s.last).max())
+}
+
 /// What reading frames can find.
 pub enum Frames {
     /// Frames `first..` in order, without gaps (fewer than asked when the log ends sooner).

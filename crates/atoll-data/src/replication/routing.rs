@@ -34,7 +34,8 @@ pub(crate) fn to_primary() -> Response {
 }
 
 /// A request for a database this node holds a replica of: a pipeline that only reads
-/// and closes its stream is answered here; everything else goes to the primary.
+/// and closes its stream, and a Turso Sync pull (`crate::sync::pull`), are answered here
+/// when they can be; everything else goes to the primary.
 pub(crate) async fn serve_on_replica(
     forwarder: &Forwarder,
     replica: Arc<Replica>,
@@ -43,11 +44,16 @@ pub(crate) async fn serve_on_replica(
     next: axum::middleware::Next,
 ) -> Response {
     let path = request.uri().path();
-    let pipeline = request.method() == axum::http::Method::POST
-        && ["/v2/pipeline", "/v3/pipeline", "/v3-protobuf/pipeline"]
-            .iter()
-            .any(|p| path.ends_with(p));
-    if !pipeline {
+    let local = request.method() == axum::http::Method::POST
+        && [
+            "/v2/pipeline",
+            "/v3/pipeline",
+            "/v3-protobuf/pipeline",
+            "/pull-updates",
+        ]
+        .iter()
+        .any(|p| path.ends_with(p));
+    if !local {
         return forward_to_primary(forwarder, &replica, label, request).await;
     }
     let (parts, body) = request.into_parts();

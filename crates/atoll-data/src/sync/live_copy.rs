@@ -7,6 +7,7 @@ use crate::database::Database;
 use crate::error::DataError;
 use crate::export::backup_into;
 use crate::node::Node;
+use crate::replication::follow::Replica;
 use crate::sandbox::Mode;
 use atoll_storage::shipper::DatabaseLog;
 use std::io::{Seek, SeekFrom, Write};
@@ -66,6 +67,55 @@ pub fn take(node: &Node, db: &Database) -> Result<Option<LiveCopy>, DataError> {
         revision,
         path,
     }))
+}
+
+/// The copy of a replica's file, as of the frame it has applied (the primary's log
+/// position that state is at). Runs on a SQL thread.
+pub fn take_replica(node: &Node, replica: &Replica) -> Result<LiveCopy, DataError> {
+    let db = &replica.db;
+    let path = db
+        .dir()
+        .join(format!(".sync-{}", uuid::Uuid::new_v4().simple()));
+    let source = node.pool.checkout(db, Mode::ReadOnly)?;
+    let copied = source.control.trusted(|| {
+        source.conn.execute_batch("BEGIN")?;
+        let within = (|| -> Result<(u32, u64), DataError> {
+            // No batch is applied while the read transaction starts: it sees the copy
+            // exactly at the frame applied.
+            let held = replica.hold_applied();
+            let schema_version: u32 =
+                source
+                    .conn
+                    .query_row("PRAGMA schema_version", [], |row| row.get(0))?;
+            let revision = replica.applied();
+            drop(held);
+            backup_into(&source.conn, &path)?;
+            Ok((schema_version, revision))
+        })();
+        source.conn.execute_batch("ROLLBACK")?;
+        within
+    });
+    node.pool.checkin(db, source);
+    let revision = match copied.and_then(|(schema_version, revision)| {
+        restore_schema_cookie(&path, schema_version)?;
+        Ok(revision)
+    }) {
+        Ok(revision) => revision,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let file = std::fs::File::open(&path)?;
+    let path = match std::fs::remove_file(&path) {
+        Ok(()) => None,
+        Err(_) => Some(path),
+    };
+    Ok(LiveCopy {
+        file,
+        revision,
+        path,
+    })
 }
 
 /// Opens a read transaction between two identical readings of the committed head (so

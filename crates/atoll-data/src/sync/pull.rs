@@ -18,17 +18,23 @@
 //! its state, `block_reads`, a transfer's new history; the whole-database answers are
 //! rebuilt under the node's bound on concurrent rebuilds and streamed from the
 //! organization's share of the SQL threads. Every byte sent is metered as bytes synced.
+//!
+//! A node holding a replica of the database answers from the replica's copy and the
+//! stored log, as of the position it holds that is stored; a revision past it goes to the
+//! primary, so a client never goes back (`pull_on_replica`).
 
 use super::proto::{self, PullRequest};
 use super::{live_copy, pages};
 use crate::auth::DbRequest;
 use crate::database::Database;
 use crate::error::DataError;
+use crate::replication::follow::Replica;
 use crate::replication::log::{self, Frames};
+use crate::replication::routing::{to_primary, OnReplica};
 use crate::transfer_history as history;
 use crate::DataPlaneState;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use prost::Message;
@@ -38,6 +44,13 @@ use std::time::{Duration, Instant};
 /// The longest a pull waits for something newer, whatever the client asks.
 const MAX_LONG_POLL: Duration = Duration::from_secs(30);
 
+/// The longest a replica's bootstrap waits for the frame its copy is at to be stored.
+const STORED_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a replica asks object storage whether a frame it applied is
+/// stored yet.
+const STORED_POLL: Duration = Duration::from_millis(250);
+
 /// More frames than this after the client's revision and the whole database is sent
 /// instead of the changes, which are read into memory to keep the newest image of each
 /// page: 4,096 frames, 16 MiB of pages per pull at most.
@@ -46,8 +59,9 @@ const MAX_INCREMENTAL_FRAMES: u64 = 4_096;
 /// The content type of requests and answers.
 const PROTOBUF: &str = "application/protobuf";
 
-pub async fn pull_updates(
+pub(crate) async fn pull_updates(
     State(state): State<Arc<DataPlaneState>>,
+    on_replica: Option<Extension<OnReplica>>,
     req: DbRequest,
     body: Bytes,
 ) -> Result<Response, DataError> {
@@ -59,6 +73,9 @@ pub async fn pull_updates(
         ))
     })?;
     refuse_unsupported(&request)?;
+    if let Some(Extension(OnReplica(replica))) = on_replica {
+        return pull_on_replica(&state, replica, &request).await;
+    }
     let storage = state.node.storage().cloned().ok_or_else(log::no_storage)?;
     history::ensure_started(&req.db)?;
     let mut head = log::wait_for_commits(&req.db)
@@ -88,6 +105,117 @@ pub async fn pull_updates(
         // Retention removed the frames after the client's revision: all pages instead.
         Frames::Found(_) | Frames::Gone => whole_database(&state, &req.db, head).await,
     }
+}
+
+/// A pull sent to a node holding a replica of the database, answered from the replica's
+/// copy and the stored log as the primary answers it, as of the position both have: the
+/// frame the replica applied, at most the last one stored (a client must never hold a
+/// position a primary that lost its disk would not come back to). What the replica cannot
+/// answer that way goes to the primary ([`to_primary`]), which answers as always: a
+/// revision past that position (the client pulled from the primary or another replica
+/// further on: it must not be taken back), a log nothing of which is listed yet, a long
+/// poll nothing arrives for. So a client pulling from any of them only ever moves forward.
+async fn pull_on_replica(
+    state: &Arc<DataPlaneState>,
+    replica: Arc<Replica>,
+    request: &PullRequest,
+) -> Result<Response, DataError> {
+    let storage = state.node.storage().cloned().ok_or_else(log::no_storage)?;
+    let db = Arc::clone(&replica.db);
+    let servable = |applied: u64| {
+        let storage = Arc::clone(&storage);
+        let id = db.id().to_string();
+        async move {
+            let stored = log::stored_head(&storage.storage, &id, applied).await?;
+            Ok::<_, DataError>(stored.map(|stored| stored.min(applied)))
+        }
+    };
+    let Some(mut head) = servable(replica.applied()).await? else {
+        return Ok(to_primary());
+    };
+    let revision = &request.client_revision;
+    let from = if revision.is_empty() {
+        None
+    } else {
+        match revision.parse::<u64>() {
+            Ok(from) if from > head => return Ok(to_primary()),
+            Ok(from) => Some(from),
+            // Not a position: every page, as the primary answers it.
+            Err(_) => None,
+        }
+    };
+    let Some(from) = from else {
+        return whole_database_on_replica(state, &replica, head).await;
+    };
+    if from == head && request.long_poll_timeout_ms > 0 {
+        let wait =
+            Duration::from_millis(u64::from(request.long_poll_timeout_ms)).min(MAX_LONG_POLL);
+        let deadline = Instant::now() + wait;
+        let mut applied = replica.watch_applied();
+        while head == from {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if *applied.borrow_and_update() > head {
+                // Applied here; stored maybe not yet: the listing is asked again shortly.
+                tokio::time::sleep(STORED_POLL.min(deadline - now)).await;
+            } else if tokio::time::timeout(deadline - now, applied.changed())
+                .await
+                .is_ok_and(|changed| changed.is_err())
+            {
+                break;
+            }
+            head = servable(replica.applied()).await?.unwrap_or(head).max(head);
+        }
+    }
+    if from == head {
+        let mut out = Vec::new();
+        proto::put(&pages::header(head, 0), &mut out);
+        return Ok(answer(state, &db, out));
+    }
+    if head - from > MAX_INCREMENTAL_FRAMES {
+        return whole_database_on_replica(state, &replica, head).await;
+    }
+    match log::read_frames(&storage.storage, db.id(), from + 1, head).await? {
+        Frames::Found(frames) if frames.last().is_some_and(|f| f.frame_no == head) => {
+            Ok(answer(state, &db, pages::changed_pages(head, &frames)))
+        }
+        // Retention removed the frames after the client's revision (or the revision is
+        // from before a transfer's new history): all pages instead.
+        Frames::Found(_) | Frames::Gone => whole_database_on_replica(state, &replica, head).await,
+    }
+}
+
+/// Every page of the database as of `head` or later: the replica's own copy, once the
+/// frame it is at is stored (waited for a few seconds, as the primary waits for its
+/// commits), else rebuilt from the stored log as of `head`.
+async fn whole_database_on_replica(
+    state: &Arc<DataPlaneState>,
+    replica: &Arc<Replica>,
+    mut head: u64,
+) -> Result<Response, DataError> {
+    let db = &replica.db;
+    let storage = state.node.storage().cloned().ok_or_else(log::no_storage)?;
+    let node = Arc::clone(&state.node);
+    let copied = Arc::clone(replica);
+    let (revision, body) = stream_pages(state, db, move || {
+        let copy = live_copy::take_replica(&node, &copied)?;
+        let revision = copy.revision;
+        Ok((Some(copy), revision))
+    })
+    .await?;
+    let deadline = Instant::now() + STORED_WAIT;
+    while head < revision && Instant::now() < deadline {
+        tokio::time::sleep(STORED_POLL).await;
+        let stored = log::stored_head(&storage.storage, db.id(), revision).await?;
+        head = stored.unwrap_or(head).max(head);
+    }
+    if head >= revision {
+        return Ok(protobuf(body));
+    }
+    drop(body);
+    rebuilt_database(state, db, head).await
 }
 
 /// What the 0.7 clients can ask for but Atoll does not serve: an honest refusal (400)
@@ -174,6 +302,15 @@ async fn whole_database(
         return Ok(protobuf(body));
     }
     drop(body);
+    rebuilt_database(state, db, head).await
+}
+
+/// Every page of the database rebuilt from the stored log as of `head`.
+async fn rebuilt_database(
+    state: &Arc<DataPlaneState>,
+    db: &Arc<Database>,
+    head: u64,
+) -> Result<Response, DataError> {
     let file = log::state_at(&state.node, db, head).await?;
     let dir = file.parent().map(std::path::Path::to_path_buf);
     let (_, body) = stream_pages(state, db, move || {
