@@ -265,3 +265,58 @@ async fn pulls_are_checked_like_every_read() {
     let blocked = pull(&db, "").await;
     assert_eq!(blocked.status, 403, "{}", blocked.error);
 }
+
+/// The client's push (one batch from `BEGIN IMMEDIATE` to `COMMIT`, no `close`, its stream
+/// never used again) leaves no stream open: with room for 2 streams per database, pushing
+/// 6 times in a row is never refused, each answer's baton is null, and a batch that leaves
+/// its transaction open keeps its stream (a client continues it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pushes_leave_no_stream_open() {
+    let limits = DataLimits {
+        max_streams_per_database: 2,
+        ..DataLimits::default()
+    };
+    let node = start_node_with(limits).await;
+    let db = node.create_db("pushed");
+    db.run(&[sql("CREATE TABLE t (x INTEGER PRIMARY KEY, v TEXT)")])
+        .await;
+    let in_transaction = serde_json::json!({"type": "not", "cond": {"type": "is_autocommit"}});
+    let push = |x: i64, last: &str| {
+        serde_json::json!({"baton": null, "requests": [{"type": "batch", "batch": {"steps": [
+            {"stmt": {"sql": "BEGIN IMMEDIATE"}},
+            {"stmt": {"sql": "CREATE TABLE IF NOT EXISTS turso_sync_last_change_id (client_id TEXT PRIMARY KEY, pull_gen INTEGER, change_id INTEGER)"}, "condition": in_transaction},
+            {"stmt": {"sql": format!("INSERT INTO t VALUES ({x}, 'pushed')")}, "condition": in_transaction},
+            {"stmt": {"sql": "INSERT INTO turso_sync_last_change_id VALUES ('c', 0, ?) ON CONFLICT (client_id) DO UPDATE SET change_id = excluded.change_id", "args": [integer(x)]}, "condition": in_transaction},
+            {"stmt": {"sql": last}, "condition": in_transaction},
+        ]}}]})
+    };
+    for x in 1..=6 {
+        let response = db.post("/v2/pipeline", push(x, "COMMIT")).await;
+        assert_eq!(response.status(), 200, "push {x}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert!(body["baton"].is_null(), "{body}");
+        let steps = &body["results"][0]["response"]["result"]["step_errors"];
+        assert!(
+            steps.as_array().unwrap().iter().all(|e| e.is_null()),
+            "{body}"
+        );
+    }
+    let count = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(count["rows"][0][0]["value"], "6", "{count}");
+
+    // Not a whole transaction (its last step only reads): the stream stays, with its
+    // transaction, for the client's next request.
+    let response = db.post("/v2/pipeline", push(7, "SELECT 1")).await;
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    let baton = body["baton"].as_str().expect("a baton").to_string();
+    let response = db
+        .post(
+            "/v2/pipeline",
+            serde_json::json!({"baton": baton, "requests": [{"type": "execute", "stmt": {"sql": "COMMIT"}}, {"type": "close"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let count = db.query(sql("SELECT count(*) FROM t")).await;
+    assert_eq!(count["rows"][0][0]["value"], "7", "{count}");
+}

@@ -146,13 +146,14 @@ async fn pipeline(
     // open one) happens there too. The SQL thread owns the stream to the end, even if
     // this request is abandoned.
     let db = Arc::clone(&caller.db);
+    let close_after = body.baton.is_none() && runs_one_whole_transaction(&body.requests);
     let served = blocking(&state.node, &db, move || {
         let mut lease = open_stream(&stream_state, &caller, body.baton.as_deref())?;
         if caller.db.is_replica() && !reads_only(&caller, lease.stream(), &body.requests)? {
             lease.discard(&caller.node);
             return Ok(None);
         }
-        run_leased_pipeline(&caller, lease, body.requests).map(Some)
+        run_leased_pipeline(&caller, lease, body.requests, close_after).map(Some)
     })
     .await??;
     let Some((baton, mut results)) = served else {
@@ -335,13 +336,52 @@ fn start_sweeper(state: &Arc<DataPlaneState>) {
 
 /// Runs a pipeline, then keeps the stream (answering its next baton) or, if the pipeline
 /// failed, drops it.
+/// Whether a request on a new stream is one batch that begins a transaction and ends it
+/// (`BEGIN …` first, `COMMIT`/`END` last), without `close`: what the Turso Sync client
+/// pushes (`crate::sync`), never continuing the stream afterwards. Such a stream is
+/// closed once the batch ran and left no transaction open ([`run_leased_pipeline`])
+/// rather than left to expire idle ([`super::IDLE_TIMEOUT`]): kept, a client pushing
+/// often would hold a connection and a place among the database's and organization's
+/// open streams for 10 s per push, and run into their caps. The answer's baton is then
+/// `null`, which Hrana clients take as a stream the server closed (a client that does send
+/// another request opens a new stream).
+fn runs_one_whole_transaction(requests: &[proto::StreamRequest]) -> bool {
+    let [proto::StreamRequest::Batch(batch)] = requests else {
+        return false;
+    };
+    let statement = |step: Option<&proto::BatchStep>| {
+        step.and_then(|step| step.stmt.sql.as_deref())
+            .map(|sql| sql.trim().trim_end_matches(';').trim().to_ascii_uppercase())
+            .unwrap_or_default()
+    };
+    let (first, last) = (
+        statement(batch.batch.steps.first()),
+        statement(batch.batch.steps.last()),
+    );
+    batch.batch.steps.len() >= 2
+        && (first == "BEGIN" || first.starts_with("BEGIN "))
+        && (last == "COMMIT"
+            || last == "END"
+            || last.starts_with("COMMIT ")
+            || last.starts_with("END "))
+}
+
 fn run_leased_pipeline(
     caller: &Caller,
     mut lease: Lease,
     requests: Vec<proto::StreamRequest>,
+    close_after: bool,
 ) -> Result<(Option<String>, Vec<proto::StreamResult>), HranaError> {
     match run_pipeline(caller, lease.stream(), requests) {
-        Ok(results) => Ok((lease.release(), results)),
+        Ok(results) => {
+            let stream = lease.stream();
+            if close_after && stream.conn.as_ref().is_some_and(|c| c.is_autocommit()) {
+                if let Some(conn) = stream.conn.take() {
+                    conn.give_back(&caller.node, stream.db_id());
+                }
+            }
+            Ok((lease.release(), results))
+        }
         Err(error) => {
             lease.discard(&caller.node);
             Err(error)
