@@ -53,6 +53,40 @@ fn run_node_client(node_url: &str, label: &str, token: &str) {
     );
 }
 
+/// Runs `tests/compat/replica-sync.mjs` (`@tursodatabase/sync` from npm) against the node
+/// at `node_url`: it bootstraps from the replica (the database holds `rows` rows in `t`),
+/// pulls, and pushes row 8000. Skips loudly as [`run_node_client`] does.
+fn run_node_sync_client(node_url: &str, label: &str, token: &str, rows: usize) {
+    let compat = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/compat");
+    if !compat.join("node_modules/@tursodatabase/sync").exists() {
+        eprintln!(
+            "WARNING: tests/compat/node_modules has no @tursodatabase/sync (run `npm ci` there, as scripts/test.sh does): the Turso Sync client is not run against the replica"
+        );
+        return;
+    }
+    let output = std::process::Command::new("node")
+        .arg(compat.join("replica-sync.mjs"))
+        .env("REPLICA_URL", format!("{node_url}/db/{label}/"))
+        .env("TOKEN", token)
+        .env("ROWS", rows.to_string())
+        .output();
+    let output = match output {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!(
+                "WARNING: cannot run node ({e}): the Turso Sync client is not run against the replica"
+            );
+            return;
+        }
+    };
+    assert!(
+        output.status.success(),
+        "@tursodatabase/sync through the replica failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 async fn pipeline(
     client: &reqwest::Client,
     node_url: &str,
@@ -469,6 +503,29 @@ async fn a_group_in_two_locations_serves_reads_from_the_replica_and_writes_throu
     // database, a pull from its revision the pages a write on the primary changed (a long
     // poll, woken once the replica applied it and it is stored), a revision past what the
     // replica holds goes to the primary (a client never goes back).
+    // The official client first: its push reaches the primary, taken back after.
+    run_node_sync_client(&west.url, &db.label, &db.token, 36);
+    if std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/compat/node_modules/@tursodatabase/sync")
+        .exists()
+    {
+        assert!(ids(&client, &east.url, &db.label, &db.token)
+            .await
+            .contains(&8000));
+    }
+    execute(
+        &client,
+        &east.url,
+        &db.label,
+        &db.token,
+        "DELETE FROM t WHERE id = 8000",
+    )
+    .await
+    .unwrap();
+    let (status, body) = api
+        .get(format!("{base}/groups/multi/locations/{WEST}/wait"))
+        .await;
+    assert_eq!(status, 200, "{body}");
     let synced = root.join("synced.db");
     let (status, answer) = pull(&client, &west.url, &db.label, &db.token, "", 0).await;
     assert_eq!(status, 200);
