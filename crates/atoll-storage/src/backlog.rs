@@ -7,8 +7,8 @@
 //! A log is marked when it gets work ([`crate::shipper::DatabaseLog`] does it: the first
 //! commit after a round, a snapshot or history asked for, a `sync` wait); the shipper
 //! takes the marks each round and marks again whatever it leaves with work (not due yet,
-//! in a round already, commits that arrived during a round). The invariant: a log with
-//! work is marked, or in a round that marks it again when it ends with work left.
+//! commits that arrived during a round: the round marks it when it ends). The invariant: a
+//! log with work is marked, or in a round that marks it again when it ends with work left.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
