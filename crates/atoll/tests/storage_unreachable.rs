@@ -251,51 +251,32 @@ async fn start_through(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !client
-        .get(format!("http://127.0.0.1:{port}/health"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "atoll dev did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::cluster::wait_healthy(&format!("http://127.0.0.1:{port}")).await;
     child
 }
 
 /// The data-plane URL of existing database `name` and a token for it, from `atoll dev` on
 /// `port`.
 async fn database(data_dir: &std::path::Path, port: u16, name: &str) -> (String, String) {
-    let client = reqwest::Client::new();
-    let api = format!("http://127.0.0.1:{port}/v1/databases/{name}");
     let admin = support::admin_token(data_dir);
-    let details: Value = client
-        .get(&api)
-        .bearer_auth(&admin)
+    support::database_url_and_token(&format!("http://127.0.0.1:{port}"), &admin, name).await
+}
+
+/// One statement's result when the server answers it (`None` while it cannot: a node
+/// rebuilding its database answers 503).
+async fn try_run(client: &reqwest::Client, url: &str, token: &str, sql: &str) -> Option<Value> {
+    let response = client
+        .post(format!("{url}/v2/pipeline"))
+        .bearer_auth(token)
+        .json(&json!({"requests": [
+            {"type": "execute", "stmt": {"sql": sql}},
+            {"type": "close"}
+        ]}))
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let minted: Value = client
-        .post(format!("{api}/auth/tokens"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    (
-        details["database"]["http_url"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-        minted["jwt"].as_str().unwrap().to_string(),
-    )
+        .ok()?;
+    let body: Value = response.json().await.ok()?;
+    (body["results"][0]["type"] == "ok").then(|| body["results"][0]["response"]["result"].clone())
 }
 
 /// Object storage going away under a running node in `sync` durability (issue 28;
@@ -460,22 +441,7 @@ async fn sync_writes_are_refused_while_object_storage_is_away_and_nothing_acknow
     let deadline = Instant::now() + Duration::from_secs(60);
     let ids: Vec<i64> = loop {
         let (url, token) = database(&data_dir, port, "ledger").await;
-        let answer: Option<Value> = async {
-            let response = client
-                .post(format!("{url}/v2/pipeline"))
-                .bearer_auth(&token)
-                .json(&json!({"requests": [
-                    {"type": "execute", "stmt": {"sql": "SELECT id FROM t ORDER BY id"}},
-                    {"type": "close"}
-                ]}))
-                .send()
-                .await
-                .ok()?;
-            let body: Value = response.json().await.ok()?;
-            (body["results"][0]["type"] == "ok")
-                .then(|| body["results"][0]["response"]["result"].clone())
-        }
-        .await;
+        let answer = try_run(&client, &url, &token, "SELECT id FROM t ORDER BY id").await;
         if let Some(result) = answer {
             break result["rows"]
                 .as_array()

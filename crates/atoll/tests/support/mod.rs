@@ -122,6 +122,13 @@ pub async fn database_with_token(url: &str, token: &str, name: &str) -> (String,
         .await
         .unwrap();
     assert_eq!(created["database"]["Name"], name, "{created}");
+    database_url_and_token(url, token, name).await
+}
+
+/// Existing database `name`'s `http_url` and a full-access database token for it, through
+/// the API at `url` with `token`.
+pub async fn database_url_and_token(url: &str, token: &str, name: &str) -> (String, String) {
+    let client = reqwest::Client::new();
     let details: serde_json::Value = client
         .get(format!("{}/v1/databases/{name}", url))
         .bearer_auth(token)
