@@ -8,7 +8,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +119,9 @@ pub fn verify(token: &str, keys: &[(String, VerifyingKey)], now: i64) -> Result<
     let verified = keys
         .iter()
         .filter(|(kid, _)| header.kid.as_ref().is_none_or(|k| k == kid))
-        .any(|(_, key)| key.verify(signing_input.as_bytes(), &signature).is_ok());
+        .any(|(_, key)| {
+            crate::verified_signatures::verify(key, signing_input.as_bytes(), &signature)
+        });
     if !verified {
         let names_a_database = decode_json::<Claims>(payload_b64)
             .is_ok_and(|claims| claims.id.is_some() || claims.gid.is_some());

@@ -43,6 +43,7 @@ pub mod sql_pool;
 pub mod sync;
 pub mod transfer_history;
 pub mod upload;
+pub mod verified_signatures;
 pub mod warm_set;
 pub mod write_lock;
 
