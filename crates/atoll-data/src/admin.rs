@@ -12,6 +12,7 @@
 //! | `POST /v1/databases/{id}/restore` | [`RestoreInPlace`](atoll_types::node::RestoreInPlace) | `202` [`OperationStarted`]; done: [`RestoreOutcome`](atoll_types::node::RestoreOutcome) |
 //! | `GET /v1/databases/{id}/backups` | | `202` [`OperationStarted`]; done: [`Backups`](atoll_types::node::Backups) |
 //! | `GET /v1/databases/{id}/stats` | | [`DatabaseStats`] |
+//! | `POST /v1/sizes` | [`SizesRequest`] | [`Sizes`]: bytes on disk of each database held (at most [`SIZES_PER_REQUEST`]) |
 //! | `GET /v1/databases/{id}/queries` | | the heaviest statements ([`QueryStats`]) |
 //! | `POST /v1/usage/collect` | | [`UsageBatch`]: the same batch until acknowledged |
 //! | `POST /v1/usage/{id}/ack` | | `{}` |
@@ -44,7 +45,8 @@ use crate::node::Node;
 use atoll_types::node::{
     AdoptDatabase, CreateDatabase, DatabaseConfig, DatabaseIds, DatabaseStats, HandedOver,
     HeldDatabase, NodeInfo, Operation, OperationKind, OperationStarted, Operations, OrderDone,
-    Quarantine, QuarantinedDatabase, QueryStats, Seed, UsageBatch, STORE_ID_HEADER,
+    Quarantine, QuarantinedDatabase, QueryStats, Seed, Sizes, SizesRequest, UsageBatch,
+    SIZES_PER_REQUEST, STORE_ID_HEADER,
 };
 use axum::extract::{Path, Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -101,6 +103,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}/restore", axum::routing::post(restore))
         .route("/v1/databases/{id}/backups", get(backups))
         .route("/v1/databases/{id}/queries", get(top_queries))
+        .route("/v1/sizes", axum::routing::post(sizes))
         .route("/v1/replicas", get(list_replicas).put(set_replicas))
         .route("/v1/usage/collect", axum::routing::post(collect_usage))
         .route("/v1/usage/{id}/ack", axum::routing::post(acknowledge_usage))
@@ -449,6 +452,19 @@ async fn stats(
 ) -> Result<Json<DatabaseStats>, DataError> {
     let node = Arc::clone(&state.node);
     Ok(Json(blocking(move || node.stats(&id)).await?))
+}
+
+async fn sizes(
+    State(state): State<Arc<AdminState>>,
+    Json(request): Json<SizesRequest>,
+) -> Result<Json<Sizes>, DataError> {
+    if request.ids.len() > SIZES_PER_REQUEST {
+        return Err(DataError::BadRequest(format!(
+            "at most {SIZES_PER_REQUEST} databases per request"
+        )));
+    }
+    let node = Arc::clone(&state.node);
+    Ok(Json(blocking(move || Ok(node.sizes(&request.ids))).await?))
 }
 
 async fn top_queries(

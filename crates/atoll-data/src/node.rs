@@ -678,6 +678,16 @@ impl Node {
         })
     }
 
+    /// Bytes on disk of each of `ids` the node holds (the others are left out).
+    pub fn sizes(&self, ids: &[String]) -> atoll_types::node::Sizes {
+        atoll_types::node::Sizes {
+            storage_bytes: ids
+                .iter()
+                .filter_map(|id| Some((id.clone(), self.by_id(id)?.storage_bytes())))
+                .collect(),
+        }
+    }
+
     /// Marks an uploaded database active (after its file was installed).
     pub fn activate(&self, db: &Database) -> Result<(), DataError> {
         let _one_at_a_time = self.configuring.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,7 +1,8 @@
 //! The node admin API's long orders (`atoll_data::admin::operations`), over HTTP as the
 //! control plane sends them: `202` with an operation's id, then `GET /v1/operations/{id}`
 //! until it is done or failed with the status the order would have answered; and the
-//! operations' routes guarded like every other admin route.
+//! operations' routes guarded like every other admin route. And the one order that asks
+//! about many databases at once (`POST /v1/sizes`).
 
 mod support;
 
@@ -194,6 +195,7 @@ async fn the_operations_routes_need_the_node_secret_and_the_store_id() {
         (reqwest::Method::GET, "/v1/operations/x"),
         (reqwest::Method::DELETE, "/v1/operations/x"),
         (reqwest::Method::POST, "/v1/databases"),
+        (reqwest::Method::POST, "/v1/sizes"),
     ] {
         let refused = admin
             .http
@@ -220,4 +222,56 @@ async fn the_operations_routes_need_the_node_secret_and_the_store_id() {
             .unwrap();
         assert_eq!(without_store.status(), 400, "{method} {path}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sizes_answer_many_databases_at_once_and_leave_out_the_unknown() {
+    let (admin, node) = start_admin().await;
+    let mut ids = Vec::new();
+    for name in ["small", "large"] {
+        let (id, body) = create(&admin.test_node, name, Seed::Empty);
+        let operation = admin
+            .start(reqwest::Method::POST, "/v1/databases", Some(body))
+            .await;
+        assert_eq!(admin.finished(&operation).await["state"], "done");
+        ids.push(id);
+    }
+    let large = node.by_id(&ids[1]).unwrap();
+    let conn = rusqlite::Connection::open(large.file_path()).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE t (x);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50)
+         INSERT INTO t SELECT zeroblob(4000) FROM n;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let asked = json!({"ids": [ids[0], ids[1], "not-held-here"]});
+    let (status, sizes) = admin
+        .send(reqwest::Method::POST, "/v1/sizes", Some(asked))
+        .await;
+    assert_eq!(status, 200, "{sizes}");
+    let sizes = sizes["storage_bytes"].as_object().unwrap();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    for id in &ids {
+        assert_eq!(
+            sizes[id].as_u64().unwrap(),
+            node.by_id(id).unwrap().storage_bytes(),
+            "the same figure as the database's stats"
+        );
+    }
+    assert!(sizes[&ids[1]].as_u64().unwrap() > sizes[&ids[0]].as_u64().unwrap() + 100_000);
+
+    // A bounded question: more than a request may hold is refused, not half answered.
+    let too_many: Vec<String> = (0..=atoll_types::node::SIZES_PER_REQUEST)
+        .map(|i| format!("id-{i}"))
+        .collect();
+    let (status, refused) = admin
+        .send(
+            reqwest::Method::POST,
+            "/v1/sizes",
+            Some(json!({"ids": too_many})),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
 }

@@ -23,7 +23,7 @@ use atoll_data::error::DataError;
 use atoll_types::node::{
     self as wire, AdoptDatabase, Backups, CreateDatabase, DatabaseConfig, DatabaseIds,
     DatabaseStats, HandedOver, NodeInfo, OrderDone, Quarantine, QuarantinedDatabase, QueryStats,
-    ReplicaSet, ReplicaStatuses, RestoreInPlace, RestoreOutcome, UsageBatch,
+    ReplicaSet, ReplicaStatuses, RestoreInPlace, RestoreOutcome, Sizes, SizesRequest, UsageBatch,
 };
 use reqwest::Method;
 use std::time::Duration;
@@ -228,6 +228,12 @@ impl NodeAdmin<'_> {
     /// `GET /v1/databases/{id}/stats`.
     pub async fn stats(&self, id: &str) -> Result<DatabaseStats, ApiError> {
         send(self.order(Method::GET, &format!("/v1/databases/{id}/stats"))).await
+    }
+
+    /// `POST /v1/sizes`: bytes on disk of each of `ids` the node holds.
+    pub async fn sizes(&self, ids: &[String]) -> Result<Sizes, ApiError> {
+        let request = SizesRequest { ids: ids.to_vec() };
+        send(self.order(Method::POST, "/v1/sizes").json(&request)).await
     }
 
     /// `GET /v1/databases/{id}/backups`: what object storage holds of the database (a

@@ -87,6 +87,18 @@ impl DataPlane {
         }
     }
 
+    /// Bytes on disk of each of `ids` on node `node_name` (at most
+    /// [`wire::SIZES_PER_REQUEST`]); a database the node does not hold is left out.
+    pub async fn sizes(&self, node_name: &str, ids: Vec<String>) -> Result<wire::Sizes, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                let node = Arc::clone(node);
+                blocking(move || Ok(node.sizes(&ids))).await
+            }
+            DataPlane::Remote { .. } => self.admin(node_name)?.sizes(&ids).await,
+        }
+    }
+
     pub async fn stats(&self, node_name: &str, id: &str) -> Result<wire::DatabaseStats, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
