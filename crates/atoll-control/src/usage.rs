@@ -7,7 +7,7 @@ use crate::periodic::{self, Schedule};
 use crate::state::AppState;
 use atoll_meta::{StorageSample, Usage, UsageEntry};
 use atoll_types::node as wire;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -53,15 +53,16 @@ async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, Str
             .find(|r| r.name == node)
             .map(|r| r.location.clone());
         let mut entries: Vec<UsageEntry> = Vec::with_capacity(batch.databases.len());
+        // Each group once per batch: a batch holds every database a tenant's clients used
+        // since the last collection (10,000 of one group after a burst), and a write per
+        // database was most of the CPU a node's process spent at rest (issue 31).
+        let mut active_groups: BTreeSet<String> = BTreeSet::new();
         for (database_id, usage) in batch.databases {
             // Usage belongs to the organization the database is in when it is collected;
             // and it is activity, which keeps a free-plan group from being archived.
             let record = state.store.database_by_id(&database_id).await?;
             if let Some(db) = &record {
-                state
-                    .store
-                    .touch_group(&db.group_id, atoll_meta::now_millis())
-                    .await?;
+                active_groups.insert(db.group_id.clone());
                 if usage.rows_written > 0 && db.deleted_at.is_none() {
                     active.push((db.id.clone(), db.org_id.clone(), db.node.clone()));
                 }
@@ -81,6 +82,10 @@ async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, Str
                     bytes_synced: saturating_i64(usage.bytes_synced),
                 },
             });
+        }
+        let now = atoll_meta::now_millis();
+        for group_id in &active_groups {
+            state.store.touch_group(group_id, now).await?;
         }
         let mut orgs: Vec<String> = entries
             .iter()
