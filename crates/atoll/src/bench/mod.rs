@@ -416,17 +416,23 @@ impl Bench {
             .context("organization create: no slug")?
             .to_string();
         // A new organization has its `default` group already.
+        let group_token = self.group_token(&slug, "").await?;
+        Ok(Org { slug, group_token })
+    }
+
+    /// A new token of organization `slug`'s `default` group; `query` is the creation's
+    /// query string (`?expiration=…`), or empty.
+    pub(crate) async fn group_token(&self, slug: &str, query: &str) -> anyhow::Result<String> {
         let token = self
             .post(
-                &format!("/v1/organizations/{slug}/groups/default/auth/tokens"),
+                &format!("/v1/organizations/{slug}/groups/default/auth/tokens{query}"),
                 json!({}),
             )
             .await?;
-        let group_token = token["jwt"]
+        Ok(token["jwt"]
             .as_str()
             .context("group token: no jwt")?
-            .to_string();
-        Ok(Org { slug, group_token })
+            .to_string())
     }
 
     pub(crate) async fn create_database(

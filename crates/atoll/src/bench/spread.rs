@@ -229,19 +229,7 @@ async fn first_queries(
     // As after an hour without a request, no database has seen the token within the
     // minute it remembers a verified one for: a group token minted now (an expiry makes it
     // differ from the one the databases were primed with).
-    let token = bench
-        .post(
-            &format!(
-                "/v1/organizations/{}/groups/default/auth/tokens?expiration=1d",
-                org.slug
-            ),
-            json!({}),
-        )
-        .await?;
-    let token = token["jwt"]
-        .as_str()
-        .context("group token: no jwt")?
-        .to_string();
+    let token = bench.group_token(&org.slug, "?expiration=1d").await?;
     let mut first = Vec::with_capacity(picked.len());
     for &i in &picked {
         let start = Instant::now();
