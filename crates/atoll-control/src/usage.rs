@@ -57,11 +57,15 @@ async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, Str
         // since the last collection (10,000 of one group after a burst), and a write per
         // database was most of the CPU a node's process spent at rest (issue 31).
         let mut active_groups: BTreeSet<String> = BTreeSet::new();
+        let databases = state
+            .store
+            .databases_by_ids(batch.databases.iter().map(|(id, _)| id.clone()).collect())
+            .await?;
         for (database_id, usage) in batch.databases {
             // Usage belongs to the organization the database is in when it is collected;
             // and it is activity, which keeps a free-plan group from being archived.
-            let record = state.store.database_by_id(&database_id).await?;
-            if let Some(db) = &record {
+            let record = databases.get(&database_id);
+            if let Some(db) = record {
                 active_groups.insert(db.group_id.clone());
                 if usage.rows_written > 0 && db.deleted_at.is_none() {
                     active.push((db.id.clone(), db.org_id.clone(), db.node.clone()));
@@ -69,9 +73,9 @@ async fn collect_batches(state: &AppState) -> ApiResult<Vec<(String, String, Str
             }
             let instance = node_location
                 .clone()
-                .or_else(|| record.as_ref().map(|d| d.location.clone()))
+                .or_else(|| record.map(|d| d.location.clone()))
                 .unwrap_or_default();
-            let org_id = record.map(|d| d.org_id).unwrap_or_default();
+            let org_id = record.map(|d| d.org_id.clone()).unwrap_or_default();
             entries.push(UsageEntry {
                 database_id,
                 org_id,

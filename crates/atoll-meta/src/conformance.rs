@@ -1087,6 +1087,16 @@ async fn databases(store: Store) {
             .id,
         child.id
     );
+    // Many at once, as one at a time finds each; an unknown id is left out.
+    let found = store
+        .databases_by_ids(vec![child.id.clone(), "no-such-database".into()])
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found.get(&child.id),
+        store.database_by_id(&child.id).await.unwrap().as_ref()
+    );
     let deleted = store.delete_database(&child.id).await.unwrap();
     assert_eq!(deleted.name, "child");
     assert!(store.database_by_id(&child.id).await.unwrap().is_none());
