@@ -12,7 +12,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{free_port, start_dev, wait_until_free, BIN};
 
-async fn pipeline(client: &reqwest::Client, url: &str, token: &str, sql: &str) -> Value {
+/// One statement over `/v2/pipeline`: the status and body, or `None` when no answer came.
+async fn send_statement(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    sql: &str,
+) -> Option<(u16, Value)> {
     let response = client
         .post(format!("{url}/v2/pipeline"))
         .bearer_auth(token)
@@ -23,9 +29,17 @@ async fn pipeline(client: &reqwest::Client, url: &str, token: &str, sql: &str) -
         .timeout(Duration::from_secs(30))
         .send()
         .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.json().await.ok()?))
+}
+
+async fn pipeline(client: &reqwest::Client, url: &str, token: &str, sql: &str) -> Value {
+    let (status, body) = send_statement(client, url, token, sql)
+        .await
+        .expect("the server answers");
+    assert_eq!(status, 200);
+    body
 }
 
 #[tokio::test]
@@ -265,17 +279,7 @@ async fn database(data_dir: &std::path::Path, port: u16, name: &str) -> (String,
 /// One statement's result when the server answers it (`None` while it cannot: a node
 /// rebuilding its database answers 503).
 async fn try_run(client: &reqwest::Client, url: &str, token: &str, sql: &str) -> Option<Value> {
-    let response = client
-        .post(format!("{url}/v2/pipeline"))
-        .bearer_auth(token)
-        .json(&json!({"requests": [
-            {"type": "execute", "stmt": {"sql": sql}},
-            {"type": "close"}
-        ]}))
-        .send()
-        .await
-        .ok()?;
-    let body: Value = response.json().await.ok()?;
+    let (_, body) = send_statement(client, url, token, sql).await?;
     (body["results"][0]["type"] == "ok").then(|| body["results"][0]["response"]["result"].clone())
 }
 
