@@ -216,6 +216,9 @@ pub fn build_bundled(out_dir: &str, out_path: &Path) {
         .flag("-DSQLITE_USE_URI")
         .flag("-DHAVE_USLEEP=1")
         .flag("-D_POSIX_THREAD_SAFE_FUNCTIONS") // cross compile with MinGW
+        // ATOLL PATCH: libSQL's pager codec hook, implemented by Atoll's page codec
+        // (customer-key encryption; the "atoll-encrypted" VFS in sqlite3.c).
+        .flag("-DLIBSQL_CUSTOM_PAGER_CODEC")
         .warnings(false);
 
     let mut sqlean_patterns = vec![];

@@ -15,8 +15,11 @@
 //! - [`retention`]: deleting what falls out of a database's restorable window.
 //! - [`history`]: a transfer starts a database's history anew; nothing before is read.
 //! - [`lease`]: the node's write lease; nothing is stored without it once failover is on.
+//! - [`encryption`]: databases encrypted with their customer's key (pages sealed before
+//!   they reach the WAL, so the log holds ciphertext).
 
 pub mod backlog;
+pub mod encryption;
 pub mod error;
 pub mod history;
 pub mod lease;

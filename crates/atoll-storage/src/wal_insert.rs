@@ -1,7 +1,8 @@
 //! libSQL's WAL frame-insertion API (`libsql_wal_insert_begin`, `…_frame`, `…_end`) behind a
 //! safe type. The safe binding (libsql-rusqlite) does not wrap these C functions, so this
-//! module and atoll-data's `memory` (glibc's `malloc_trim`) hold the workspace's only
-//! `unsafe`. Two callers write raw frames into a WAL, both in atoll-data: replicas applying
+//! module holds `unsafe` (as do `encryption::engine` and atoll-data's `memory`). Frames go
+//! in as they are: on an encrypted database, through a connection without the key, so
+//! the ciphertext is not sealed twice. Two callers write raw frames into a WAL, both in atoll-data: replicas applying
 //! their primary's transactions (`replication::follow`), and offline writes pushed by a
 //! synced client (`replication::push`).
 #![allow(unsafe_code)]

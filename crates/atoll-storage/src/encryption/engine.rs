@@ -1,0 +1,200 @@
+//! The engine's side of encrypted databases: the page codec registered with libSQL (the
+//! `atoll-encrypted` VFS and the pager codec hook, an `ATOLL PATCH` in the vendored
+//! `sqlite3.c`) and connections that hold a key.
+//!
+//! The C side moves whole pages; this side seals and opens them ([`super::page`]). Each
+//! connection's cipher state is an `Arc<PageCipher>` the C side holds a reference to for
+//! as long as the connection's files are open, so the key lives exactly as long as the
+//! connection — a pooled connection holds it until it is closed.
+//!
+//! `unsafe`: the C functions of the patch and the callbacks they call back.
+#![allow(unsafe_code)]
+
+use super::page::{PageCipher, RESERVED_BYTES};
+use super::EncryptionKey;
+use rusqlite::{ffi, Connection, OpenFlags};
+use std::ffi::{c_int, c_uint, c_void};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+/// The VFS of encrypted databases' keyed connections.
+pub const VFS_NAME: &str = "atoll-encrypted";
+
+/// `SQLITE_IOERR_DATA`: a page failed its checks (here: its tag).
+const SQLITE_IOERR_DATA: c_int = ffi::SQLITE_IOERR | (32 << 8);
+
+type PageFn = unsafe extern "C" fn(*mut c_void, c_uint, *mut u8, c_int) -> c_int;
+
+extern "C" {
+    fn atoll_codec_register(
+        encrypt: PageFn,
+        decrypt: PageFn,
+        retain: unsafe extern "C" fn(*mut c_void),
+        release: unsafe extern "C" fn(*mut c_void),
+    ) -> c_int;
+    fn atoll_codec_next_open(cipher: *mut c_void);
+}
+
+unsafe extern "C" fn encrypt_page(
+    cipher: *mut c_void,
+    pgno: c_uint,
+    page: *mut u8,
+    len: c_int,
+) -> c_int {
+    // SAFETY: the C side passes a pointer it holds a reference to (retain_cipher) and a
+    // whole page of `len` bytes it owns for the duration of the call.
+    let (cipher, page) = unsafe {
+        (
+            &*(cipher as *const PageCipher),
+            std::slice::from_raw_parts_mut(page, len as usize),
+        )
+    };
+    match cipher.seal(pgno, page) {
+        Ok(()) => ffi::SQLITE_OK,
+        Err(_) => ffi::SQLITE_IOERR,
+    }
+}
+
+unsafe extern "C" fn decrypt_page(
+    cipher: *mut c_void,
+    pgno: c_uint,
+    page: *mut u8,
+    len: c_int,
+) -> c_int {
+    // SAFETY: as in encrypt_page.
+    let (cipher, page) = unsafe {
+        (
+            &*(cipher as *const PageCipher),
+            std::slice::from_raw_parts_mut(page, len as usize),
+        )
+    };
+    match cipher.open(pgno, page) {
+        Ok(()) => ffi::SQLITE_OK,
+        Err(_) => SQLITE_IOERR_DATA,
+    }
+}
+
+unsafe extern "C" fn retain_cipher(cipher: *mut c_void) {
+    // SAFETY: `cipher` came from Arc::as_ptr of a live Arc (open) or is held by a file.
+    unsafe { Arc::increment_strong_count(cipher as *const PageCipher) }
+}
+
+unsafe extern "C" fn release_cipher(cipher: *mut c_void) {
+    // SAFETY: balances one retain_cipher.
+    unsafe { Arc::decrement_strong_count(cipher as *const PageCipher) }
+}
+
+/// Registers the codec once per process.
+fn register() -> rusqlite::Result<()> {
+    static REGISTERED: OnceLock<c_int> = OnceLock::new();
+    // SAFETY: the callbacks are sound for any page the C side passes (see above).
+    let code = *REGISTERED.get_or_init(|| unsafe {
+        atoll_codec_register(encrypt_page, decrypt_page, retain_cipher, release_cipher)
+    });
+    if code == ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(code),
+            Some("cannot register the encryption codec".into()),
+        ))
+    }
+}
+
+/// Opens an encrypted database with its key. A wrong key fails on the first page read
+/// (`SQLITE_IOERR_DATA`); callers check the key against the database's verifier first.
+pub fn open(path: &Path, flags: OpenFlags, key: &EncryptionKey) -> rusqlite::Result<Connection> {
+    register()?;
+    let cipher = Arc::new(PageCipher::new(key.cipher(), key.bytes()));
+    // The main file's xOpen takes its own reference; ours ends with this function.
+    // SAFETY: the pointer stays valid during the open (we hold `cipher`), and the
+    // thread-local is cleared right after it.
+    unsafe { atoll_codec_next_open(Arc::as_ptr(&cipher) as *mut c_void) };
+    let opened = Connection::open_with_flags_and_vfs(path, flags, VFS_NAME);
+    // SAFETY: clears the thread-local.
+    unsafe { atoll_codec_next_open(std::ptr::null_mut()) };
+    opened
+}
+
+/// Creates an empty encrypted database at `path` (which must not exist or be empty) in
+/// WAL mode, with the reserved bytes every encrypted page needs; returns its connection.
+pub fn create(path: &Path, key: &EncryptionKey) -> rusqlite::Result<Connection> {
+    let conn = open(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        key,
+    )?;
+    let mut reserved = RESERVED_BYTES as c_int;
+    // SAFETY: a valid connection and the documented argument of the file control.
+    let code = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_RESERVE_BYTES,
+            (&mut reserved as *mut c_int).cast(),
+        )
+    };
+    if code != ffi::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(code),
+            Some("cannot reserve the bytes of encrypted pages".into()),
+        ));
+    }
+    conn.pragma_update(None, "journal_mode", "wal")?;
+    // The first write fixes the page size and the reserved bytes for good.
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS atoll_reserve_check(x); DROP TABLE atoll_reserve_check;",
+    )?;
+    let reserved_now = reserved_bytes(&conn);
+    if reserved_now != RESERVED_BYTES as i64 {
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(ffi::SQLITE_CANTOPEN),
+            Some(format!(
+                "the database has {reserved_now} reserved bytes, not {RESERVED_BYTES}: not empty?"
+            )),
+        ));
+    }
+    Ok(conn)
+}
+
+/// The reserved bytes per page of `conn`'s main database (SQLite's header, byte 20).
+pub fn reserved_bytes(conn: &Connection) -> i64 {
+    let mut query: c_int = -1;
+    // SAFETY: a negative argument asks for the current value.
+    let code = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_RESERVE_BYTES,
+            (&mut query as *mut c_int).cast(),
+        )
+    };
+    if code == ffi::SQLITE_OK {
+        i64::from(query)
+    } else {
+        -1
+    }
+}
+
+/// A checkpoint of the WAL (`SQLITE_CHECKPOINT_PASSIVE` or `…_TRUNCATE`) that never loads
+/// the schema, so a connection without the key can run it on an encrypted database (it
+/// copies ciphertext from the WAL into the file); `PRAGMA wal_checkpoint` reads the schema
+/// first, which is ciphertext to such a connection. Returns (frames in the WAL, frames
+/// checkpointed).
+pub fn checkpoint(conn: &Connection, mode: c_int) -> rusqlite::Result<(i32, i32)> {
+    let (mut log, mut copied): (c_int, c_int) = (0, 0);
+    // SAFETY: a valid connection; "main" names its main database; out-pointers are live.
+    let code = unsafe {
+        ffi::sqlite3_wal_checkpoint_v2(conn.handle(), c"main".as_ptr(), mode, &mut log, &mut copied)
+    };
+    match code {
+        // BUSY: readers or a writer kept part of it; what could be copied was.
+        ffi::SQLITE_OK | ffi::SQLITE_BUSY => Ok((log, copied)),
+        code => Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(code),
+            Some("checkpoint failed".into()),
+        )),
+    }
+}
