@@ -376,3 +376,122 @@ async fn an_empty_result_names_its_columns_and_the_url_may_end_with_a_slash() {
     assert_eq!(rows.column_name(1), Some("b"));
     assert!(rows.next().await.unwrap().is_none());
 }
+
+/// A database encrypted with its customer's key (`remote_encryption` on create): the crate's
+/// `remote_encryption` sends the key with every request; without it, or with another key,
+/// nothing is served (docs/ENCRYPTION.md).
+#[tokio::test]
+async fn an_encrypted_database_answers_the_crate_with_its_key_only() {
+    use base64::Engine;
+    use libsql::{EncryptionContext, EncryptionKey};
+    let server = start().await;
+    let key = base64::engine::general_purpose::STANDARD.encode([42u8; 32]);
+    let created = server
+        .client
+        .post(format!("{}/v1/databases", server.api))
+        .bearer_auth(&server.admin_token)
+        .json(&json!({"name": "vault", "remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let got: serde_json::Value = server
+        .client
+        .get(format!("{}/v1/databases/vault", server.api))
+        .bearer_auth(&server.admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = got["database"]["http_url"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    let token = server.token("vault", "").await;
+    let with = |key: EncryptionKey| EncryptionContext { key };
+
+    let db = remote!(url.clone(), token.clone())
+        .remote_encryption(with(EncryptionKey::Base64Encoded(key.clone())))
+        .build()
+        .await
+        .unwrap();
+    let conn = db.connect().unwrap();
+    conn.execute_batch(
+        "CREATE TABLE secrets (v TEXT); INSERT INTO secrets VALUES ('launch codes');",
+    )
+    .await
+    .unwrap();
+    let tx = conn.transaction().await.unwrap();
+    tx.execute("INSERT INTO secrets VALUES (?1)", params!["more codes"])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut rows = conn
+        .query("SELECT count(*) FROM secrets", ())
+        .await
+        .unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(row.get_value(0).unwrap(), Value::Integer(2));
+
+    // The key as bytes is the same key.
+    let bytes = remote!(url.clone(), token.clone())
+        .remote_encryption(with(EncryptionKey::Bytes(vec![42u8; 32])))
+        .build()
+        .await
+        .unwrap();
+    let mut rows = bytes
+        .connect()
+        .unwrap()
+        .query("SELECT v FROM secrets ORDER BY rowid", ())
+        .await
+        .unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(
+        row.get_value(0).unwrap(),
+        Value::Text("launch codes".into())
+    );
+
+    let keyless = remote!(url.clone(), token.clone()).build().await.unwrap();
+    let refused = keyless
+        .connect()
+        .unwrap()
+        .query("SELECT v FROM secrets", ())
+        .await;
+    let Err(refused) = refused else {
+        panic!("served without the key")
+    };
+    let message = refused.to_string();
+    assert!(
+        message.contains("401") || message.contains("encrypted"),
+        "{message}"
+    );
+    let wrong = remote!(url, token)
+        .remote_encryption(with(EncryptionKey::Bytes(vec![7u8; 32])))
+        .build()
+        .await
+        .unwrap();
+    let refused = wrong
+        .connect()
+        .unwrap()
+        .execute("INSERT INTO secrets VALUES ('forged')", ())
+        .await;
+    let Err(refused) = refused else {
+        panic!("served with another key")
+    };
+    let message = refused.to_string();
+    assert!(
+        message.contains("403") || message.contains("not the key"),
+        "{message}"
+    );
+    let mut rows = conn
+        .query("SELECT count(*) FROM secrets", ())
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.next().await.unwrap().unwrap().get_value(0).unwrap(),
+        Value::Integer(2)
+    );
+}

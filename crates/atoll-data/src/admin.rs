@@ -267,8 +267,19 @@ fn org_of(node: &Node, id: &str) -> Result<String, DataError> {
 /// deletes what it created.
 async fn create(
     State(state): State<Arc<AdminState>>,
+    headers: axum::http::HeaderMap,
     Json(request): Json<CreateDatabase>,
 ) -> Result<Accepted, DataError> {
+    // An encrypted database's key, for its first pages only (never stored or logged).
+    let key = match headers.get(atoll_types::node::ENCRYPTION_KEY_HEADER) {
+        Some(value) => Some(zeroize::Zeroizing::new(
+            value
+                .to_str()
+                .map_err(|_| DataError::BadRequest("the encryption key header is not text".into()))?
+                .to_string(),
+        )),
+        None => None,
+    };
     let node = Arc::clone(&state.node);
     let id = request.config.id.clone();
     let org = request.config.org_id.clone();
@@ -298,10 +309,19 @@ async fn create(
                 // A dump is tenant SQL: on the node's SQL threads (`sql_pool`), in its
                 // organization's turn.
                 node.sql()
-                    .run_for(&org, move || creating.create_database(request).map(|_| ()))
+                    .run_for(&org, move || {
+                        creating
+                            .create_database_with_key(request, key.as_deref().map(String::as_str))
+                            .map(|_| ())
+                    })
                     .await??;
             } else {
-                blocking(move || creating.create_database(request).map(|_| ())).await?;
+                blocking(move || {
+                    creating
+                        .create_database_with_key(request, key.as_deref().map(String::as_str))
+                        .map(|_| ())
+                })
+                .await?;
             }
             if !existed && tracker.abandoned() {
                 tracker.phase("deleting an abandoned create");

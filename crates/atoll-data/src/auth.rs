@@ -1,5 +1,7 @@
 //! Database tokens on the data plane: the [`DbRequest`] extractor finds the database and
 //! checks the bearer token against the keys installed for it (its own and its group's).
+//! It refuses encrypted databases (`crate::encryption`); the routes that serve them take
+//! a [`KeyedDbRequest`], which checks the customer's key instead.
 
 use crate::database::Database;
 use crate::error::DataError;
@@ -23,7 +25,14 @@ pub struct DbAccess {
 pub struct DbRequest {
     pub db: Arc<Database>,
     pub access: DbAccess,
+    /// The customer's key, checked, for an encrypted database (only a
+    /// [`KeyedDbRequest`] has one).
+    pub key: Option<Arc<atoll_storage::encryption::EncryptionKey>>,
 }
+
+/// A request for one database on a route that serves encrypted databases: the same checks
+/// as [`DbRequest`], and the key an encrypted database needs.
+pub struct KeyedDbRequest(pub DbRequest);
 
 impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
     type Rejection = DataError;
@@ -32,43 +41,67 @@ impl FromRequestParts<Arc<DataPlaneState>> for DbRequest {
         parts: &mut Parts,
         state: &Arc<DataPlaneState>,
     ) -> Result<Self, DataError> {
-        let label = database_label(parts, &state.db_domain).ok_or_else(|| {
-            DataError::NoDatabase(format!(
-                "cannot tell which database this is for: use the host <db>-<org>.{}, the x-namespace header, or the path prefix /db/<db>-<org>/",
-                state.db_domain
-            ))
-        })?;
-        let db = state
-            .node
-            .by_label(&label)
-            .or_else(|| {
-                // A replica serving a read (`replication::routing::serve_on_replica`).
-                parts
-                    .extensions
-                    .get::<crate::replication::routing::OnReplica>()
-                    .map(|replica| Arc::clone(&replica.0.db))
-            })
-            .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;
-        // Before its credentials: a node that cannot confirm the database's keys must not
-        // judge a token by the old ones (`crate::convergence`).
-        db.ensure_confirmed()?;
-        check_client_address(&db, parts)?;
-        refuse_encryption_key(&parts.headers)?;
-        // A token when one is sent; otherwise the TLS client certificate, if any.
-        let access = match (
-            parts.headers.get(axum::http::header::AUTHORIZATION),
-            parts.extensions.get::<atoll_http::tls::ClientCertificate>(),
-        ) {
-            (Some(header), _) => authenticate(&db, header.to_str().unwrap_or(""), unix_now())?,
-            (None, Some(certificate)) => authenticate_certificate(&db, &certificate.0, unix_now())?,
-            (None, None) => {
-                return Err(DataError::Unauthorized(
-                    "Authorization header expected but missing".into(),
-                ))
-            }
-        };
-        Ok(DbRequest { db, access })
+        extract(parts, state, false).await
     }
+}
+
+impl FromRequestParts<Arc<DataPlaneState>> for KeyedDbRequest {
+    type Rejection = DataError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<DataPlaneState>,
+    ) -> Result<Self, DataError> {
+        extract(parts, state, true).await.map(KeyedDbRequest)
+    }
+}
+
+async fn extract(
+    parts: &mut Parts,
+    state: &Arc<DataPlaneState>,
+    keyed: bool,
+) -> Result<DbRequest, DataError> {
+    let label = database_label(parts, &state.db_domain).ok_or_else(|| {
+        DataError::NoDatabase(format!(
+            "cannot tell which database this is for: use the host <db>-<org>.{}, the x-namespace header, or the path prefix /db/<db>-<org>/",
+            state.db_domain
+        ))
+    })?;
+    let db = state
+        .node
+        .by_label(&label)
+        .or_else(|| {
+            // A replica serving a read (`replication::routing::serve_on_replica`).
+            parts
+                .extensions
+                .get::<crate::replication::routing::OnReplica>()
+                .map(|replica| Arc::clone(&replica.0.db))
+        })
+        .ok_or_else(|| DataError::UnknownDatabaseForToken(label.clone()))?;
+    // Before its credentials: a node that cannot confirm the database's keys must not
+    // judge a token by the old ones (`crate::convergence`).
+    db.ensure_confirmed()?;
+    check_client_address(&db, parts)?;
+    let key = if keyed {
+        crate::encryption::request_key(&db, &parts.headers)?
+    } else {
+        crate::encryption::plain_only(&db, &parts.headers, &format!("`{}`", parts.uri.path()))?;
+        None
+    };
+    // A token when one is sent; otherwise the TLS client certificate, if any.
+    let access = match (
+        parts.headers.get(axum::http::header::AUTHORIZATION),
+        parts.extensions.get::<atoll_http::tls::ClientCertificate>(),
+    ) {
+        (Some(header), _) => authenticate(&db, header.to_str().unwrap_or(""), unix_now())?,
+        (None, Some(certificate)) => authenticate_certificate(&db, &certificate.0, unix_now())?,
+        (None, None) => {
+            return Err(DataError::Unauthorized(
+                "Authorization header expected but missing".into(),
+            ))
+        }
+    };
+    Ok(DbRequest { db, access, key })
 }
 
 /// Checks an `Authorization` header value against the database's keys.
@@ -194,19 +227,6 @@ pub fn authenticate_certificate(
     // Issued by this organization for another database (or before a rotation): as a
     // token of another database, this one is not revealed.
     Err(DataError::UnknownDatabaseForToken(config.label.clone()))
-}
-
-/// Turso clients send `x-turso-encryption-key` to reach a database encrypted at rest with
-/// the client's key. This build of libSQL has no cipher support, so Atoll never holds
-/// such a database: say so, on every route, rather than ignore the key and serve (or
-/// store) plain data the client believes encrypted.
-pub fn refuse_encryption_key(headers: &axum::http::HeaderMap) -> Result<(), DataError> {
-    if headers.contains_key("x-turso-encryption-key") {
-        return Err(DataError::BadRequest(
-            "encryption at rest with a client-provided key (x-turso-encryption-key) is not available on this server: send requests and uploads without it".into(),
-        ));
-    }
-    Ok(())
 }
 
 pub fn unix_now() -> i64 {

@@ -352,14 +352,27 @@ impl Database {
         }))
     }
 
-    /// Opens a connection for `mode`'s SQL in the sandbox, with the database's size limit.
+    /// Opens a connection for `mode`'s SQL in the sandbox, with the database's size limit;
+    /// an encrypted database's with its `key` (checked by the caller), and never without.
     pub fn open_connection(
         &self,
         mode: Mode,
         settings: &SandboxSettings,
         shutdown: &Arc<AtomicBool>,
+        key: Option<&atoll_storage::encryption::EncryptionKey>,
     ) -> Result<SandboxedConnection, DataError> {
-        let size_limit = self.config().size_limit;
+        let config = self.config();
+        let key = match (&config.encryption, key) {
+            (Some(_), Some(key)) => Some(key),
+            (Some(_), None) => {
+                return Err(crate::encryption::not_for_encrypted(
+                    &config,
+                    "an operation without the database's key",
+                ))
+            }
+            (None, _) => None,
+        };
+        let size_limit = config.size_limit;
         let file = self.file_path();
         if self.log.is_some() && !file.exists() && self.config().state == DatabaseState::Active {
             // Never let SQLite create an empty file in place of a lost one: rebuild it.
@@ -373,7 +386,7 @@ impl Database {
             ));
         }
         let log = self.log.clone();
-        sandbox::open(&file, mode, settings, shutdown, |conn| {
+        sandbox::open(&file, mode, settings, shutdown, key, |conn| {
             conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
             // See `CONNECTION_PRAGMAS`.
             conn.execute_batch(CONNECTION_PRAGMAS)?;

@@ -49,6 +49,47 @@ pub enum DataError {
     Recovering(String, u64),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The customer's key of an encrypted database is missing, malformed or wrong, or the
+    /// route cannot serve an encrypted database (`crate::encryption`).
+    #[error("{1}")]
+    Encryption(EncryptionRefusal, String),
+}
+
+/// Why a request about an encrypted database's key is refused; each has its status and
+/// its code. The body is a Hrana error as well as sqld's (`{"error", "message", "code"}`),
+/// so libSQL clients raise it with its code and message rather than a bare HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncryptionRefusal {
+    /// The database is encrypted and the request carries no key: 401.
+    KeyRequired,
+    /// The key is not base64, or not the length of the database's cipher: 400.
+    KeyMalformed,
+    /// The key is not the database's: 403.
+    KeyInvalid,
+    /// A key was sent to a database that is not encrypted, or this route does not serve
+    /// encrypted databases yet: 400.
+    NotAvailable,
+}
+
+impl EncryptionRefusal {
+    pub fn code(self) -> &'static str {
+        match self {
+            EncryptionRefusal::KeyRequired => "ENCRYPTION_KEY_REQUIRED",
+            EncryptionRefusal::KeyMalformed => "ENCRYPTION_KEY_MALFORMED",
+            EncryptionRefusal::KeyInvalid => "ENCRYPTION_KEY_INVALID",
+            EncryptionRefusal::NotAvailable => "ENCRYPTION_NOT_AVAILABLE",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            EncryptionRefusal::KeyRequired => StatusCode::UNAUTHORIZED,
+            EncryptionRefusal::KeyMalformed | EncryptionRefusal::NotAvailable => {
+                StatusCode::BAD_REQUEST
+            }
+            EncryptionRefusal::KeyInvalid => StatusCode::FORBIDDEN,
+        }
+    }
 }
 
 impl DataError {
@@ -66,6 +107,7 @@ impl DataError {
             DataError::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
             DataError::Storage(_) | DataError::Recovering(..) => StatusCode::SERVICE_UNAVAILABLE,
             DataError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            DataError::Encryption(refusal, _) => refusal.status(),
         }
     }
 }
@@ -75,11 +117,13 @@ impl IntoResponse for DataError {
         if let DataError::Internal(cause) | DataError::Storage(cause) = &self {
             tracing::error!(%cause, "data plane request failed");
         }
-        let mut response = (
-            self.status(),
-            Json(serde_json::json!({ "error": self.to_string() })),
-        )
-            .into_response();
+        let body = match &self {
+            DataError::Encryption(refusal, message) => {
+                serde_json::json!({ "error": message, "message": message, "code": refusal.code() })
+            }
+            _ => serde_json::json!({ "error": self.to_string() }),
+        };
+        let mut response = (self.status(), Json(body)).into_response();
         if let DataError::TooManyRequests(_, seconds) | DataError::Recovering(_, seconds) = &self {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,

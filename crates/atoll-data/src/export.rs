@@ -175,7 +175,7 @@ async fn dump_sql(
         &state.node,
         &req.db,
         move || {
-            let conn = node.pool.checkout(&db, Mode::ReadOnly)?;
+            let conn = node.pool.checkout(&db, Mode::ReadOnly, None)?;
             Ok(((node, db, conn), ()))
         },
         move |(node, db, conn), out| {
@@ -220,7 +220,7 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
         .dir()
         .join(format!(".export-{}", uuid::Uuid::new_v4().simple()));
     let copied = (|| {
-        let source = node.pool.checkout(db, Mode::ReadOnly)?;
+        let source = node.pool.checkout(db, Mode::ReadOnly, None)?;
         let result = backup_into(&source.conn, &path);
         node.pool.checkin(db, source);
         result

@@ -21,6 +21,7 @@ pub mod convergence;
 pub mod crash_journal;
 pub mod database;
 pub mod dump;
+pub mod encryption;
 pub mod error;
 pub mod export;
 pub mod external_jwt;

@@ -397,10 +397,47 @@ impl Node {
     /// Creates a database from its seed. Idempotent for the same id (a retried create
     /// answers the existing database); on failure nothing is left behind.
     pub fn create_database(&self, request: CreateDatabase) -> Result<Arc<Database>, DataError> {
+        self.create_database_with_key(request, None)
+    }
+
+    /// [`Node::create_database`] for a database that may be encrypted with its
+    /// customer's key (`config.encryption`): `key` is the key's text (base64), checked
+    /// against the configuration's verifier, used to write the new file's first pages and
+    /// dropped when this returns. Encrypted databases start empty (other seeds need the
+    /// key of their source too: not available yet).
+    pub fn create_database_with_key(
+        &self,
+        request: CreateDatabase,
+        key: Option<&str>,
+    ) -> Result<Arc<Database>, DataError> {
         let CreateDatabase { mut config, seed } = request;
         if let Some(existing) = self.by_id(&config.id) {
             return Ok(existing);
         }
+        let key = match (&config.encryption, key) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(DataError::BadRequest(format!(
+                    "database {} is not encrypted, yet its create order carries a key",
+                    config.name
+                )))
+            }
+            (Some(_), None) => {
+                return Err(DataError::Encryption(
+                    crate::error::EncryptionRefusal::KeyRequired,
+                    format!("creating encrypted database {} needs its key", config.name),
+                ))
+            }
+            (Some(_), Some(text)) => {
+                if seed != Seed::Empty {
+                    return Err(crate::encryption::not_for_encrypted(
+                        &config,
+                        "seeding a database (a copy, a point in time, an upload or a dump)",
+                    ));
+                }
+                Some(crate::encryption::key_for(&config, text)?)
+            }
+        };
         if self.by_label(&config.label).is_some() {
             return Err(DataError::Conflict(format!(
                 "hostname label {} is taken on this node",
@@ -418,7 +455,10 @@ impl Node {
                 _ => config.state,
             };
             match &seed {
-                Seed::Empty => initialise_empty(&file)?,
+                Seed::Empty => match &key {
+                    Some(key) => initialise_encrypted(&file, key)?,
+                    None => initialise_empty(&file)?,
+                },
                 Seed::Upload => {}
                 Seed::Copy { source_id } => {
                     let source = self.by_id(source_id).ok_or_else(|| {
@@ -470,6 +510,7 @@ impl Node {
                         Mode::DumpLoader,
                         &self.sandbox,
                         &self.shutdown,
+                        None,
                         |_| Ok(()),
                     )?;
                     // Journaled for the organization (the database is new: a crash must
@@ -722,6 +763,20 @@ fn initialise_empty(file: &Path) -> Result<(), DataError> {
     Ok(())
 }
 
+/// An empty encrypted database: its first pages written (sealed) with `key`, the WAL
+/// checkpointed into the file by the last close. Not from a cached image: every
+/// database's pages are sealed under its own key with fresh nonces.
+fn initialise_encrypted(
+    file: &Path,
+    key: &atoll_storage::encryption::EncryptionKey,
+) -> Result<(), DataError> {
+    let conn = atoll_storage::encryption::create(file, key)?;
+    // Synced once by the caller before the rename, as an empty database is.
+    conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA user_version = 0;")?;
+    conn.close().map_err(|(_, e)| e)?;
+    Ok(())
+}
+
 /// An empty database built by SQLite (see [`EMPTY_DATABASE`]).
 fn build_empty(file: &Path) -> Result<(), DataError> {
     let conn = rusqlite::Connection::open(file)?;
@@ -746,7 +801,7 @@ fn copy_database(node: &Node, source: &Database, target: &Path) -> Result<(), Da
             "the source database has no data yet".into(),
         ));
     }
-    let conn = source.open_connection(Mode::ReadOnly, &node.sandbox, &node.shutdown)?;
+    let conn = source.open_connection(Mode::ReadOnly, &node.sandbox, &node.shutdown, None)?;
     conn.conn
         .backup(rusqlite::DatabaseName::Main, target, None)?;
     let copy = rusqlite::Connection::open(target)?;

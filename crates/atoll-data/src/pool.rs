@@ -181,11 +181,19 @@ impl ConnectionPool {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An idle connection to `db` for `mode`, or a new one.
-    pub fn checkout(&self, db: &Database, mode: Mode) -> Result<SandboxedConnection, DataError> {
+    /// An idle connection to `db` for `mode`, or a new one. An encrypted database's
+    /// connections open with `key`, which the caller checked against the database's
+    /// verifier (`crate::encryption`): the database has one key, so every idle connection
+    /// of it was opened with the key this caller holds.
+    pub fn checkout(
+        &self,
+        db: &Database,
+        mode: Mode,
+        key: Option<&atoll_storage::encryption::EncryptionKey>,
+    ) -> Result<SandboxedConnection, DataError> {
         match self.checkout_idle(db, mode) {
             Some(conn) => Ok(conn),
-            None => db.open_connection(mode, &self.sandbox, &self.shutdown),
+            None => db.open_connection(mode, &self.sandbox, &self.shutdown, key),
         }
     }
 

@@ -588,16 +588,20 @@ pub struct SandboxedConnection {
 /// 1 s deadline between two checks.
 const PROGRESS_INTERVAL: i32 = 1_000;
 
-/// Opens `path` for tenant SQL under `mode`'s rules. `setup` runs first, trusted (Atoll's
-/// connection pragmas).
+/// Opens `path` for tenant SQL under `mode`'s rules; an encrypted database with its `key`.
+/// `setup` runs first, trusted (Atoll's connection pragmas).
 pub fn open(
     path: &Path,
     mode: Mode,
     settings: &SandboxSettings,
     shutdown: &Arc<AtomicBool>,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
     setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
 ) -> Result<SandboxedConnection, DataError> {
-    let conn = Connection::open(path)?;
+    let conn = match key {
+        Some(key) => atoll_storage::encryption::open(path, rusqlite::OpenFlags::default(), key)?,
+        None => Connection::open(path)?,
+    };
     // A dump loads into a new file that is checked whole before it is installed (as an
     // upload is), and `sqlite3 .dump` writes virtual tables through `writable_schema`:
     // there, and only there, the schema may be written.

@@ -33,6 +33,7 @@ fn concurrent_configures_of_one_database_all_succeed() {
         pitr_retention_days: None,
         config_version: 0,
         history_starts_at_ms: None,
+        encryption: None,
     };
     let db = node
         .create_database(CreateDatabase {

@@ -710,8 +710,9 @@ fn busy_sql_threads_leave_the_blocking_pool_alone() {
     });
 }
 
-// Finding 12 (data plane): a client-provided encryption key was ignored. This build has no
-// cipher support, so every route refuses the key instead of serving plain data.
+// Finding 12 (data plane): a client-provided encryption key was ignored. A database that
+// is not encrypted refuses a key on every route instead of serving plain data its client
+// believes encrypted (encrypted databases: `atoll-control/tests/api/security/encryption_at_rest.rs`).
 #[tokio::test]
 async fn encryption_keys_are_refused_not_ignored() {
     let node = start_node().await;
@@ -738,8 +739,9 @@ async fn encryption_keys_are_refused_not_ignored() {
             .unwrap();
         assert_eq!(response.status(), 400, "{path}");
         let body: Value = response.json().await.unwrap();
+        assert_eq!(body["code"], "ENCRYPTION_NOT_AVAILABLE", "{path}: {body}");
         assert!(
-            body["error"].as_str().unwrap().contains("not available"),
+            body["error"].as_str().unwrap().contains("not encrypted"),
             "{path}: {body}"
         );
     }

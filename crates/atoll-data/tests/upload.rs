@@ -97,6 +97,7 @@ impl TestNode {
             pitr_retention_days: None,
             config_version: 0,
             history_starts_at_ms: None,
+            encryption: None,
         };
         self.node
             .create_database(CreateDatabase { config, seed })
@@ -1145,6 +1146,7 @@ fn sandboxed_loader(path: &std::path::Path) -> atoll_data::sandbox::SandboxedCon
         atoll_data::sandbox::Mode::DumpLoader,
         &atoll_data::sandbox::SandboxSettings::default(),
         &std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        None,
         |_| Ok(()),
     )
     .unwrap()
@@ -1392,6 +1394,7 @@ COMMIT;
         pitr_retention_days: None,
         config_version: 0,
         history_starts_at_ms: None,
+        encryption: None,
     };
     let started = std::time::Instant::now();
     let created = node.create_database(CreateDatabase {

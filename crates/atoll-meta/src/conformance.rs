@@ -91,6 +91,9 @@ pub fn checks() -> Vec<(&'static str, Check)> {
         ("client_certificate_authorities", |s| {
             Box::pin(client_certificate_authorities(s))
         }),
+        ("encrypted_databases_keep_a_verifier_not_a_key", |s| {
+            Box::pin(encrypted_databases_keep_a_verifier_not_a_key(s))
+        }),
     ]
 }
 
@@ -925,7 +928,35 @@ fn new_database(org_id: &str, group_id: &str, name: &str, label: &str) -> Databa
         config_version: 1,
         durability: None,
         history_starts_at: None,
+        encryption: None,
     }
+}
+
+async fn encrypted_databases_keep_a_verifier_not_a_key(store: Store) {
+    let (_, org, group) = store
+        .create_user(new_user("erin"), Some(new_group("default")))
+        .await
+        .unwrap();
+    let group = group.unwrap();
+    let encryption = crate::DatabaseEncryption {
+        cipher: "aes256gcm".into(),
+        verifier: "ab".repeat(32),
+    };
+    let encrypted = store
+        .insert_database(Database {
+            encryption: Some(encryption.clone()),
+            ..new_database(&org.id, &group.id, "secret", "secret-erin")
+        })
+        .await
+        .unwrap();
+    assert_eq!(encrypted.encryption.as_ref(), Some(&encryption));
+    let read = store.database_by_id(&encrypted.id).await.unwrap().unwrap();
+    assert_eq!(read.encryption, Some(encryption));
+    let plain = store
+        .insert_database(new_database(&org.id, &group.id, "plain", "plain-erin"))
+        .await
+        .unwrap();
+    assert_eq!(plain.encryption, None);
 }
 
 async fn databases(store: Store) {
@@ -946,6 +977,7 @@ async fn databases(store: Store) {
             .await
             .unwrap();
         assert_eq!((db.name.as_str(), db.state), (name, DatabaseState::Active));
+        assert_eq!(db.encryption, None);
         names.push(db);
     }
     let err = store

@@ -280,6 +280,19 @@ pub struct Database {
     /// database's history anew so the new owner can never restore, copy or sync a state
     /// of the old owner's. `None`: at its creation. Set by the store only.
     pub history_starts_at: Option<i64>,
+    /// Encrypted with its customer's key (Turso's `remote_encryption`); `None`: not.
+    /// Set at creation only.
+    pub encryption: Option<DatabaseEncryption>,
+}
+
+/// What is stored of an encrypted database's key: never the key, only its cipher and
+/// its verifier (`atoll_storage::encryption::Verifier`, hex), which tells a wrong key
+/// from damaged data (docs/ENCRYPTION.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseEncryption {
+    /// Turso's cipher name (`aes256gcm`, …).
+    pub cipher: String,
+    pub verifier: String,
 }
 
 impl std::fmt::Debug for Database {
@@ -306,6 +319,7 @@ impl std::fmt::Debug for Database {
             .field("deleted_at", &self.deleted_at)
             .field("durability", &self.durability)
             .field("history_starts_at", &self.history_starts_at)
+            .field("encryption", &self.encryption)
             .finish()
     }
 }

@@ -59,6 +59,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         20,
         include_str!("migrations/postgres/0020_history_start.sql"),
     ),
+    (
+        21,
+        include_str!("migrations/postgres/0021_remote_encryption.sql"),
+    ),
 ];
 /// Connections a process opens to PostgreSQL by default (`--database-pool-size`).
 pub const DEFAULT_POSTGRES_POOL_SIZE: usize = 16;

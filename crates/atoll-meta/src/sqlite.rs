@@ -41,6 +41,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/sqlite/0019_instance_usage.sql"),
     ),
     (20, include_str!("migrations/sqlite/0020_history_start.sql")),
+    (
+        21,
+        include_str!("migrations/sqlite/0021_remote_encryption.sql"),
+    ),
 ];
 const MAX_IDLE_READERS: usize = 8;
 

@@ -77,6 +77,11 @@ pub enum ErrorCode {
     /// Encryption at rest with a client-provided key (`remote_encryption`) was asked for;
     /// this server cannot provide it and refuses rather than store the data in the clear.
     EncryptionNotAvailable,
+    /// A `remote_encryption` cipher this server does not support (the AEGIS family, or an
+    /// unknown name); the message lists the supported ones.
+    EncryptionCipherNotSupported,
+    /// A `remote_encryption` key that is not base64 or not the length its cipher needs.
+    EncryptionKeyMalformed,
     PayloadTooLarge,
     /// The client took too long to send its request body.
     RequestTimeout,
@@ -141,6 +146,8 @@ impl ErrorCode {
             Self::NotAvailable => "not_available",
             Self::NotAvailableOnSelfHosted => "not_available_on_self_hosted",
             Self::EncryptionNotAvailable => "encryption_not_available",
+            Self::EncryptionCipherNotSupported => "encryption_cipher_not_supported",
+            Self::EncryptionKeyMalformed => "encryption_key_malformed",
             Self::DataPlane => "data_plane_error",
             Self::PayloadTooLarge => "payload_too_large",
             Self::RequestTimeout => "request_timeout",

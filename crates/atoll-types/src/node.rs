@@ -116,6 +116,20 @@ pub struct DatabaseConfig {
     /// `None`: at its creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_starts_at_ms: Option<i64>,
+    /// Encrypted with its customer's key: the cipher and the key's verifier (never the
+    /// key, which every request carries in `x-turso-encryption-key`; docs/ENCRYPTION.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<DatabaseEncryption>,
+}
+
+/// How a database is encrypted with its customer's key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseEncryption {
+    /// Turso's cipher name (`aes256gcm`, `aes128gcm`, `chacha20poly1305`).
+    pub cipher: String,
+    /// HMAC-SHA256 keyed by the key over a label and the database's id (hex): tells a
+    /// wrong key from damaged data.
+    pub verifier: String,
 }
 
 /// When a commit is acknowledged (`docs/STORAGE.md`, "Durability modes").
@@ -167,6 +181,11 @@ pub struct CreateDatabase {
     pub config: DatabaseConfig,
     pub seed: Seed,
 }
+
+/// The header of a create order for an encrypted database (`config.encryption`) that
+/// carries its key, which the node needs once to write the new file's first pages and
+/// forgets when the order is done; the same header as clients' requests.
+pub const ENCRYPTION_KEY_HEADER: &str = "x-turso-encryption-key";
 
 /// Live figures of a database on its node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -355,5 +355,16 @@ pub(crate) fn data_error(error: DataError) -> ApiError {
         | DataError::Storage(m)
         | DataError::Recovering(m, _)
         | DataError::Internal(m) => ApiError::Upstream(m),
+        DataError::Encryption(refusal, m) => match refusal {
+            atoll_data::error::EncryptionRefusal::KeyMalformed => {
+                ApiError::Invalid(ErrorCode::EncryptionKeyMalformed, m)
+            }
+            atoll_data::error::EncryptionRefusal::NotAvailable => {
+                ApiError::Invalid(ErrorCode::EncryptionNotAvailable, m)
+            }
+            // The control plane checked the key it sent: a refusal is the node's fault.
+            atoll_data::error::EncryptionRefusal::KeyRequired
+            | atoll_data::error::EncryptionRefusal::KeyInvalid => ApiError::Upstream(m),
+        },
     }
 }

@@ -120,7 +120,18 @@ impl NodeAdmin<'_> {
         body: Option<Vec<u8>>,
         bound: Duration,
     ) -> Result<T, ApiError> {
-        let mut order = self.order(method, path);
+        self.long_order_of(self.order(method, path), path, body, bound)
+            .await
+    }
+
+    /// [`Self::long_order`] of an order already built (with headers of its own).
+    async fn long_order_of<T: serde::de::DeserializeOwned>(
+        &self,
+        mut order: reqwest::RequestBuilder,
+        path: &str,
+        body: Option<Vec<u8>>,
+        bound: Duration,
+    ) -> Result<T, ApiError> {
         if let Some(body) = body {
             order = order
                 .timeout(start_timeout(body.len()))
@@ -208,9 +219,19 @@ impl NodeAdmin<'_> {
     }
 
     /// `POST /v1/databases`: creates a database, empty or from its seed (a long order).
-    pub async fn create_database(&self, request: &CreateDatabase) -> Result<OrderDone, ApiError> {
+    /// An encrypted database's `key` (base64) travels in the order's header, as clients
+    /// send it: never in the body, which may be logged or retried from a record.
+    pub async fn create_database(
+        &self,
+        request: &CreateDatabase,
+        key: Option<&str>,
+    ) -> Result<OrderDone, ApiError> {
         let body = json_body(request)?;
-        self.long_order(Method::POST, "/v1/databases", Some(body), OPERATION_BOUND)
+        let mut order = self.order(Method::POST, "/v1/databases");
+        if let Some(key) = key {
+            order = order.header(wire::ENCRYPTION_KEY_HEADER, key);
+        }
+        self.long_order_of(order, "/v1/databases", Some(body), OPERATION_BOUND)
             .await
     }
 

@@ -66,6 +66,13 @@ pub fn node_config(
         pitr_retention_days: plan_retention_days(&org.plan_id),
         config_version: u64::try_from(db.config_version).unwrap_or(0),
         history_starts_at_ms: db.history_starts_at,
+        encryption: db
+            .encryption
+            .as_ref()
+            .map(|e| atoll_types::node::DatabaseEncryption {
+                cipher: e.cipher.clone(),
+                verifier: e.verifier.clone(),
+            }),
     }
 }
 

@@ -8,10 +8,13 @@ use atoll_types::node::{self as wire, CreateDatabase, DatabaseConfig};
 use std::sync::Arc;
 
 impl DataPlane {
+    /// Creates a database; an encrypted one (`request.config.encryption`) with its `key`
+    /// (base64), which the node uses for the new file's first pages and then forgets.
     pub async fn create_database(
         &self,
         node_name: &str,
         request: CreateDatabase,
+        key: Option<zeroize::Zeroizing<String>>,
     ) -> Result<(), ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
@@ -28,10 +31,16 @@ impl DataPlane {
                         .and_then(|created| created)
                         .map_err(data_error);
                 }
-                blocking(move || node.create_database(request).map(|_| ())).await
+                blocking(move || {
+                    node.create_database_with_key(request, key.as_deref().map(String::as_str))
+                        .map(|_| ())
+                })
+                .await
             }
             DataPlane::Remote { .. } => {
-                self.admin(node_name)?.create_database(&request).await?;
+                self.admin(node_name)?
+                    .create_database(&request, key.as_deref().map(String::as_str))
+                    .await?;
                 Ok(())
             }
         }

@@ -93,6 +93,7 @@ async fn restore(
     let db = access.database();
     let timestamp_ms = parse_timestamp(&request.timestamp)?;
     check_history(db, timestamp_ms, ErrorCode::InvalidRequest)?;
+    crate::routes::databases::create::not_for_encrypted(db, "a restore in place")?;
     let outcome = state
         .data_plane
         .restore_in_place(&db.node, &db.id, timestamp_ms)

@@ -381,6 +381,11 @@ async fn transfer(
         return Err(group_exists(StoreError::AlreadyExists(Entity::Group)));
     }
     for db in state.store.databases_in_group(&group.id).await? {
+        // A transfer vacuums each database to start its history anew (needs its rows).
+        crate::routes::databases::create::not_for_encrypted(
+            &db,
+            "a transfer to another organization",
+        )?;
         if state
             .store
             .database_by_name(&target.id, &db.name)

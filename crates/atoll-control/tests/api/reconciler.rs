@@ -40,6 +40,7 @@ async fn stray_database(app: &TestApp) -> String {
         pitr_retention_days: None,
         config_version: 0,
         history_starts_at_ms: None,
+        encryption: None,
     };
     // On a blocking thread, as the node's admin API creates: the first generation goes to
     // object storage through the runtime.

@@ -42,6 +42,8 @@ pub(crate) struct Caller {
     pub node: Arc<Node>,
     pub db: Arc<Database>,
     pub access: DbAccess,
+    /// The customer's key of an encrypted database, checked against its verifier.
+    pub key: Option<Arc<atoll_storage::encryption::EncryptionKey>>,
     pub version: Version,
     /// Raised when the request's client goes away: its running statement is interrupted.
     pub cancel: Option<CancelToken>,
@@ -1129,8 +1131,9 @@ impl ClientConnection {
         node: &Node,
         db: &Database,
         mode: Mode,
+        key: Option<&atoll_storage::encryption::EncryptionKey>,
     ) -> Result<ClientConnection, DataError> {
-        node.pool.checkout(db, mode).map(ClientConnection::new)
+        node.pool.checkout(db, mode, key).map(ClientConnection::new)
     }
 
     pub(crate) fn is_autocommit(&self) -> bool {
@@ -1163,7 +1166,7 @@ impl ClientConnection {
                 )),
             );
         }
-        match ClientConnection::checkout(&caller.node, &caller.db, mode) {
+        match ClientConnection::checkout(&caller.node, &caller.db, mode, caller.key.as_deref()) {
             Ok(fresh) => {
                 self.give_back(&caller.node, caller.db.id());
                 (fresh, Ok(()))

@@ -10,7 +10,7 @@ use super::cursor::{check_cursor, run_cursor, JsonCursorEntry, CURSOR_BUFFER};
 use super::exec::{Caller, ClientConnection, Outcome, Run};
 use super::stream::HttpStream;
 use super::{blocking, Encoding, HranaBody, HranaError, Version};
-use crate::auth::DbRequest;
+use crate::auth::{DbRequest, KeyedDbRequest};
 use crate::error::DataError;
 use crate::node::Node;
 use crate::sandbox::CancelToken;
@@ -31,7 +31,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) async fn pipeline_v2(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     respond(
@@ -42,7 +42,7 @@ pub(super) async fn pipeline_v2(
 
 pub(super) async fn pipeline_v3(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     respond(
@@ -53,7 +53,7 @@ pub(super) async fn pipeline_v3(
 
 pub(super) async fn pipeline_v3_protobuf(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     respond(
@@ -64,7 +64,7 @@ pub(super) async fn pipeline_v3_protobuf(
 
 pub(super) async fn cursor_v3(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     respond(
@@ -75,7 +75,7 @@ pub(super) async fn cursor_v3(
 
 pub(super) async fn cursor_v3_protobuf(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     respond(
@@ -127,6 +127,7 @@ async fn pipeline(
         node: Arc::clone(&state.node),
         db: request.db,
         access: request.access,
+        key: request.key,
         version,
         cancel: Some(cancel),
     };
@@ -289,7 +290,12 @@ fn open_stream(
         None => {
             let permit = super::stream::acquire_stream_permit(state, &caller.db)
                 .map_err(|refused| too_many_open(refused, super::IDLE_TIMEOUT))?;
-            let conn = ClientConnection::checkout(&caller.node, &caller.db, caller.mode())?;
+            let conn = ClientConnection::checkout(
+                &caller.node,
+                &caller.db,
+                caller.mode(),
+                caller.key.as_deref(),
+            )?;
             state.streams.create(db_id, conn, permit)
         }
     };
@@ -629,6 +635,7 @@ async fn cursor(
         node: Arc::clone(&state.node),
         db: request.db,
         access: request.access,
+        key: request.key,
         version: Version::Hrana3,
         cancel: Some(cancel),
     };

@@ -198,6 +198,7 @@ fn data_error_code(error: &DataError) -> &'static str {
         DataError::Storage(_) => "DURABILITY_UNAVAILABLE",
         DataError::Recovering(..) => "DATABASE_UNAVAILABLE",
         DataError::Internal(_) => "INTERNAL_ERROR",
+        DataError::Encryption(refusal, _) => refusal.code(),
     }
 }
 

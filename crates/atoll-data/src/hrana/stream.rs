@@ -397,6 +397,7 @@ mod tests {
             crate::sandbox::Mode::ReadWrite,
             &crate::sandbox::SandboxSettings::default(),
             &shutdown,
+            None,
             |_| Ok(()),
         )
         .unwrap();

@@ -4,7 +4,7 @@
 
 use super::exec::{Caller, ClientConnection, Outcome, Run};
 use super::{blocking, Encoding, HranaBody, HranaError, SqlStore, Version};
-use crate::auth::DbRequest;
+use crate::auth::{DbRequest, KeyedDbRequest};
 use crate::sandbox::CancelToken;
 use crate::DataPlaneState;
 use axum::extract::State;
@@ -37,7 +37,7 @@ struct BatchResponse {
 
 pub(super) async fn execute(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     let outcome = async {
@@ -61,7 +61,7 @@ pub(super) async fn execute(
 
 pub(super) async fn batch(
     State(state): State<Arc<DataPlaneState>>,
-    request: DbRequest,
+    KeyedDbRequest(request): KeyedDbRequest,
     HranaBody(body): HranaBody,
 ) -> Response {
     let outcome = async {
@@ -95,13 +95,19 @@ async fn run_stateless<T: Send + 'static>(
         node: Arc::clone(&state.node),
         db: request.db,
         access: request.access,
+        key: request.key,
         version: Version::Hrana1,
         cancel: Some(cancel),
     };
     let node = Arc::clone(&caller.node);
     let db = Arc::clone(&caller.db);
     blocking(&node, &db, move || {
-        let conn = ClientConnection::checkout(&caller.node, &caller.db, caller.mode())?;
+        let conn = ClientConnection::checkout(
+            &caller.node,
+            &caller.db,
+            caller.mode(),
+            caller.key.as_deref(),
+        )?;
         let outcome = Run::start(&caller, &conn).and_then(|run| work(&run));
         conn.give_back(&caller.node, caller.db.id());
         outcome

@@ -64,7 +64,7 @@ pub(super) async fn upgrade(
     if let Err(error) = crate::auth::check_client_address(&db, &parts) {
         return error.into_response();
     }
-    if let Err(error) = crate::auth::refuse_encryption_key(&parts.headers) {
+    if let Err(error) = crate::encryption::plain_only(&db, &parts.headers, "Hrana over WebSocket") {
         return error.into_response();
     }
     if let Err(error) = db.ensure_queryable() {
@@ -610,7 +610,7 @@ impl Session {
         let mode = self.caller().mode();
         let opened = blocking(&self.state.node, &self.db, move || {
             db.ensure_queryable()?;
-            ClientConnection::checkout(&node, &db, mode)
+            ClientConnection::checkout(&node, &db, mode, None)
         })
         .await?;
         match opened {
@@ -819,6 +819,8 @@ impl Session {
                 write: false,
                 attach: Vec::new(),
             }),
+            // Encrypted databases are not served over WebSocket yet (refused at the upgrade).
+            key: None,
             version: self.version,
             // A statement is bounded by its deadline; the socket is not watched while
             // one runs.

@@ -27,7 +27,7 @@
 //! Errors are trailers-only responses: HTTP 200 with `grpc-status` and `grpc-message`.
 
 use super::log::{self, Frames};
-use crate::auth::{authenticate, check_client_address, refuse_encryption_key, unix_now};
+use crate::auth::{authenticate, check_client_address, unix_now};
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::namespace::database_label;
@@ -127,6 +127,12 @@ impl From<DataError> for GrpcError {
             DataError::TooManyRequests(..) => 8,
             DataError::Storage(_) | DataError::Recovering(..) => 14,
             DataError::Internal(_) => 13,
+            DataError::Encryption(refusal, _) => match refusal {
+                crate::error::EncryptionRefusal::KeyRequired => 16,
+                crate::error::EncryptionRefusal::KeyInvalid => 7,
+                crate::error::EncryptionRefusal::KeyMalformed
+                | crate::error::EncryptionRefusal::NotAvailable => 3,
+            },
         };
         if let DataError::Internal(cause) | DataError::Storage(cause) = &e {
             tracing::error!(%cause, "replication call failed");
@@ -244,7 +250,7 @@ fn authorize(state: &DataPlaneState, parts: &Parts) -> Result<Arc<Database>, Grp
         .ok_or_else(|| GrpcError(9, "NAMESPACE_DOESNT_EXIST".into()))?;
     db.ensure_confirmed()?;
     check_client_address(&db, parts)?;
-    refuse_encryption_key(&parts.headers)?;
+    crate::encryption::plain_only(&db, &parts.headers, "replication over gRPC")?;
     let header = parts
         .headers
         .get("x-authorization")

@@ -437,7 +437,9 @@ fn check_candidate(
         if before != expected_head {
             return Err(Refused::Conflict(before));
         }
-        let source = node.pool.checkout(db, crate::sandbox::Mode::ReadOnly)?;
+        let source = node
+            .pool
+            .checkout(db, crate::sandbox::Mode::ReadOnly, None)?;
         let copied = crate::export::backup_into(&source.conn, &path);
         node.pool.checkin(db, source);
         copied?;

@@ -43,7 +43,7 @@ pub fn take(node: &Node, db: &Database) -> Result<Option<LiveCopy>, DataError> {
     let path = db
         .dir()
         .join(format!(".sync-{}", uuid::Uuid::new_v4().simple()));
-    let source = node.pool.checkout(db, Mode::ReadOnly)?;
+    let source = node.pool.checkout(db, Mode::ReadOnly, None)?;
     // Atoll's own statements (a transaction, a pragma, the backup), not tenant SQL.
     let copied = source
         .control
@@ -76,7 +76,7 @@ pub fn take_replica(node: &Node, replica: &Replica) -> Result<LiveCopy, DataErro
     let path = db
         .dir()
         .join(format!(".sync-{}", uuid::Uuid::new_v4().simple()));
-    let source = node.pool.checkout(db, Mode::ReadOnly)?;
+    let source = node.pool.checkout(db, Mode::ReadOnly, None)?;
     let copied = source.control.trusted(|| {
         source.conn.execute_batch("BEGIN")?;
         let within = (|| -> Result<(u32, u64), DataError> {

@@ -235,6 +235,7 @@ pub(crate) fn integrity_check(
         Mode::ReadOnly,
         &bounds.settings,
         &Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        None,
         |_| Ok(()),
     )?;
     let watch = std::panic::AssertUnwindSafe(CheckWatch {

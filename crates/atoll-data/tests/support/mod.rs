@@ -169,6 +169,7 @@ fn config_with_key(name: &str, key: &SigningKey) -> DatabaseConfig {
         pitr_retention_days: None,
         config_version: 0,
         history_starts_at_ms: None,
+        encryption: None,
     }
 }
 

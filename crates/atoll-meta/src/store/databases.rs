@@ -1,13 +1,13 @@
 use super::Store;
 use crate::backend::{Conn, Row, Value};
 use crate::error::{Entity, Result, StoreError};
-use crate::model::{Database, DatabaseState};
+use crate::model::{Database, DatabaseEncryption, DatabaseState};
 use crate::secrets::{SealedRecord, SecretsKeyring};
 
 const DATABASE_COLUMNS: &str = "d.id, d.org_id, d.group_id, d.name, d.label, d.state, d.location, d.node, \
      d.size_limit, d.block_reads, d.block_writes, d.delete_protection, d.allow_attach, d.allowed_ips, \
      d.parent_id, d.parent_name, d.branched_at, d.signing_key, d.key_id, d.created_at, d.deleted_at, d.config_version, d.durability, \
-     d.history_starts_at";
+     d.history_starts_at, d.encryption_cipher, d.encryption_verifier";
 
 /// A database from its row, its signing key opened.
 fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
@@ -45,6 +45,10 @@ fn database_from_row(row: &Row, secrets: &SecretsKeyring) -> Result<Database> {
         config_version: row.int(21),
         durability: row.opt_text(22),
         history_starts_at: row.opt_int(23),
+        encryption: match (row.opt_text(24), row.opt_text(25)) {
+            (Some(cipher), Some(verifier)) => Some(DatabaseEncryption { cipher, verifier }),
+            _ => None,
+        },
     })
 }
 
@@ -154,8 +158,10 @@ impl Store {
             c.execute(
                 "INSERT INTO databases (id, org_id, group_id, name, label, state, location, node, size_limit,
                      block_reads, block_writes, delete_protection, allow_attach, allowed_ips, parent_id,
-                     parent_name, branched_at, signing_key, key_id, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                     parent_name, branched_at, signing_key, key_id, created_at, encryption_cipher,
+                     encryption_verifier)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                     $21, $22)",
                 &[
                     (&db.id).into(),
                     (&db.org_id).into(),
@@ -177,6 +183,8 @@ impl Store {
                     sealed_key.into(),
                     (&db.key_id).into(),
                     crate::now_millis().into(),
+                    Value::from(db.encryption.as_ref().map(|e| e.cipher.clone())),
+                    Value::from(db.encryption.as_ref().map(|e| e.verifier.clone())),
                 ],
             )
             .map_err(|e| e.duplicate_is(Entity::Database))?;

@@ -607,6 +607,7 @@ async fn seed_databases(
                 config_version: 1,
                 durability: None,
                 history_starts_at: None,
+                encryption: None,
             };
             let record = store.insert_database(record).await?;
             let config = atoll_control::data_plane::node_config(
@@ -1372,6 +1373,7 @@ async fn create_node_database(
         pitr_retention_days: None,
         config_version: 0,
         history_starts_at_ms: None,
+        encryption: None,
     };
     let node = Arc::clone(node);
     tokio::task::spawn_blocking(move || {
@@ -1400,6 +1402,7 @@ async fn write_pages(
             atoll_data::sandbox::Mode::ReadWrite,
             node.sandbox(),
             &Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            None,
         )?;
         conn.conn
             .execute_batch("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)")?;
@@ -1534,6 +1537,7 @@ async fn write_replica_rows(
             atoll_data::sandbox::Mode::ReadWrite,
             node.sandbox(),
             &Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            None,
         )?;
         for chunk in 0..mib {
             let first = chunk * 256 + 1;

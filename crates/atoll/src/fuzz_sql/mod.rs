@@ -219,7 +219,7 @@ fn open_case(
     shutdown: &Arc<AtomicBool>,
     storage: bool,
 ) -> Result<SandboxedConnection> {
-    sandbox::open(db, Mode::ReadWrite, settings, shutdown, |conn| {
+    sandbox::open(db, Mode::ReadWrite, settings, shutdown, None, |conn| {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         conn.execute_batch(CONNECTION_PRAGMAS)?;
         let cache_kib = (settings.page_cache_bytes / 1024).max(1);
@@ -335,7 +335,7 @@ fn list_functions(
     shutdown: &Arc<AtomicBool>,
 ) -> Result<Vec<Function>> {
     let path = work_dir.join("functions.db");
-    let sandboxed = sandbox::open(&path, Mode::ReadWrite, settings, shutdown, |_| Ok(()))?;
+    let sandboxed = sandbox::open(&path, Mode::ReadWrite, settings, shutdown, None, |_| Ok(()))?;
     let functions = sandboxed
         .control
         .trusted(|| -> rusqlite::Result<Vec<Function>> {

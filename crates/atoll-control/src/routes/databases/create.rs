@@ -10,6 +10,7 @@ use crate::database_tokens::{group_with_key, new_signing_key};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use atoll_meta::{Database, DatabaseChanges, DatabaseInsert, DatabaseState, StoreError};
+use atoll_storage::encryption::{Cipher, EncryptionKey};
 use atoll_types::audit::AuditCode;
 use atoll_types::databases::{CreateDatabaseRequest, CreateDatabaseResponse, CreatedDatabase};
 use atoll_types::node::{CreateDatabase, Seed};
@@ -33,8 +34,17 @@ pub(crate) async fn create(
         return Ok(Json(response));
     }
     let limit = validate(&request)?;
+    let encryption = requested_encryption(&request)?;
     let group = target_group(&state, &access, &request).await?;
-    let (record, dump_id) = create_where_answered(&state, &access, &request, &group, limit).await?;
+    let (record, dump_id) = create_where_answered(
+        &state,
+        &access,
+        &request,
+        &group,
+        limit,
+        encryption.as_ref(),
+    )
+    .await?;
     if let Some(id) = dump_id {
         // A dump seeds one database: forgetting it now frees the organization's allowance
         // (a failed create keeps it, to be fixed and retried until it expires).
@@ -43,6 +53,10 @@ pub(crate) async fn create(
         }
     }
     let mut data = json!({"database": record.name, "group": group.name});
+    if let Some(encryption) = &record.encryption {
+        // The cipher only: the key is never recorded anywhere.
+        data["encryption_cipher"] = json!(encryption.cipher);
+    }
     if let Some(seed) = &request.seed {
         data["seed"] = json!(seed.kind);
     }
@@ -137,19 +151,86 @@ impl Idempotency {
     }
 }
 
-/// Checks what a create asks for without the store: its name, no encryption; answers its
-/// size limit.
+/// Checks what a create asks for without the store: its name; answers its size limit.
 fn validate(request: &CreateDatabaseRequest) -> ApiResult<Option<i64>> {
     atoll_types::names::validate_resource_name("database", &request.name)
         .map_err(|e| ApiError::Invalid(ErrorCode::InvalidName, e))?;
-    if request
+    size_limit(request.size_limit.as_deref().unwrap_or(""))
+}
+
+/// Refuses `what` for encrypted database `db`: what needs its rows without its key (a
+/// copy into a database encrypted otherwise or not at all, an in-place restore through
+/// SQL, a transfer's vacuum) is not available for encrypted databases yet.
+pub(crate) fn not_for_encrypted(db: &Database, what: &str) -> ApiResult<()> {
+    if db.encryption.is_none() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid(
+        ErrorCode::EncryptionNotAvailable,
+        format!(
+            "{what} is not available for encrypted databases yet (database {} is encrypted with its customer's key; docs/ENCRYPTION.md)",
+            db.name
+        ),
+    ))
+}
+
+/// What a create's `remote_encryption` asks for: the cipher and the key (checked against
+/// the cipher, kept as the client sent it, base64, for the node).
+struct RequestedEncryption {
+    cipher: Cipher,
+    key: EncryptionKey,
+    text: zeroize::Zeroizing<String>,
+}
+
+/// The create's `remote_encryption` (Turso's `{encryption_key, encryption_cipher}`):
+/// `None` when it asks for nothing (`null`, `{}`, empty fields). The cipher defaults to
+/// `aes256gcm`; a cipher this server cannot do is refused by name, never ignored.
+fn requested_encryption(request: &CreateDatabaseRequest) -> ApiResult<Option<RequestedEncryption>> {
+    let Some(value) = request
         .remote_encryption
         .as_ref()
-        .is_some_and(asks_for_encryption)
-    {
-        return Err(encryption_not_available());
+        .filter(|v| asks_for_encryption(v))
+    else {
+        return Ok(None);
+    };
+    let malformed = |why: &str| {
+        ApiError::Invalid(
+            ErrorCode::EncryptionKeyMalformed,
+            format!("remote_encryption: {why}"),
+        )
+    };
+    let serde_json::Value::Object(fields) = value else {
+        return Err(malformed(
+            "expected an object {\"encryption_key\": <base64>, \"encryption_cipher\": <name>}",
+        ));
+    };
+    let field = |name: &str| match fields.get(name) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) if text.is_empty() => Ok(None),
+        Some(serde_json::Value::String(text)) => Ok(Some(text.as_str())),
+        Some(_) => Err(malformed(&format!("{name} must be a string"))),
+    };
+    let cipher = match field("encryption_cipher")? {
+        Some(name) => Cipher::from_name(name).map_err(|e| {
+            ApiError::Invalid(ErrorCode::EncryptionCipherNotSupported, e.to_string())
+        })?,
+        None => Cipher::Aes256Gcm,
+    };
+    let text = field("encryption_key")?.ok_or_else(|| {
+        malformed("encryption_key (the key, base64) is required to create an encrypted database")
+    })?;
+    let key = EncryptionKey::from_base64(cipher, text).map_err(|e| malformed(&e.to_string()))?;
+    if request.seed.is_some() {
+        return Err(ApiError::Invalid(
+            ErrorCode::EncryptionNotAvailable,
+            "an encrypted database starts empty on this server: seeding it (from a database, a point in time, an upload or a dump) is not available yet (docs/ENCRYPTION.md)".into(),
+        ));
     }
-    size_limit(request.size_limit.as_deref().unwrap_or(""))
+    Ok(Some(RequestedEncryption {
+        cipher,
+        key,
+        text: zeroize::Zeroizing::new(text.to_string()),
+    }))
 }
 
 /// The group the database goes to (`default` unless named), which the caller may use
@@ -194,6 +275,7 @@ async fn create_where_answered(
     request: &CreateDatabaseRequest,
     group: &atoll_meta::Group,
     limit: Option<i64>,
+    encryption: Option<&RequestedEncryption>,
 ) -> ApiResult<(Database, Option<String>)> {
     let mut tried: Vec<String> = Vec::new();
     let mut unreachable = None;
@@ -207,7 +289,7 @@ async fn create_where_answered(
                 ApiError::NodeUnavailable(format!("data node {node} did not answer"))
             }));
         }
-        match create_on(state, access, request, group, limit, &node).await {
+        match create_on(state, access, request, group, limit, encryption, &node).await {
             Ok(created) => return Ok(created),
             Err(e @ ApiError::NodeUnavailable(_)) => {
                 tracing::warn!(node = %node, error = %e, "a create could not reach its node: trying another node of the location");
@@ -229,6 +311,7 @@ async fn create_on(
     request: &CreateDatabaseRequest,
     group: &atoll_meta::Group,
     limit: Option<i64>,
+    encryption: Option<&RequestedEncryption>,
     node: &str,
 ) -> ApiResult<(Database, Option<String>)> {
     let org = access.org().clone();
@@ -244,8 +327,13 @@ async fn create_on(
         DatabaseState::Active
     };
     let label = format!("{}-{}", request.name, org.slug);
+    let id = uuid::Uuid::new_v4().to_string();
     let record = Database {
-        id: uuid::Uuid::new_v4().to_string(),
+        encryption: encryption.map(|e| atoll_meta::DatabaseEncryption {
+            cipher: e.cipher.name().to_string(),
+            verifier: e.key.verifier(&id).to_hex(),
+        }),
+        id,
         org_id: org.id.clone(),
         group_id: group.id.clone(),
         name: request.name.clone(),
@@ -316,7 +404,11 @@ async fn create_on(
     };
     if let Err(e) = state
         .data_plane
-        .create_database(node, CreateDatabase { config, seed })
+        .create_database(
+            node,
+            CreateDatabase { config, seed },
+            encryption.map(|e| e.text.clone()),
+        )
         .await
     {
         if let ApiError::NodeUnavailable(_) = e {
@@ -425,17 +517,6 @@ fn asks_for_encryption(value: &serde_json::Value) -> bool {
     }
 }
 
-/// Refused, never ignored: a user who asked for encryption must not believe they have it.
-pub(crate) fn encryption_not_available() -> ApiError {
-    ApiError::Invalid(
-        ErrorCode::EncryptionNotAvailable,
-        "encryption at rest with a client-provided key (remote_encryption) is not available on this server: \
-         its libSQL is built without cipher support, so the database would be stored unencrypted. \
-         Create it without remote_encryption, or encrypt the disk that holds the data directory"
-            .into(),
-    )
-}
-
 /// What a create request seeds its database with.
 struct PlannedSeed {
     seed: Seed,
@@ -524,6 +605,7 @@ async fn seed_for(
                     format!("database {source_name} has no data to copy yet"),
                 ));
             }
+            not_for_encrypted(&source, "seeding a database from a copy or a point in time")?;
             if let Some(at) = timestamp_ms {
                 crate::routes::backups::check_history(&source, at, ErrorCode::InvalidSeed)?;
                 // From object storage: on any node, whatever holds the source now.

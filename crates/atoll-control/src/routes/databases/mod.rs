@@ -7,7 +7,7 @@
 //! (`…/configuration`, and pushing a configuration to the node), `instances.rs`.
 
 mod configure;
-mod create;
+pub(crate) mod create;
 mod dumps;
 mod instances;
 
@@ -483,6 +483,8 @@ async fn transfer(
     LenientJson(body): LenientJson<TransferDatabaseRequest>,
 ) -> ApiResult<Json<DatabaseResponse>> {
     let db = access.database();
+    // A transfer vacuums the database to start its history anew, which needs its rows.
+    create::not_for_encrypted(db, "a transfer to another organization")?;
     let slug = body
         .org
         .or(body.organization)

@@ -1,18 +1,88 @@
-//! Finding 12 — a create that asks for encryption at rest (`remote_encryption`) is
-//! refused with a 400 that says why, never accepted and ignored: the bundled libSQL has no
-//! cipher support, and a user who asked for encryption must not believe they have it.
+//! Encryption with the customer's key (Turso's `remote_encryption`, docs/ENCRYPTION.md;
+//! finding 12 of the first review asked that it never be accepted and ignored).
+//!
+//! A create is checked whole before anything exists (cipher, key, seed); an encrypted
+//! database serves only requests that carry its key (`x-turso-encryption-key`), also
+//! while connections opened with the key are pooled; routes that cannot serve it yet say
+//! so; and neither its rows nor its key are anywhere on the node's disk or in the audit log.
 
-use serde_json::json;
+use crate::harness::TestApp;
+use base64::Engine;
+use serde_json::{json, Value};
+
+const MARKER: &str = "TOP-SECRET-DIARY-ENTRY";
+
+fn base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// One statement through `/v2/pipeline` with `key` (or none): (status, body).
+async fn execute(
+    app: &TestApp,
+    url: &str,
+    token: &str,
+    key: Option<&str>,
+    sql: &str,
+) -> (u16, Value) {
+    let body = json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
+    let mut request = app
+        .client
+        .post(format!("{url}v2/pipeline"))
+        .bearer_auth(token)
+        .json(&body);
+    if let Some(key) = key {
+        request = request.header("x-turso-encryption-key", key);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn rows(body: &Value) -> &Value {
+    &body["results"][0]["response"]["result"]["rows"]
+}
 
 #[tokio::test]
-async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
+async fn a_create_asking_for_encryption_is_checked_whole_before_anything_exists() {
     let app = app!();
-    let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
-    for remote_encryption in [
-        json!({"encryption_key": key, "encryption_cipher": "aes256gcm"}),
-        json!({"encryption_key": key}),
-        json!({"encryption_cipher": "chacha20poly1305"}),
-        json!("aes256gcm"),
+    let key = base64(&[7u8; 32]);
+    for (remote_encryption, status, code) in [
+        (
+            json!({"encryption_key": key, "encryption_cipher": "aegis256"}),
+            400,
+            "encryption_cipher_not_supported",
+        ),
+        (
+            json!({"encryption_key": key, "encryption_cipher": "rot13"}),
+            400,
+            "encryption_cipher_not_supported",
+        ),
+        (
+            json!({"encryption_key": base64(&[7u8; 16]), "encryption_cipher": "aes256gcm"}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            json!({"encryption_key": key, "encryption_cipher": "aes128gcm"}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            json!({"encryption_key": "not base64!", "encryption_cipher": "aes256gcm"}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            json!({"encryption_cipher": "chacha20poly1305"}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (json!("aes256gcm"), 400, "encryption_key_malformed"),
+        (
+            json!({"encryption_key": 12}),
+            400,
+            "encryption_key_malformed",
+        ),
     ] {
         let reply = app
             .post(
@@ -23,15 +93,21 @@ async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
             .await;
         assert_eq!(
             (reply.status, reply.code()),
-            (400, "encryption_not_available"),
+            (status, code),
             "{remote_encryption}: {}",
             reply.body
         );
         let message = reply.body["error"].as_str().unwrap();
         assert!(
-            message.contains("not available on this server"),
-            "{message}"
+            !message.contains(&key),
+            "the key is never echoed: {message}"
         );
+        if code == "encryption_cipher_not_supported" {
+            assert!(
+                message.contains("aes256gcm, aes128gcm, chacha20poly1305"),
+                "{message}"
+            );
+        }
         assert_eq!(
             app.get("/v1/databases/secret-diary", &app.admin_token)
                 .await
@@ -40,7 +116,7 @@ async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
             "nothing was created"
         );
     }
-    // The same with a seed for an upload (`turso db import --remote-encryption-key`).
+    // A seed needs its source's key too: not available yet, and said so.
     let reply = app
         .post(
             "/v1/databases",
@@ -49,7 +125,18 @@ async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
                    "remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}}),
         )
         .await;
-    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(
+        (reply.status, reply.code()),
+        (400, "encryption_not_available"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(
+        app.get("/v1/databases/imported", &app.admin_token)
+            .await
+            .status,
+        404
+    );
 
     // Asking for nothing is not asking.
     for (name, remote_encryption) in [
@@ -68,4 +155,272 @@ async fn asking_for_encryption_at_rest_is_refused_not_ignored() {
         .await
         .expect(200);
     }
+}
+
+#[tokio::test]
+async fn an_encrypted_database_serves_only_requests_with_its_key() {
+    let app = app!();
+    for (name, cipher, key_bytes) in [
+        ("diary-aes256", "aes256gcm", [1u8; 32].to_vec()),
+        ("diary-aes128", "aes128gcm", [2u8; 16].to_vec()),
+        ("diary-chacha", "chacha20poly1305", [3u8; 32].to_vec()),
+    ] {
+        let key = base64(&key_bytes);
+        app.post(
+            "/v1/databases",
+            &app.admin_token,
+            json!({"name": name, "remote_encryption": {"encryption_key": key, "encryption_cipher": cipher}}),
+        )
+        .await
+        .expect(200);
+        let url = app
+            .get(&format!("/v1/databases/{name}"), &app.admin_token)
+            .await
+            .expect(200)["database"]["http_url"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let token = app
+            .post(
+                &format!("/v1/databases/{name}/auth/tokens"),
+                &app.admin_token,
+                json!({}),
+            )
+            .await
+            .expect(200)["jwt"]
+            .as_str()
+            .unwrap()
+            .to_string();
+
+        let (status, body) = execute(
+            &app,
+            &url,
+            &token,
+            Some(&key),
+            "CREATE TABLE diary(entry TEXT)",
+        )
+        .await;
+        assert_eq!(status, 200, "{cipher}: {body}");
+        assert_eq!(body["results"][0]["type"], "ok", "{cipher}: {body}");
+        for i in 0..50 {
+            let sql = format!("INSERT INTO diary VALUES ('{MARKER}-{i}')");
+            let (status, body) = execute(&app, &url, &token, Some(&key), &sql).await;
+            assert_eq!(
+                (status, body["results"][0]["type"].as_str()),
+                (200, Some("ok")),
+                "{body}"
+            );
+        }
+        let (status, body) =
+            execute(&app, &url, &token, Some(&key), "SELECT count(*) FROM diary").await;
+        assert_eq!(status, 200);
+        assert_eq!(rows(&body)[0][0]["value"], "50", "{cipher}: {body}");
+
+        // Connections opened with the key are pooled now: still nothing without it.
+        let wrong = base64(&vec![9u8; key_bytes.len()]);
+        for (sent, status, code) in [
+            (None, 401, "ENCRYPTION_KEY_REQUIRED"),
+            (Some(wrong.as_str()), 403, "ENCRYPTION_KEY_INVALID"),
+            (Some("%%%"), 400, "ENCRYPTION_KEY_MALFORMED"),
+            (
+                Some(base64(&[1u8; 8]).as_str()),
+                400,
+                "ENCRYPTION_KEY_MALFORMED",
+            ),
+        ] {
+            for sql in [
+                "SELECT entry FROM diary",
+                "INSERT INTO diary VALUES ('forged')",
+            ] {
+                let (got, body) = execute(&app, &url, &token, sent, sql).await;
+                assert_eq!(
+                    (got, body["code"].as_str()),
+                    (status, Some(code)),
+                    "{cipher} {sent:?}: {body}"
+                );
+                assert!(!body.to_string().contains(MARKER), "{body}");
+            }
+        }
+        let (_, body) = execute(&app, &url, &token, Some(&key), "SELECT count(*) FROM diary").await;
+        assert_eq!(
+            rows(&body)[0][0]["value"],
+            "50",
+            "nothing was written without the key"
+        );
+
+        // Hrana 1 (`/v1/execute`) serves it with the key too.
+        let response = app
+            .client
+            .post(format!("{url}v1/execute"))
+            .bearer_auth(&token)
+            .header("x-turso-encryption-key", &key)
+            .json(&json!({"stmt": {"sql": "SELECT entry FROM diary ORDER BY rowid LIMIT 1"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["result"]["rows"][0][0]["value"],
+            format!("{MARKER}-0"),
+            "{body}"
+        );
+
+        // What cannot serve an encrypted database yet says so, with or without the key.
+        for (method, path) in [
+            (reqwest::Method::GET, "dump"),
+            (reqwest::Method::GET, "info"),
+            (reqwest::Method::POST, "pull-updates"),
+            (reqwest::Method::POST, "v1/upload"),
+        ] {
+            let response = app
+                .client
+                .request(method.clone(), format!("{url}{path}"))
+                .bearer_auth(&token)
+                .header("x-turso-encryption-key", &key)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            assert_eq!(
+                (status, body["code"].as_str()),
+                (400, Some("ENCRYPTION_NOT_AVAILABLE")),
+                "{path}: {body}"
+            );
+        }
+    }
+
+    // What needs the rows without the key is refused, and says why: a copy or a point in
+    // time of it into another database, a restore in place through SQL, a transfer.
+    for (path, body) in [
+        (
+            "/v1/databases",
+            json!({"name": "copy", "seed": {"type": "database", "name": "diary-aes256"}}),
+        ),
+        (
+            "/v1/databases",
+            json!({"name": "copy", "seed": {"type": "database", "name": "diary-aes256", "timestamp": "2026-01-01T00:00:00Z"}}),
+        ),
+        (
+            "/v1/databases/diary-aes256/restore",
+            json!({"timestamp": "2026-01-01T00:00:00Z"}),
+        ),
+        (
+            "/v1/databases/diary-aes256/transfer",
+            json!({"org": "somebody"}),
+        ),
+    ] {
+        let reply = app.post(path, &app.admin_token, body.clone()).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, "encryption_not_available"),
+            "{path} {body}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(
+        app.get("/v1/databases/copy", &app.admin_token).await.status,
+        404
+    );
+
+    // A plain database refuses a key: its client believes it encrypted.
+    app.post("/v1/databases", &app.admin_token, json!({"name": "plain"}))
+        .await
+        .expect(200);
+    let url = app
+        .get("/v1/databases/plain", &app.admin_token)
+        .await
+        .expect(200)["database"]["http_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = app
+        .post(
+            "/v1/databases/plain/auth/tokens",
+            &app.admin_token,
+            json!({}),
+        )
+        .await
+        .expect(200)["jwt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, body) = execute(&app, &url, &token, Some(&base64(&[1u8; 32])), "SELECT 1").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("ENCRYPTION_NOT_AVAILABLE")),
+        "{body}"
+    );
+
+    // Neither a row nor a key on the node's disk (files, WAL, object storage); the audit
+    // log names the cipher, never the key.
+    let db = app
+        .node
+        .by_label("diary-aes256-admin")
+        .expect("on the node");
+    let node_dir = db
+        .file_path()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let needles: Vec<Vec<u8>> = vec![
+        MARKER.as_bytes().to_vec(),
+        b"CREATE TABLE diary".to_vec(),
+        base64(&[1u8; 32]).into_bytes(),
+        vec![1u8; 32],
+    ];
+    for file in walk(&node_dir) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        for needle in &needles {
+            let found = bytes.windows(needle.len()).any(|w| w == needle.as_slice());
+            let is_plain_db = file
+                .to_string_lossy()
+                .contains(&app.node.by_label("plain-admin").unwrap().id().to_string());
+            assert!(
+                !found || is_plain_db,
+                "{} holds {:?}",
+                file.display(),
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+    // Audit logs are a paid plan's (the log is written on every plan).
+    app.post(
+        "/v1/admin/organizations/admin/plan",
+        &app.admin_token,
+        json!({"plan": "scaler"}),
+    )
+    .await
+    .expect(200);
+    let audit = app
+        .get(
+            "/v1/organizations/admin/audit-logs?page_size=1000",
+            &app.admin_token,
+        )
+        .await
+        .expect(200)
+        .to_string();
+    assert!(audit.contains("aes256gcm"), "{audit}");
+    assert!(
+        !audit.contains(&base64(&[1u8; 32])),
+        "the key is in the audit log"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
