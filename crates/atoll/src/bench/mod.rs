@@ -10,6 +10,7 @@
 //! (`replication.rs`), what one tenant feels while another abuses the node
 //! (`noisy_neighbour.rs`), and many tenants' databases at once (`spread.rs`).
 
+mod encryption;
 pub(crate) mod load;
 pub(crate) mod noisy_neighbour;
 pub(crate) mod replication;
@@ -72,6 +73,10 @@ pub enum Figure {
     /// beside one database's figure, and the first query to an untouched database.
     #[value(name = "spread")]
     Spread,
+    /// Point selects and inserts on a database encrypted with its customer's key beside a
+    /// plain one, same run (`bench/encryption.rs`): the cost of encryption.
+    #[value(name = "encryption")]
+    Encryption,
 }
 
 /// Object storage of the benchmark's node (`--storage`).
@@ -254,6 +259,9 @@ async fn run(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
     }
     if wants(Figure::Spread) {
         spread::run(&bench, &main, args).await?;
+    }
+    if wants(Figure::Encryption) {
+        encryption::run(&bench, &main, args).await?;
     }
     // Peak RSS before the upload, whose file buffers would dominate the process's memory.
     if let (true, Some(seeded)) = (wants(Figure::RssPeak), &seeded) {

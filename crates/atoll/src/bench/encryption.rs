@@ -1,0 +1,139 @@
+//! The cost of encryption with the customer's key (docs/ENCRYPTION.md): point selects and
+//! autocommit inserts on an encrypted database beside the same on a plain one, in the same
+//! run, on the same node, in turn (plain, encrypted) so both see the same machine. The
+//! encrypted requests carry the key (`x-turso-encryption-key`) as libSQL clients do; the
+//! goal is at most 15 % slower.
+
+use super::{pipeline_ok, throughput, Bench, BenchArgs, Org, Throughput, KV_ROWS};
+use anyhow::{bail, Context};
+use base64::Engine;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The goal: an encrypted database at least this fraction of a plain one's throughput.
+const GOAL: f64 = 0.85;
+
+pub(crate) async fn run(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::Result<()> {
+    let key = base64::engine::general_purpose::STANDARD.encode(rand_key());
+    let plain = Target::new(bench, org, "plainkv", None).await?;
+    let encrypted = Target::new(bench, org, "enckv", Some(&key)).await?;
+    let duration = Duration::from_secs(args.duration_secs);
+    for (name, connections, insert) in [
+        ("encryption_select_1", 1, false),
+        ("encryption_select_n", args.connections, false),
+        ("encryption_insert_n", args.connections, true),
+    ] {
+        eprintln!(
+            "{name}: plain, then encrypted, {connections} connections, {} s each…",
+            args.duration_secs
+        );
+        let plain_figure = plain.measure(connections, duration, insert).await;
+        let encrypted_figure = encrypted.measure(connections, duration, insert).await;
+        let ratio = encrypted_figure.rate() / plain_figure.rate().max(1.0);
+        println!(
+            "{name}: plain {:.0} req/s, encrypted {:.0} req/s ({connections} connections, {} + {} errors): encrypted/plain {:.2}; goal >= {GOAL:.2}: {}",
+            plain_figure.rate(),
+            encrypted_figure.rate(),
+            plain_figure.errors,
+            encrypted_figure.errors,
+            ratio,
+            super::verdict(ratio >= GOAL && plain_figure.errors + encrypted_figure.errors == 0),
+        );
+    }
+    Ok(())
+}
+
+fn rand_key() -> [u8; 32] {
+    rand::random()
+}
+
+/// A database of [`KV_ROWS`] rows and a client that sends its key (if any) with every
+/// request.
+struct Target {
+    client: reqwest::Client,
+    pipeline: String,
+    token: String,
+}
+
+impl Target {
+    async fn new(
+        bench: &Bench,
+        org: &Org,
+        name: &str,
+        key: Option<&str>,
+    ) -> anyhow::Result<Target> {
+        let extra = match key {
+            Some(key) => {
+                json!({"remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}})
+            }
+            None => json!({}),
+        };
+        bench.create_database(org, name, extra).await?;
+        let token = bench.database_token(org, name).await?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = key {
+            headers.insert(
+                "x-turso-encryption-key",
+                key.parse().context("the key as a header")?,
+            );
+        }
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
+            .default_headers(headers)
+            .build()?;
+        let target = Target {
+            client,
+            pipeline: format!("{}v2/pipeline", bench.database_url(org, name)),
+            token,
+        };
+        target
+            .run("CREATE TABLE kv (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+            .await?;
+        target
+            .run(&format!("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {KV_ROWS}) INSERT INTO kv (id, v) SELECT x, 'value ' || x FROM c"))
+            .await?;
+        Ok(target)
+    }
+
+    async fn run(&self, sql: &str) -> anyhow::Result<()> {
+        let body =
+            json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]});
+        let response = self
+            .client
+            .post(&self.pipeline)
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        if status != reqwest::StatusCode::OK || answer["results"][0]["type"] != "ok" {
+            bail!("{sql}: {status} {answer}");
+        }
+        Ok(())
+    }
+
+    async fn measure(&self, connections: usize, duration: Duration, insert: bool) -> Throughput {
+        let (client, pipeline, token) = (
+            self.client.clone(),
+            self.pipeline.clone(),
+            self.token.clone(),
+        );
+        throughput(connections, duration, move |n| {
+            let body = if insert {
+                format!(
+                    r#"{{"requests":[{{"type":"execute","stmt":{{"sql":"INSERT INTO kv (v) VALUES (?)","args":[{{"type":"text","value":"row {n}"}}]}}}},{{"type":"close"}}]}}"#
+                )
+            } else {
+                let id = n % KV_ROWS + 1;
+                format!(
+                    r#"{{"requests":[{{"type":"execute","stmt":{{"sql":"SELECT v FROM kv WHERE id = ?","args":[{{"type":"integer","value":"{id}"}}]}}}},{{"type":"close"}}]}}"#
+                )
+            };
+            let (client, pipeline, token) = (client.clone(), pipeline.clone(), token.clone());
+            async move { pipeline_ok(&client, &pipeline, &token, body).await }
+        })
+        .await
+    }
+}
