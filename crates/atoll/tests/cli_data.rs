@@ -416,6 +416,72 @@ async fn import_names_the_database_after_the_file_or_name() {
     assert_eq!(setup.scalar("orders", "select x from t"), "7");
 }
 
+/// `db create --remote-encryption-key` and `db shell --remote-encryption-key`: the shell
+/// sends the key with every request; without it the server refuses, and says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_encrypted_database_is_created_and_queried_with_its_key() {
+    let setup = start("cli-encryption").await;
+    let key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="; // bytes 1..=32
+    setup.ok(&[
+        "db",
+        "create",
+        "vault",
+        "--remote-encryption-key",
+        key,
+        "--remote-encryption-cipher",
+        "chacha20poly1305",
+        "--wait",
+    ]);
+    let shell = |sql: &str| {
+        setup
+            .ok(&[
+                "db",
+                "shell",
+                "vault",
+                "--mode",
+                "list",
+                "--remote-encryption-key",
+                key,
+                sql,
+            ])
+            .trim()
+            .to_string()
+    };
+    shell("CREATE TABLE secrets (v TEXT)");
+    shell("INSERT INTO secrets VALUES ('kept in the clear nowhere')");
+    assert_eq!(shell("SELECT v FROM secrets"), "kept in the clear nowhere");
+    let refused = setup.fails(&["db", "shell", "vault", "SELECT v FROM secrets"], None);
+    assert!(refused.contains("is encrypted"), "{refused}");
+    let wrong = setup.fails(
+        &[
+            "db",
+            "shell",
+            "vault",
+            "--remote-encryption-key",
+            "ICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICA=",
+            "SELECT v FROM secrets",
+        ],
+        None,
+    );
+    assert!(wrong.contains("not the key"), "{wrong}");
+    let unsupported = setup.fails(
+        &[
+            "db",
+            "create",
+            "aegis",
+            "--remote-encryption-key",
+            key,
+            "--remote-encryption-cipher",
+            "aegis256",
+        ],
+        None,
+    );
+    assert!(
+        unsupported.contains("aes256gcm, aes128gcm, chacha20poly1305"),
+        "{unsupported}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_imports_leave_no_database() {
     let setup = start("cli-cleanup").await;

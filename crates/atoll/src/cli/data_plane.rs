@@ -22,6 +22,9 @@ pub struct DataPlane<'a> {
     base: Url,
     http: reqwest::Client,
     token: Mutex<Option<(String, Instant)>>,
+    /// The key of a database encrypted with its customer's key (base64), sent with every
+    /// request as `x-turso-encryption-key`, as libSQL clients send it.
+    encryption_key: Option<String>,
 }
 
 impl<'a> DataPlane<'a> {
@@ -51,7 +54,15 @@ impl<'a> DataPlane<'a> {
             base,
             http,
             token: Mutex::new(None),
+            encryption_key: None,
         })
+    }
+
+    /// Sends `key` (base64) with every request: for a database encrypted with its
+    /// customer's key (`atoll db create --remote-encryption-key`).
+    pub fn with_encryption_key(mut self, key: Option<String>) -> Self {
+        self.encryption_key = key;
+        self
     }
 
     pub fn url(&self, path: &str) -> Url {
@@ -84,7 +95,11 @@ impl<'a> DataPlane<'a> {
         path: &str,
     ) -> Result<reqwest::RequestBuilder, CliError> {
         let token = self.token().await?;
-        Ok(self.http.request(method, self.url(path)).bearer_auth(token))
+        let request = self.http.request(method, self.url(path)).bearer_auth(token);
+        Ok(match &self.encryption_key {
+            Some(key) => request.header(atoll_types::node::ENCRYPTION_KEY_HEADER, key),
+            None => request,
+        })
     }
 
     /// Sends a request; a failure to reach the data plane becomes a one-line error.

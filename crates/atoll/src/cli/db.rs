@@ -23,7 +23,7 @@ pub enum DbCommand {
     /// Create a database: empty, or from a file, a dump or another database.
     #[command(
         group(ArgGroup::new("source").args(["from_file", "from_dump", "from_db"])),
-        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb\n  atoll db create shop --from-file shop.db\n  atoll db create shop --from-dump dump.sql --wait\n  atoll db create shop-copy --from-db shop\n  atoll db create shop-before --from-db shop --timestamp 2026-11-24T09:30:00Z"
+        after_help = "Examples:\n  atoll db create shop\n  atoll db create shop-eu --group eu --size-limit 256mb\n  atoll db create shop --from-file shop.db\n  atoll db create shop --from-dump dump.sql --wait\n  atoll db create shop-copy --from-db shop\n  atoll db create shop-before --from-db shop --timestamp 2026-11-24T09:30:00Z\n  atoll db create vault --remote-encryption-key \"$(openssl rand -base64 32)\""
     )]
     Create {
         /// Name of the new database.
@@ -50,6 +50,15 @@ pub enum DbCommand {
         /// Return only once the database answers queries (at most 60 s).
         #[arg(long)]
         wait: bool,
+        /// Encrypt it with this key (base64 of 32 random bytes; 16 for `aes128gcm`). The
+        /// server stores only a verifier of it: every client must send it
+        /// (`remoteEncryptionKey`), and a lost key means lost data.
+        #[arg(long, value_name = "BASE64")]
+        remote_encryption_key: Option<String>,
+        /// The cipher of `--remote-encryption-key`: aes256gcm (default), aes128gcm or
+        /// chacha20poly1305.
+        #[arg(long, requires = "remote_encryption_key", value_name = "CIPHER")]
+        remote_encryption_cipher: Option<String>,
     },
     /// Create a database from an SQLite file, named after the file (or `--name`).
     #[command(
@@ -94,6 +103,9 @@ pub enum DbCommand {
         /// Report each request sent (statements and bytes) on stderr.
         #[arg(long, short = 'v')]
         verbose: bool,
+        /// The key of a database encrypted with its customer's key (base64).
+        #[arg(long, value_name = "BASE64")]
+        remote_encryption_key: Option<String>,
     },
     /// Show a database, or just its URL.
     #[command(
@@ -225,6 +237,8 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             from_db,
             timestamp,
             wait,
+            remote_encryption_key,
+            remote_encryption_cipher,
         } => {
             let source = match (from_file, from_dump, from_db) {
                 (Some(file), _, _) => Some(import::Source::File(file)),
@@ -240,6 +254,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
                     size_limit,
                     source,
                     wait,
+                    encryption: remote_encryption_key.map(|key| (key, remote_encryption_cipher)),
                 },
             )
             .await
@@ -254,6 +269,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
                     size_limit: None,
                     source: Some(import::Source::File(file)),
                     wait: false,
+                    encryption: None,
                 },
             )
             .await
@@ -268,6 +284,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             sql,
             mode,
             verbose,
+            remote_encryption_key,
         } => {
             shell::run(
                 &client,
@@ -276,6 +293,7 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
                     sql,
                     mode,
                     verbose,
+                    encryption_key: remote_encryption_key,
                 },
             )
             .await

@@ -44,6 +44,9 @@ pub struct CreateOptions {
     pub size_limit: Option<String>,
     pub source: Option<Source>,
     pub wait: bool,
+    /// `remote_encryption`: the key (base64) and the cipher (the server's default when
+    /// `None`).
+    pub encryption: Option<(String, Option<String>)>,
 }
 
 /// `atoll db import FILE`: the database is named `--name`, else after the file without its
@@ -147,6 +150,9 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
                 group: options.group.clone(),
                 size_limit: options.size_limit.clone(),
                 seed,
+                remote_encryption: options.encryption.as_ref().map(|(key, cipher)| {
+                    serde_json::json!({"encryption_key": key, "encryption_cipher": cipher})
+                }),
                 ..Default::default()
             },
         )
@@ -174,7 +180,8 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
         }
     }
     if options.wait {
-        wait_until_queryable(client, &name).await?;
+        let key = options.encryption.as_ref().map(|(key, _)| key.clone());
+        wait_until_queryable(client, &name, key).await?;
     }
     // Create answers only `DbId`, `Hostname` and `Name` (the contract); the URL a client
     // can use comes with the database itself.
@@ -729,13 +736,19 @@ impl ChunkSender<'_> {
 }
 
 /// `--wait`: until the database answers a query over the data plane, or a clear timeout.
-async fn wait_until_queryable(client: &Client, name: &str) -> Result<(), CliError> {
+async fn wait_until_queryable(
+    client: &Client,
+    name: &str,
+    encryption_key: Option<String>,
+) -> Result<(), CliError> {
     const TIMEOUT: Duration = Duration::from_secs(60);
     let deadline = Instant::now() + TIMEOUT;
     let mut last_error;
     loop {
         let attempt = async {
-            let plane = DataPlane::open(client, name).await?;
+            let plane = DataPlane::open(client, name)
+                .await?
+                .with_encryption_key(encryption_key.clone());
             let mut session = SqlSession::new(&plane);
             let answered = session.execute("SELECT 1", Vec::new()).await;
             session.close().await;

@@ -48,10 +48,14 @@ pub struct ShellOptions {
     pub sql: Option<String>,
     pub mode: Mode,
     pub verbose: bool,
+    /// The key of an encrypted database (base64).
+    pub encryption_key: Option<String>,
 }
 
 pub async fn run(client: &Client, options: ShellOptions) -> Result<(), CliError> {
-    let plane = DataPlane::open(client, &options.name).await?;
+    let plane = DataPlane::open(client, &options.name)
+        .await?
+        .with_encryption_key(options.encryption_key.clone());
     let mut shell = Shell {
         plane: &plane,
         session: SqlSession::new(&plane),
