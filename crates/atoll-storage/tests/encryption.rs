@@ -248,6 +248,24 @@ fn spilled_sorts_and_temporary_tables_stay_in_memory() {
 }
 
 #[test]
+fn a_vacuum_keeps_the_pages_encrypted_and_their_reserved_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data");
+    let key = key(Cipher::Aes128Gcm, 8);
+    encrypted_database(&file, &key, 1_000);
+    let conn = encryption::open(&file, read_write(), &key).unwrap();
+    conn.execute_batch("DELETE FROM t WHERE x % 2 = 0; VACUUM;").unwrap();
+    encryption::engine::checkpoint(&conn, ffi::SQLITE_CHECKPOINT_TRUNCATE).unwrap();
+    assert_eq!(encryption::engine::reserved_bytes(&conn), encryption::page::RESERVED_BYTES as i64);
+    assert_eq!(integrity(&conn), "ok");
+    let n: i64 = conn.query_row("SELECT count(*) FROM t", [], |row| row.get(0)).unwrap();
+    assert_eq!(n, 500);
+    drop(conn);
+    assert!(encryption::is_encrypted_file(&file).unwrap());
+    assert_eq!(plaintext_under(dir.path()), Vec::<String>::new());
+}
+
+#[test]
 fn frames_copied_as_bytes_without_the_key_make_a_readable_replica() {
     for cipher in Cipher::ALL {
         let dir = tempfile::tempdir().unwrap();
