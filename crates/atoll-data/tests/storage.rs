@@ -168,6 +168,84 @@ async fn a_wiped_data_directory_comes_back_with_every_acknowledged_write() {
     }
 }
 
+/// A database encrypted with its customer's key (docs/ENCRYPTION.md) comes back from object
+/// storage after the disk is lost, rebuilt without the key, and serves its rows to
+/// requests with the key; neither object storage nor the node's disk holds a row in the
+/// clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_encrypted_database_is_rebuilt_without_its_key_and_read_with_it() {
+    for url in storage_urls("encrypted") {
+        let dir = new_dir();
+        let node = serve_node(
+            dir.clone(),
+            DataLimits::default(),
+            settings(&url, DurabilityMode::Sync),
+        )
+        .await;
+        let key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+        let mut db = node.create_encrypted_db("vault", key);
+        db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+            .await;
+        for x in 1..=40 {
+            let result = db
+                .run(&[sql(&format!(
+                    "INSERT INTO t VALUES ({x}, 'SECRET-PAYLOAD-{x}')"
+                ))])
+                .await;
+            assert_eq!(result[0]["type"], "ok", "{}", result[0]);
+        }
+        wait_shipped(&node, &db).await;
+        let stopped = node.stop();
+        if let Some(local) = url.strip_prefix("file://") {
+            for file in walk(std::path::Path::new(local))
+                .into_iter()
+                .chain(walk(&stopped))
+            {
+                let bytes = std::fs::read(&file).unwrap_or_default();
+                assert!(
+                    !holds(&bytes, "SECRET-PAYLOAD"),
+                    "{} holds a row in the clear",
+                    file.display()
+                );
+            }
+        }
+        std::fs::remove_dir_all(&stopped).unwrap();
+
+        let node = serve_node(
+            stopped,
+            DataLimits::default(),
+            settings(&url, DurabilityMode::Sync),
+        )
+        .await;
+        db.addr = node.addr;
+        wait_served(&db).await;
+        assert_eq!(rows(&db).await, (1..=40).collect::<Vec<_>>(), "on {url}");
+        // Without the key, nothing.
+        let keyless = reqwest::Client::new()
+            .post(db.url("/v2/pipeline"))
+            .header("x-namespace", &db.config.label)
+            .bearer_auth(db.token())
+            .json(&serde_json::json!({"requests": [{"type": "execute", "stmt": sql("SELECT count(*) FROM t")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(keyless.status(), 401, "on {url}");
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_damaged_database_file_is_rebuilt_and_kept_aside() {
     for url in storage_urls("damaged") {

@@ -62,6 +62,9 @@ const EXCERPT_MAX: usize = SLOT_BYTES as usize - EXCERPT_AT;
 /// Never set it in production.
 pub const ABORT_ON_SQL: &str = "ATOLL_TEST_ABORT_ON_SQL";
 
+/// The excerpt journaled for a statement of an encrypted database.
+const SEALED_EXCERPT: &str = "(a statement of an encrypted database)";
+
 /// Crashes attributed to one database after which it runs no statement at all.
 pub const MAX_CRASHES_PER_DATABASE: usize = 3;
 
@@ -260,6 +263,17 @@ impl CrashJournal {
     /// Refuses `sql` on `database` when it, or too many of the database's statements,
     /// crashed the node before; otherwise journals it until the answer is dropped.
     pub fn running(&self, database: &str, sql: &str) -> Result<Running<'_>, String> {
+        self.journal(database, sql, sql.trim())
+    }
+
+    /// [`CrashJournal::running`] for a database encrypted with its customer's key: the
+    /// slot (a file on the node's disk) holds the statement's fingerprint but no excerpt,
+    /// since a statement's literals are the tenant's data (docs/ENCRYPTION.md).
+    pub fn running_sealed(&self, database: &str, sql: &str) -> Result<Running<'_>, String> {
+        self.journal(database, sql, SEALED_EXCERPT)
+    }
+
+    fn journal(&self, database: &str, sql: &str, excerpt: &str) -> Result<Running<'_>, String> {
         let fingerprint = fingerprint(sql);
         {
             let refused = self.refused.read().unwrap_or_else(|p| p.into_inner());
@@ -292,7 +306,7 @@ impl CrashJournal {
             let id = truncate(database, DB_ID_MAX);
             bytes[9] = id.len() as u8;
             bytes[DB_ID_AT..DB_ID_AT + id.len()].copy_from_slice(id.as_bytes());
-            let excerpt = truncate(sql.trim(), EXCERPT_MAX - 1);
+            let excerpt = truncate(excerpt, EXCERPT_MAX - 1);
             bytes[EXCERPT_AT - 1] = excerpt.len() as u8;
             bytes[EXCERPT_AT..EXCERPT_AT + excerpt.len()].copy_from_slice(excerpt.as_bytes());
             self.slots.write(offset(slot), &bytes);
@@ -318,7 +332,10 @@ impl Drop for Running<'_> {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         self.outer.leave();
         if let Some(slot) = self.slot {
-            self.journal.slots.write(offset(slot), &[EMPTY]);
+            // The whole slot, not only its state: nothing of a finished statement (its
+            // fingerprint, its excerpt) stays on the disk.
+            const EMPTY_SLOT: [u8; SLOT_BYTES as usize] = [EMPTY; SLOT_BYTES as usize];
+            self.journal.slots.write(offset(slot), &EMPTY_SLOT);
             self.journal
                 .free
                 .lock()

@@ -464,11 +464,13 @@ impl<'a> Run<'a> {
     /// Journals `sql` while it is prepared and run (`crate::crash_journal`), or refuses it
     /// when it crashed the node before.
     fn journal(&self, sql: &str) -> Outcome<crate::crash_journal::Running<'a>> {
-        self.caller
-            .node
-            .crash_journal()
-            .running(&self.config.id, sql)
-            .map_err(|message| hrana_error("STATEMENT_REFUSED", message))
+        let journal = self.caller.node.crash_journal();
+        let running = if self.config.encryption.is_some() {
+            journal.running_sealed(&self.config.id, sql)
+        } else {
+            journal.running(&self.config.id, sql)
+        };
+        running.map_err(|message| hrana_error("STATEMENT_REFUSED", message))
     }
 
     /// Prepares the only statement of `sql`, with its text.

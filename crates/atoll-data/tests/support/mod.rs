@@ -138,6 +138,38 @@ impl TestNode {
         }
     }
 
+    /// A database encrypted with `key` (base64, `aes256gcm`); its client sends the key
+    /// with every request, as libSQL clients do.
+    pub fn create_encrypted_db(&self, name: &str, key: &str) -> TestDb {
+        let signing = jwt::generate_key();
+        let mut config = config_with_key(name, &signing);
+        let cipher = atoll_storage::encryption::Cipher::Aes256Gcm;
+        let verifier = atoll_storage::encryption::EncryptionKey::from_base64(cipher, key)
+            .unwrap()
+            .verifier(&config.id);
+        config.encryption = Some(atoll_types::node::DatabaseEncryption {
+            cipher: cipher.name().into(),
+            verifier: verifier.to_hex(),
+        });
+        let request = CreateDatabase {
+            config: config.clone(),
+            seed: Seed::Empty,
+        };
+        tokio::task::block_in_place(|| self.node.create_database_with_key(request, Some(key)))
+            .unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-turso-encryption-key", key.parse().unwrap());
+        TestDb {
+            addr: self.addr,
+            http: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            config,
+            key: signing,
+        }
+    }
+
     pub fn configure(&self, db: &TestDb, adjust: impl FnOnce(&mut DatabaseConfig)) {
         let mut config = db.config.clone();
         adjust(&mut config);
