@@ -5,7 +5,7 @@
 //! Both are consistent snapshots taken while writers go on, streamed from a blocking
 //! thread without holding the database in memory.
 
-use crate::auth::DbRequest;
+use crate::auth::{DbRequest, KeyedDbRequest};
 use crate::database::Database;
 use crate::dump::{self, DumpOptions};
 use crate::error::DataError;
@@ -159,9 +159,12 @@ struct DumpQuery {
 }
 
 /// `GET /dump[?preserve_row_ids=true]`: SQL text that recreates the database.
+/// An encrypted database's dump is read with its key (`KeyedDbRequest`) and streamed as it
+/// is written: no copy of it touches the node's disk. (Its file export is refused: it would
+/// write a plain copy to the node's disk first.)
 async fn dump_sql(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     Query(query): Query<DumpQuery>,
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
@@ -171,11 +174,12 @@ async fn dump_sql(
     };
     let node = Arc::clone(&state.node);
     let db = Arc::clone(&req.db);
+    let key = req.key.clone();
     let ((), body) = stream_from_blocking(
         &state.node,
         &req.db,
         move || {
-            let conn = node.pool.checkout(&db, Mode::ReadOnly, None)?;
+            let conn = node.pool.checkout(&db, Mode::ReadOnly, key.as_deref())?;
             Ok(((node, db, conn), ()))
         },
         move |(node, db, conn), out| {

@@ -254,11 +254,17 @@ fn a_vacuum_keeps_the_pages_encrypted_and_their_reserved_bytes() {
     let key = key(Cipher::Aes128Gcm, 8);
     encrypted_database(&file, &key, 1_000);
     let conn = encryption::open(&file, read_write(), &key).unwrap();
-    conn.execute_batch("DELETE FROM t WHERE x % 2 = 0; VACUUM;").unwrap();
+    conn.execute_batch("DELETE FROM t WHERE x % 2 = 0; VACUUM;")
+        .unwrap();
     encryption::engine::checkpoint(&conn, ffi::SQLITE_CHECKPOINT_TRUNCATE).unwrap();
-    assert_eq!(encryption::engine::reserved_bytes(&conn), encryption::page::RESERVED_BYTES as i64);
+    assert_eq!(
+        encryption::engine::reserved_bytes(&conn),
+        encryption::page::RESERVED_BYTES as i64
+    );
     assert_eq!(integrity(&conn), "ok");
-    let n: i64 = conn.query_row("SELECT count(*) FROM t", [], |row| row.get(0)).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+        .unwrap();
     assert_eq!(n, 500);
     drop(conn);
     assert!(encryption::is_encrypted_file(&file).unwrap());

@@ -267,8 +267,32 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         );
 
         // What cannot serve an encrypted database yet says so, with or without the key.
+        // The dump, read with the key, streamed (no copy on the node's disk).
+        let response = app
+            .client
+            .get(format!("{url}dump"))
+            .bearer_auth(&token)
+            .header("x-turso-encryption-key", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let dump = response.text().await.unwrap();
+        assert!(
+            dump.contains("CREATE TABLE diary") && dump.contains(&format!("{MARKER}-49")),
+            "{dump}"
+        );
+        let response = app
+            .client
+            .get(format!("{url}dump"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "no dump without the key");
+
         for (method, path) in [
-            (reqwest::Method::GET, "dump"),
+            (reqwest::Method::GET, "export/1"),
             (reqwest::Method::GET, "info"),
             (reqwest::Method::POST, "pull-updates"),
             (reqwest::Method::POST, "v1/upload"),
