@@ -626,6 +626,18 @@ mod inject {
 
     /// Writes whole transactions into the replica's WAL as one transaction of its own: the
     /// last image of each page, then the commit frame with the final size.
+    /// Whether the SQLite header of `file` says WAL (its read and write versions, bytes 18
+    /// and 19, are 2); a file too short for a header does not.
+    fn header_says_wal(file: &std::path::Path) -> Result<bool, DataError> {
+        use std::io::Read;
+        let mut header = [0u8; 20];
+        match std::fs::File::open(file)?.read_exact(&mut header) {
+            Ok(()) => Ok(header[18] == 2 && header[19] == 2),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub(super) fn inject(file: &std::path::Path, frames: &[Frame]) -> Result<(), DataError> {
         let Some(size_after) = frames
             .iter()
@@ -641,18 +653,25 @@ mod inject {
         }
         pages.retain(|&page_no, _| page_no <= size_after);
         let conn = rusqlite::Connection::open(file)?;
-        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0;")?;
+        // FULL: an injected transaction survives a power loss. `PRAGMA synchronous` loads
+        // the schema, which an encrypted database's keyless connection cannot: there FULL
+        // is the engine's compiled default (SQLITE_DEFAULT_WAL_SYNCHRONOUS, not overridden
+        // by the build), which the test of encrypted replicas checks.
+        if !atoll_storage::encryption::is_encrypted_file(file)? {
+            conn.execute_batch("PRAGMA synchronous = FULL;")?;
+        }
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
         conn.busy_timeout(Duration::from_secs(10))?;
-        // Reading the schema puts the pager in WAL mode (the file says so): injection
-        // needs the WAL open, and a fresh connection opens it only on its first read.
-        let mode: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
+        // A first read puts the pager in WAL mode (the file's header says so): injection
+        // needs the WAL open, and a fresh connection opens it only on its first read. The
+        // header is read from the file and the read does not load the schema: an encrypted
+        // database's schema is ciphertext to this connection, which has no key and needs
+        // none (frames go in as bytes). `PRAGMA journal_mode` would load it.
+        if !header_says_wal(file)? {
             conn.query_row("PRAGMA journal_mode = WAL", [], |row| {
                 row.get::<_, String>(0)
             })?;
         }
-        // A read that does not load the schema: an encrypted database's is ciphertext to
-        // this connection, which has no key and needs none (frames go in as bytes).
         conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
         // Nothing else writes a replica: the WAL's length stays the same until the
         // insertion begins.
@@ -814,6 +833,73 @@ mod tests {
             .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
             .unwrap();
         assert_eq!(after, 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A replica of a database encrypted with its customer's key takes its primary's frames
+    /// without the key (they are ciphertext, inserted as bytes), and a reader with the key
+    /// sees the primary's state.
+    #[test]
+    fn an_encrypted_replica_takes_frames_without_the_key() {
+        use atoll_storage::encryption::{self, Cipher, EncryptionKey};
+        let dir = std::env::temp_dir().join(format!("atoll-inject-enc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (primary, replica) = (dir.join("primary"), dir.join("replica"));
+        let key = EncryptionKey::from_base64(
+            Cipher::Aes256Gcm,
+            "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
+        )
+        .unwrap();
+        let conn = encryption::create(&primary, &key).unwrap();
+        conn.execute_batch("CREATE TABLE t (x);").unwrap();
+        encryption::engine::checkpoint(&conn, rusqlite::ffi::SQLITE_CHECKPOINT_TRUNCATE).unwrap();
+        std::fs::copy(&primary, &replica).unwrap();
+        conn.execute_batch(
+            "PRAGMA wal_autocheckpoint = 0; INSERT INTO t VALUES ('secret one'), ('secret two');",
+        )
+        .unwrap();
+        let read = atoll_storage::wal::read_committed(
+            &atoll_storage::shipper::wal_path(&primary),
+            None,
+            PAGE_SIZE as usize,
+            usize::MAX,
+        )
+        .unwrap();
+        let frames: Vec<Frame> = read
+            .frames
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| Frame {
+                frame_no: i as u64 + 1,
+                checksum: 0,
+                page_no: f.page_no,
+                size_after: f.size_after,
+                page: f.page,
+            })
+            .collect();
+        assert!(!frames.is_empty());
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let reader = encryption::open(&replica, flags, &key).unwrap();
+        let count = |conn: &rusqlite::Connection| -> i64 {
+            conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(count(&reader), 0);
+        // What a keyless connection runs at: the compiled default, FULL (2).
+        let keyless = rusqlite::Connection::open(dir.join("plain")).unwrap();
+        let synchronous: i64 = keyless
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(synchronous, 2);
+        inject::inject(&replica, &frames).unwrap();
+        assert_eq!(count(&reader), 2);
+        let wal = std::fs::read(atoll_storage::shipper::wal_path(&replica)).unwrap();
+        assert!(
+            !wal.windows(6).any(|w| w == b"secret"),
+            "the replica's WAL holds ciphertext"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
