@@ -154,6 +154,51 @@ test("log in, create a database, query it, see its usage; the session is an Http
   await context.close();
 });
 
+test("an encrypted database: created with a key from the form, queried with it from the SQL editor, refused without it", async () => {
+  const { context, page, problems } = await newPage();
+  await logIn(page, "admin", PASSWORD);
+  const key = Buffer.from(Array.from({ length: 32 }, (_, i) => i * 7 + 1)).toString("base64");
+  await page.getByLabel("Name", { exact: true }).fill("vault");
+  await page.getByLabel("Encryption key").fill(key);
+  await page.getByLabel("Cipher").selectOption("chacha20poly1305");
+  await page.getByRole("button", { name: "Create database" }).click();
+  await page.getByRole("heading", { name: "Database vault" }).waitFor();
+  // The key went to the API once and is not kept by the page's storage.
+  const stored = await page.evaluate(() => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }));
+  assert.ok(!stored.includes(key), "the key is not in the browser's storage");
+
+  await page.getByRole("link", { name: "Open in the SQL editor" }).click();
+  await page.getByRole("heading", { name: "SQL editor: vault" }).waitFor();
+  const editor = page.getByLabel("SQL", { exact: true });
+  await editor.fill("CREATE TABLE secrets (v TEXT); INSERT INTO secrets VALUES ('the recipe'); SELECT v FROM secrets;");
+  await page.getByRole("button", { name: "Run" }).click();
+  await page.getByRole("alert").filter({ hasText: "is encrypted" }).waitFor();
+
+  await page.getByLabel("Encryption key").fill(key);
+  await page.getByRole("button", { name: "Run" }).click();
+  const result = page.getByRole("table", { name: "Query result" });
+  await result.waitFor();
+  assert.deepEqual(await result.locator("tbody td").allTextContents(), ["the recipe"]);
+  // Its statements are its data: none in the history.
+  assert.equal(await page.locator(".history button").count(), 0);
+  const stored2 = await page.evaluate(() => JSON.stringify({ ...localStorage }));
+  assert.ok(!stored2.includes(key) && !stored2.includes("the recipe"), stored2);
+  await shot(page, "sql-editor-encrypted");
+
+  // The API agrees: without the key, the data plane answers 401.
+  const { jwt } = await admin("POST", "/v1/organizations/admin/databases/vault/auth/tokens", {});
+  const { database } = await admin("GET", "/v1/organizations/admin/databases/vault");
+  const refused = await fetch(`${database.http_url}v2/pipeline`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${jwt}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ requests: [{ type: "execute", stmt: { sql: "SELECT v FROM secrets" } }] }),
+  });
+  assert.equal(refused.status, 401);
+  await admin("DELETE", "/v1/organizations/admin/databases/vault");
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
 test("mint an API token (shown once) and revoke it", async () => {
   const { context, page, problems } = await newPage();
   await logIn(page, "admin", PASSWORD);

@@ -265,7 +265,13 @@ fn cross_origin() -> tower_http::cors::CorsLayer {
     tower_http::cors::CorsLayer::new()
         .allow_origin(tower_http::cors::Any)
         .allow_methods([Method::GET, Method::POST, Method::PUT])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        // `x-turso-encryption-key`: an encrypted database's key, which a browser client
+        // (and the console's SQL editor) sends like any other.
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::HeaderName::from_static(atoll_types::node::ENCRYPTION_KEY_HEADER),
+        ])
         .max_age(std::time::Duration::from_secs(600))
 }
 

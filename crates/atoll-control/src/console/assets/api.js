@@ -77,9 +77,11 @@ export function fromValue(v) {
 /**
  * Runs statements on a database through the data plane, one batch in which each step
  * runs only if the one before succeeded. Answers one entry per statement:
- * `{ok, result?, error?}` (a statement after a failed one has neither).
+ * `{ok, result?, error?}` (a statement after a failed one has neither). `encryptionKey`:
+ * the key of a database encrypted with its customer's key (base64), sent as
+ * `x-turso-encryption-key`.
  */
-export async function runStatements(httpUrl, jwt, statements) {
+export async function runStatements(httpUrl, jwt, statements, encryptionKey) {
   const steps = statements.map((sql, i) => ({
     stmt: { sql, args: [], want_rows: true },
     ...(i > 0 ? { condition: { type: "ok", step: i - 1 } } : {}),
@@ -89,7 +91,11 @@ export async function runStatements(httpUrl, jwt, statements) {
   try {
     response = await fetch(`${base}v2/pipeline`, {
       method: "POST",
-      headers: { Authorization: `Bearer ${jwt}`, "Content-Type": "application/json" },
+      headers: {
+        Authorization: `Bearer ${jwt}`,
+        "Content-Type": "application/json",
+        ...(encryptionKey ? { "x-turso-encryption-key": encryptionKey } : {}),
+      },
       body: JSON.stringify({ requests: [{ type: "batch", batch: { steps } }, { type: "close" }] }),
       credentials: "omit",
       cache: "no-store",

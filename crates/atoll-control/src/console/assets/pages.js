@@ -56,6 +56,16 @@ function createDatabaseForm(groups, databases) {
   const from = select(databases.map((d) => [d.Name, d.Name]), { name: "from" });
   const timestamp = h("input", { type: "datetime-local", name: "timestamp", step: 1 });
   const sizeLimit = h("input", { name: "size_limit", placeholder: "e.g. 256mb", autocomplete: "off" });
+  // Kept in this form only: sent once with the create, never stored by the console.
+  const encryptionKey = h("input", {
+    type: "password", name: "encryption_key", autocomplete: "off", spellcheck: "false",
+    placeholder: "base64 of 32 random bytes",
+  });
+  const cipher = select([
+    ["aes256gcm", "AES-256-GCM"],
+    ["aes128gcm", "AES-128-GCM (16-byte key)"],
+    ["chacha20poly1305", "ChaCha20-Poly1305"],
+  ], { name: "encryption_cipher" });
   const progress = h("progress", { max: 1, value: 0, hidden: true, "aria-label": "Upload progress" });
   const progressText = h("span", { class: "muted", "aria-live": "polite" });
   const uploadField = field("SQLite file", file, "WAL mode, checkpointed, page size 4096 (the server checks the file).");
@@ -76,10 +86,18 @@ function createDatabaseForm(groups, databases) {
     uploadField,
     copyFields,
     field("Size limit", sizeLimit, "Optional."),
+    h("div", { class: "row" },
+      field("Encryption key", encryptionKey,
+        "Optional: encrypt it with your own key (an empty database only). The server keeps no copy: every client must send it, and a lost key is lost data."),
+      field("Cipher", cipher)),
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Create database"), progress, progressText),
   ], async () => {
     const body = { name: name.value.trim(), group: group.value };
     if (sizeLimit.value.trim()) body.size_limit = sizeLimit.value.trim();
+    if (encryptionKey.value.trim()) {
+      body.remote_encryption = { encryption_key: encryptionKey.value.trim(), encryption_cipher: cipher.value };
+      encryptionKey.value = "";
+    }
     if (source.value === "upload") {
       if (!file.files.length) throw new Error("choose a SQLite file to upload");
       body.seed = { type: "database_upload" };

@@ -13,6 +13,11 @@ const HISTORY_SIZE = 50;
 
 /** Short-lived tokens, per organization/database/mode, kept in memory only. */
 const tokens = new Map();
+/**
+ * Keys of encrypted databases, per organization/database, typed by the user: kept in this
+ * page's memory only (never in localStorage, never sent to the API), gone on reload.
+ */
+const encryptionKeys = new Map();
 
 async function databaseToken(org, name, readOnly) {
   const key = `${org}/${name}/${readOnly}`;
@@ -148,6 +153,12 @@ export async function sqlPage(name) {
   const editor = h("textarea", { name: "sql", rows: 8, spellcheck: "false", autocapitalize: "off", class: "sql" });
   editor.value = loadHistory(org, current)[0] || "SELECT name, type FROM sqlite_schema;";
   const readOnly = checkbox("Read-only token");
+  const keyId = `${org}/${current}`;
+  const encryptionKey = h("input", {
+    type: "password", name: "encryption_key", autocomplete: "off", spellcheck: "false",
+    placeholder: "only for a database created with one",
+  });
+  encryptionKey.value = encryptionKeys.get(keyId) || "";
   const results = h("div", { class: "results", "aria-live": "polite" });
   const historyList = h("ol", { class: "history" });
 
@@ -163,8 +174,11 @@ export async function sqlPage(name) {
     mount(results, h("p", { class: "muted" }, "Running…"));
     try {
       const token = await databaseToken(org, current, readOnly.input.checked);
-      const outcomes = await runStatements(token.url, token.jwt, statements);
-      remember(org, current, editor.value.trim());
+      const key = encryptionKey.value.trim();
+      if (key) encryptionKeys.set(keyId, key); else encryptionKeys.delete(keyId);
+      const outcomes = await runStatements(token.url, token.jwt, statements, key || undefined);
+      // An encrypted database's statements are its data: not kept in this browser.
+      if (!key) remember(org, current, editor.value.trim());
       drawHistory();
       mount(results, outcomes.map((o, i) => h("div", { class: "outcome" },
         statements.length > 1 ? h("h3", {}, `Statement ${i + 1}`, h("code", {}, ` ${o.sql.slice(0, 80)}`)) : null,
@@ -183,6 +197,8 @@ export async function sqlPage(name) {
   return h("section", { "aria-labelledby": "page-title" },
     h("h1", { id: "page-title" }, `SQL editor: ${current}`),
     h("div", { class: "row" }, field("Database", which), readOnly.el),
+    field("Encryption key", encryptionKey,
+      "For a database encrypted with its own key: sent with each query, kept in this page's memory only; its statements stay out of the history."),
     field("SQL", editor, "Ctrl+Enter (⌘+Enter) runs it. Several statements run in order, stopping at the first error."),
     h("div", { class: "actions" }, actionButton("Run", run, { class: "primary", id: "run-sql" })),
     results,
