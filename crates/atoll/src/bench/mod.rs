@@ -663,6 +663,7 @@ pub(crate) fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
 }
 
 /// Outcome of a throughput run.
+#[derive(Default)]
 struct Throughput {
     ok: u64,
     errors: u64,
@@ -670,6 +671,13 @@ struct Throughput {
 }
 
 impl Throughput {
+    /// Adds another measurement of the same figure (rounds taken in turn with another).
+    fn add(&mut self, other: &Throughput) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.seconds += other.seconds;
+    }
+
     fn rate(&self) -> f64 {
         self.ok as f64 / self.seconds
     }
