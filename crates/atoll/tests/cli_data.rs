@@ -450,6 +450,19 @@ async fn an_encrypted_database_is_created_and_queried_with_its_key() {
     shell("CREATE TABLE secrets (v TEXT)");
     shell("INSERT INTO secrets VALUES ('kept in the clear nowhere')");
     assert_eq!(shell("SELECT v FROM secrets"), "kept in the clear nowhere");
+    let dump = setup.ok(&[
+        "db",
+        "shell",
+        "vault",
+        "--remote-encryption-key",
+        key,
+        ".dump",
+    ]);
+    assert!(
+        dump.contains("INSERT INTO secrets VALUES('kept in the clear nowhere')")
+            || dump.contains("kept in the clear nowhere"),
+        "{dump}"
+    );
     let refused = setup.fails(&["db", "shell", "vault", "SELECT v FROM secrets"], None);
     assert!(refused.contains("is encrypted"), "{refused}");
     let wrong = setup.fails(
