@@ -37,6 +37,10 @@ pub struct Database {
     /// An HTTP URL of the database that works without wildcard DNS (an Atoll extension):
     /// the data plane's address with the path prefix `/db/<db>-<org>/`.
     pub http_url: String,
+    /// The cipher of a database encrypted with its customer's key (`remote_encryption`);
+    /// absent otherwise, as in Turso's answers (the turso CLI prints it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_cipher: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]

@@ -228,6 +228,7 @@ pub(super) fn database_wire(
         }
         .to_string(),
         http_url: state.data_plane.http_url(&db.node, &db.label),
+        encryption_cipher: db.encryption.as_ref().map(|e| e.cipher.clone()),
     }
 }
 

@@ -173,13 +173,12 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         )
         .await
         .expect(200);
-        let url = app
+        let shown = app
             .get(&format!("/v1/databases/{name}"), &app.admin_token)
             .await
-            .expect(200)["database"]["http_url"]
-            .as_str()
-            .unwrap()
-            .to_string();
+            .expect(200);
+        assert_eq!(shown["database"]["encryption_cipher"], cipher, "{shown}");
+        let url = shown["database"]["http_url"].as_str().unwrap().to_string();
         let token = app
             .post(
                 &format!("/v1/databases/{name}/auth/tokens"),
@@ -352,13 +351,15 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
     app.post("/v1/databases", &app.admin_token, json!({"name": "plain"}))
         .await
         .expect(200);
-    let url = app
+    let shown = app
         .get("/v1/databases/plain", &app.admin_token)
         .await
-        .expect(200)["database"]["http_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+        .expect(200);
+    assert!(
+        shown["database"].get("encryption_cipher").is_none(),
+        "{shown}"
+    );
+    let url = shown["database"]["http_url"].as_str().unwrap().to_string();
     let token = app
         .post(
             "/v1/databases/plain/auth/tokens",
