@@ -79,11 +79,17 @@ fn rand_suffix() -> u128 {
 impl Server {
     /// Creates a database; returns its URL (path-prefix form, no wildcard DNS needed).
     async fn database(&self, name: &str) -> String {
+        self.database_with(json!({"name": name})).await
+    }
+
+    /// Creates the database `body` describes; returns its URL.
+    async fn database_with(&self, body: serde_json::Value) -> String {
+        let name = body["name"].as_str().unwrap().to_string();
         let created = self
             .client
             .post(format!("{}/v1/databases", self.api))
             .bearer_auth(&self.admin_token)
-            .json(&json!({"name": name}))
+            .json(&body)
             .send()
             .await
             .unwrap();
@@ -386,30 +392,9 @@ async fn an_encrypted_database_answers_the_crate_with_its_key_only() {
     use libsql::{EncryptionContext, EncryptionKey};
     let server = start().await;
     let key = base64::engine::general_purpose::STANDARD.encode([42u8; 32]);
-    let created = server
-        .client
-        .post(format!("{}/v1/databases", server.api))
-        .bearer_auth(&server.admin_token)
-        .json(&json!({"name": "vault", "remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 200);
-    let got: serde_json::Value = server
-        .client
-        .get(format!("{}/v1/databases/vault", server.api))
-        .bearer_auth(&server.admin_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let url = got["database"]["http_url"]
-        .as_str()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_string();
+    let url = server
+        .database_with(json!({"name": "vault", "remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}}))
+        .await;
     let token = server.token("vault", "").await;
     let with = |key: EncryptionKey| EncryptionContext { key };
 

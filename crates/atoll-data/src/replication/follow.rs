@@ -789,6 +789,28 @@ mod tests {
         assert!(decode_frames(&[0; 10]).is_err());
     }
 
+    /// The committed transactions in `primary`'s WAL, as a replica receives them.
+    fn committed_frames(primary: &std::path::Path) -> Vec<Frame> {
+        let read = atoll_storage::wal::read_committed(
+            &atoll_storage::shipper::wal_path(primary),
+            None,
+            PAGE_SIZE as usize,
+            usize::MAX,
+        )
+        .unwrap();
+        read.frames
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| Frame {
+                frame_no: i as u64 + 1,
+                checksum: 0,
+                page_no: f.page_no,
+                size_after: f.size_after,
+                page: f.page,
+            })
+            .collect()
+    }
+
     /// Whole transactions of one file, injected into another copy, give its state.
     #[test]
     fn injected_frames_give_the_primary_s_state() {
@@ -802,25 +824,7 @@ mod tests {
         std::fs::copy(&primary, &replica).unwrap();
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0; INSERT INTO t VALUES (1), (2);")
             .unwrap();
-        let read = atoll_storage::wal::read_committed(
-            &atoll_storage::shipper::wal_path(&primary),
-            None,
-            PAGE_SIZE as usize,
-            usize::MAX,
-        )
-        .unwrap();
-        let frames: Vec<Frame> = read
-            .frames
-            .into_iter()
-            .enumerate()
-            .map(|(i, f)| Frame {
-                frame_no: i as u64 + 1,
-                checksum: 0,
-                page_no: f.page_no,
-                size_after: f.size_after,
-                page: f.page,
-            })
-            .collect();
+        let frames = committed_frames(&primary);
         assert!(!frames.is_empty());
         // A reader of the replica is open meanwhile, as the pool's are.
         let reader = rusqlite::Connection::open(&replica).unwrap();
@@ -859,25 +863,7 @@ mod tests {
             "PRAGMA wal_autocheckpoint = 0; INSERT INTO t VALUES ('secret one'), ('secret two');",
         )
         .unwrap();
-        let read = atoll_storage::wal::read_committed(
-            &atoll_storage::shipper::wal_path(&primary),
-            None,
-            PAGE_SIZE as usize,
-            usize::MAX,
-        )
-        .unwrap();
-        let frames: Vec<Frame> = read
-            .frames
-            .into_iter()
-            .enumerate()
-            .map(|(i, f)| Frame {
-                frame_no: i as u64 + 1,
-                checksum: 0,
-                page_no: f.page_no,
-                size_after: f.size_after,
-                page: f.page,
-            })
-            .collect();
+        let frames = committed_frames(&primary);
         assert!(!frames.is_empty());
         let flags =
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;

@@ -10,7 +10,7 @@
 //! `unsafe`: the C functions of the patch and the callbacks they call back.
 #![allow(unsafe_code)]
 
-use super::page::{PageCipher, RESERVED_BYTES};
+use super::page::{PageAuthenticationFailed, PageCipher, RESERVED_BYTES};
 use super::EncryptionKey;
 use rusqlite::{ffi, Connection, OpenFlags};
 use std::ffi::{c_int, c_uint, c_void};
@@ -41,18 +41,9 @@ unsafe extern "C" fn encrypt_page(
     page: *mut u8,
     len: c_int,
 ) -> c_int {
-    // SAFETY: the C side passes a pointer it holds a reference to (retain_cipher) and a
-    // whole page of `len` bytes it owns for the duration of the call.
-    let (cipher, page) = unsafe {
-        (
-            &*(cipher as *const PageCipher),
-            std::slice::from_raw_parts_mut(page, len as usize),
-        )
-    };
-    match cipher.seal(pgno, page) {
-        Ok(()) => ffi::SQLITE_OK,
-        Err(_) => ffi::SQLITE_IOERR,
-    }
+    // SAFETY: the C side's arguments (see `on_page`).
+    unsafe { on_page(cipher, page, len, |cipher, page| cipher.seal(pgno, page)) }
+        .map_or(ffi::SQLITE_IOERR, |()| ffi::SQLITE_OK)
 }
 
 unsafe extern "C" fn decrypt_page(
@@ -61,17 +52,30 @@ unsafe extern "C" fn decrypt_page(
     page: *mut u8,
     len: c_int,
 ) -> c_int {
-    // SAFETY: as in encrypt_page.
+    // SAFETY: the C side's arguments (see `on_page`).
+    unsafe { on_page(cipher, page, len, |cipher, page| cipher.open(pgno, page)) }
+        .map_or(SQLITE_IOERR_DATA, |()| ffi::SQLITE_OK)
+}
+
+/// Runs `work` on the cipher state and the whole page the C side passed.
+///
+/// # Safety
+/// `cipher` is a pointer the C side holds a reference to (`retain_cipher`), and `page`
+/// a whole page of `len` bytes it owns for the duration of the call.
+unsafe fn on_page(
+    cipher: *mut c_void,
+    page: *mut u8,
+    len: c_int,
+    work: impl FnOnce(&PageCipher, &mut [u8]) -> Result<(), PageAuthenticationFailed>,
+) -> Result<(), PageAuthenticationFailed> {
+    // SAFETY: the caller's contract above.
     let (cipher, page) = unsafe {
         (
             &*(cipher as *const PageCipher),
             std::slice::from_raw_parts_mut(page, len as usize),
         )
     };
-    match cipher.open(pgno, page) {
-        Ok(()) => ffi::SQLITE_OK,
-        Err(_) => SQLITE_IOERR_DATA,
-    }
+    work(cipher, page)
 }
 
 unsafe extern "C" fn retain_cipher(cipher: *mut c_void) {

@@ -965,6 +965,7 @@ mod upload_tests {
             parent: None,
             state: "awaiting_upload".into(),
             http_url: http_url.into(),
+            encryption_cipher: None,
         }
     }
 
