@@ -194,7 +194,7 @@ test("an encrypted database: created with a key from the form, queried with it f
     body: JSON.stringify({ requests: [{ type: "execute", stmt: { sql: "SELECT v FROM secrets" } }] }),
   });
   assert.equal(refused.status, 401);
-  await admin("DELETE", "/v1/organizations/admin/databases/vault");
+  // Kept: a deleted database would be listed among the restorable ones other tests read.
   assert.deepEqual(problems, []);
   await context.close();
 });
