@@ -85,7 +85,7 @@ async fn extract(
     let key = if keyed {
         crate::encryption::request_key(&db, &parts.headers)?
     } else {
-        crate::encryption::plain_only(&db, &parts.headers, &format!("`{}`", parts.uri.path()))?;
+        crate::encryption::plain_only(&db, &parts.headers, parts.uri.path())?;
         None
     };
     // A token when one is sent; otherwise the TLS client certificate, if any.
