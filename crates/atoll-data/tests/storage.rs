@@ -614,6 +614,60 @@ async fn status_of(db: &TestDb) -> u16 {
     db.post("/v2/pipeline", body).await.status().as_u16()
 }
 
+/// A move of a database encrypted with its customer's key: the old node hands it over, the
+/// new one adopts it from object storage and resumes it, all without the key (pages are
+/// copied as ciphertext), and it then serves its rows to requests with the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_encrypted_database_moves_without_its_key() {
+    use atoll_data::moves;
+    for url in storage_urls("move-encrypted") {
+        let old = serve_node(
+            new_dir(),
+            DataLimits::default(),
+            settings_named(&url, "old"),
+        )
+        .await;
+        let new = serve_node(
+            new_dir(),
+            DataLimits::default(),
+            settings_named(&url, "new"),
+        )
+        .await;
+        let mut db =
+            old.create_encrypted_db("vault", "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=");
+        db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+            .await;
+        for x in 1..=30 {
+            insert(&db, x).await;
+        }
+        let id = db.config.id.clone();
+        let node = Arc::clone(&old.node);
+        let handed = {
+            let id = id.clone();
+            tokio::task::spawn_blocking(move || moves::hand_over(&node, &id))
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        let reached =
+            atoll_data::node_storage::adopt(&new.node, db.config.clone(), handed.frame_no, true)
+                .await
+                .unwrap();
+        assert!(reached >= handed.frame_no);
+        moves::resume(&new.node, &id).unwrap();
+        db.addr = new.addr;
+        wait_served(&db).await;
+        assert_eq!(rows(&db).await, (1..=30).collect::<Vec<_>>(), "on {url}");
+        insert(&db, 31).await;
+        wait_shipped(&new, &db).await;
+        moves::release(&old.node, &id).unwrap();
+        assert!(atoll_storage::encryption::is_encrypted_file(
+            &new.node.by_id(&id).unwrap().file_path()
+        )
+        .unwrap());
+    }
+}
+
 /// A move between two nodes sharing object storage (docs/STORAGE.md, "Moves and drains"),
 /// step by step, with a restart at the worst moments: the old holder handed over and the
 /// new one adopted but neither resumed.
