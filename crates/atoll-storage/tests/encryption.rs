@@ -271,6 +271,88 @@ fn a_vacuum_keeps_the_pages_encrypted_and_their_reserved_bytes() {
     assert_eq!(plaintext_under(dir.path()), Vec::<String>::new());
 }
 
+/// Whether `key` reads every page of `file` (a full scan and the integrity check).
+fn reads_with(file: &Path, key: &EncryptionKey) -> bool {
+    let Ok(conn) = encryption::open(file, read_write(), key) else {
+        return false;
+    };
+    conn.execute_batch("PRAGMA cache_size = 2;").is_ok()
+        && conn
+            .query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
+            .is_ok_and(|ok| ok == "ok")
+}
+
+#[test]
+fn a_rotation_rewrites_every_page_under_the_new_key_at_once_and_can_be_repeated() {
+    for (from, to) in [
+        (Cipher::Aes256Gcm, Cipher::Aes256Gcm),
+        (Cipher::Aes128Gcm, Cipher::ChaCha20Poly1305),
+        (Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        let (old, new) = (key(from, 11), key(to, 12));
+        // Half checkpointed into the file, half in the WAL: both are rewritten.
+        encrypted_database(&file, &old, 1_000);
+        let keyless = internal_connection(&file).unwrap();
+        encryption::engine::checkpoint(&keyless, ffi::SQLITE_CHECKPOINT_TRUNCATE).unwrap();
+        insert_rows(
+            &encryption::open(&file, read_write(), &old).unwrap(),
+            1_000..1_500,
+        );
+
+        // Rewritten but not committed (a crash before the commit): all under the old key.
+        let rotating = encryption::engine::open_rotating(&file, read_write(), &new, &old).unwrap();
+        rotating.execute_batch("BEGIN IMMEDIATE").unwrap();
+        drop(rotating);
+        assert!(reads_with(&file, &old), "{from:?}: whole under the old key");
+        assert!(!reads_with(&file, &new));
+
+        let rotating = encryption::engine::open_rotating(&file, read_write(), &new, &old).unwrap();
+        rotating
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .unwrap();
+        let pages = encryption::engine::rewrite_pages(&rotating).unwrap();
+        assert!(pages > 10, "{pages}");
+        drop(rotating);
+        assert!(
+            reads_with(&file, &new),
+            "{from:?}->{to:?}: the new key reads all"
+        );
+        assert!(
+            !reads_with(&file, &old),
+            "{from:?}->{to:?}: the old key reads nothing"
+        );
+        let conn = encryption::open(&file, read_write(), &new).unwrap();
+        assert_eq!(rows(&conn), expected(1_500));
+        drop(conn);
+
+        // The rotation's frames checkpointed without a key: the file is the new key's.
+        let keyless = internal_connection(&file).unwrap();
+        encryption::engine::checkpoint(&keyless, ffi::SQLITE_CHECKPOINT_TRUNCATE).unwrap();
+        drop(keyless);
+        assert!(reads_with(&file, &new) && !reads_with(&file, &old));
+        assert_eq!(plaintext_under(dir.path()), Vec::<String>::new());
+
+        // Repeated (an interrupted rotation whose commit happened): harmless.
+        let again = encryption::engine::open_rotating(&file, read_write(), &new, &old).unwrap();
+        assert_eq!(encryption::engine::rewrite_pages(&again).unwrap(), pages);
+        drop(again);
+        assert!(reads_with(&file, &new));
+        // A stranger's key as the previous one rewrites nothing it cannot read.
+        let stranger = key(to, 13);
+        let wrong =
+            encryption::engine::open_rotating(&file, read_write(), &stranger, &key(from, 14))
+                .unwrap();
+        assert!(encryption::engine::rewrite_pages(&wrong).is_err());
+        drop(wrong);
+        assert!(
+            reads_with(&file, &new),
+            "{from:?}: untouched by the failed rotation"
+        );
+    }
+}
+
 #[test]
 fn frames_copied_as_bytes_without_the_key_make_a_readable_replica() {
     for cipher in Cipher::ALL {

@@ -33,6 +33,7 @@ extern "C" {
         release: unsafe extern "C" fn(*mut c_void),
     ) -> c_int;
     fn atoll_codec_next_open(cipher: *mut c_void);
+    fn atoll_codec_rewrite_pages(db: *mut ffi::sqlite3) -> c_int;
 }
 
 unsafe extern "C" fn encrypt_page(
@@ -108,8 +109,36 @@ fn register() -> rusqlite::Result<()> {
 /// Opens an encrypted database with its key. A wrong key fails on the first page read
 /// (`SQLITE_IOERR_DATA`); callers check the key against the database's verifier first.
 pub fn open(path: &Path, flags: OpenFlags, key: &EncryptionKey) -> rusqlite::Result<Connection> {
+    open_with(
+        path,
+        flags,
+        Arc::new(PageCipher::new(key.cipher(), key.bytes())),
+    )
+}
+
+/// Opens an encrypted database to rotate its key: the connection reads pages sealed with
+/// `key` or `previous` and writes with `key` ([`rewrite_pages`] re-encrypts them all).
+/// Nothing but the rotation may use it: a reader of it would accept either key.
+pub fn open_rotating(
+    path: &Path,
+    flags: OpenFlags,
+    key: &EncryptionKey,
+    previous: &EncryptionKey,
+) -> rusqlite::Result<Connection> {
+    let cipher = PageCipher::rotating(
+        key.cipher(),
+        key.bytes(),
+        (previous.cipher(), previous.bytes()),
+    );
+    open_with(path, flags, Arc::new(cipher))
+}
+
+fn open_with(
+    path: &Path,
+    flags: OpenFlags,
+    cipher: Arc<PageCipher>,
+) -> rusqlite::Result<Connection> {
     register()?;
-    let cipher = Arc::new(PageCipher::new(key.cipher(), key.bytes()));
     // The main file's xOpen takes its own reference; ours ends with this function.
     // SAFETY: the pointer stays valid during the open (we hold `cipher`), and the
     // thread-local is cleared right after it.
@@ -201,4 +230,32 @@ pub fn checkpoint(conn: &Connection, mode: c_int) -> rusqlite::Result<(i32, i32)
             Some("checkpoint failed".into()),
         )),
     }
+}
+
+/// Writes every page of `conn`'s database again, in one write transaction
+/// (`BEGIN IMMEDIATE`, so it waits for the write lock as the connection's busy handler
+/// says): each page under the connection's key. With a connection of [`open_rotating`]
+/// that re-encrypts the database under the new key, atomically — a crash before the
+/// commit leaves it whole under the old key, after it whole under the new one; so does a
+/// rotation repeated on a database already rotated. The frames go to the WAL like any
+/// commit's (the log ships them). Returns the pages written.
+pub fn rewrite_pages(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let rewritten = (|| {
+        // SAFETY: a valid connection inside the write transaction just begun.
+        let code = unsafe { atoll_codec_rewrite_pages(conn.handle()) };
+        if code != ffi::SQLITE_OK {
+            return Err(rusqlite::Error::SqliteFailure(
+                ffi::Error::new(code),
+                Some("cannot rewrite the database's pages".into()),
+            ));
+        }
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |row| row.get(0))?;
+        conn.execute_batch("COMMIT")?;
+        Ok(pages)
+    })();
+    if rewritten.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    rewritten
 }

@@ -29,9 +29,13 @@ const HEADER_BYTES: usize = 100;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageAuthenticationFailed;
 
-/// Encrypts and decrypts whole pages with one key.
+/// Encrypts and decrypts whole pages with one key; during a key rotation
+/// ([`PageCipher::rotating`]), also decrypts pages still under the previous key.
 pub struct PageCipher {
     key: LessSafeKey,
+    /// The key being rotated away from: a page that fails `key`'s tag is tried under it
+    /// (a tag is a proof of the key a page was sealed with, so trying both is sound).
+    previous: Option<LessSafeKey>,
     random: SystemRandom,
 }
 
@@ -46,11 +50,19 @@ impl std::fmt::Debug for PageCipher {
 impl PageCipher {
     /// `key` must be [`Cipher::key_len`] bytes (checked by [`super::EncryptionKey`]).
     pub fn new(cipher: Cipher, key: &[u8]) -> Self {
-        let unbound = UnboundKey::new(cipher.algorithm(), key)
-            .expect("the key's length was checked against its cipher");
         Self {
-            key: LessSafeKey::new(unbound),
+            key: aead_key(cipher, key),
+            previous: None,
             random: SystemRandom::new(),
+        }
+    }
+
+    /// Seals with `key` and opens pages sealed with either `key` or `previous`: the
+    /// cipher of the connections that re-encrypt a database under a new key.
+    pub fn rotating(cipher: Cipher, key: &[u8], previous: (Cipher, &[u8])) -> Self {
+        Self {
+            previous: Some(aead_key(previous.0, previous.1)),
+            ..Self::new(cipher, key)
         }
     }
 
@@ -78,24 +90,46 @@ impl PageCipher {
     /// Decrypts `page` (page number `pgno`, a whole page) in place; fails, leaving the page
     /// unusable, when its tag does not match.
     pub fn open(&self, pgno: u32, page: &mut [u8]) -> Result<(), PageAuthenticationFailed> {
-        let (body, nonce_at) = split(pgno, page)?;
-        let (content, reserved) = page.split_at_mut(nonce_at);
-        let nonce = Nonce::try_assume_unique_for_key(&reserved[..NONCE_LEN])
-            .map_err(|_| PageAuthenticationFailed)?;
-        let tag: [u8; TAG_LEN] = reserved[NONCE_LEN..]
-            .try_into()
-            .map_err(|_| PageAuthenticationFailed)?;
-        self.key
-            .open_in_place_separate_tag(
-                nonce,
-                Aad::from(pgno.to_be_bytes()),
-                Tag::from(tag),
-                &mut content[body..],
-                0..,
-            )
-            .map(|_| ())
-            .map_err(|_| PageAuthenticationFailed)
+        let Some(previous) = &self.previous else {
+            return open_with(&self.key, pgno, page);
+        };
+        // A failed open leaves the page unusable (ring zeroes it): keep the sealed bytes.
+        let sealed = page.to_vec();
+        open_with(&self.key, pgno, page).or_else(|_| {
+            page.copy_from_slice(&sealed);
+            open_with(previous, pgno, page)
+        })
     }
+}
+
+fn aead_key(cipher: Cipher, key: &[u8]) -> LessSafeKey {
+    let unbound = UnboundKey::new(cipher.algorithm(), key)
+        .expect("the key's length was checked against its cipher");
+    LessSafeKey::new(unbound)
+}
+
+/// Decrypts `page` in place with `key`.
+fn open_with(
+    key: &LessSafeKey,
+    pgno: u32,
+    page: &mut [u8],
+) -> Result<(), PageAuthenticationFailed> {
+    let (body, nonce_at) = split(pgno, page)?;
+    let (content, reserved) = page.split_at_mut(nonce_at);
+    let nonce = Nonce::try_assume_unique_for_key(&reserved[..NONCE_LEN])
+        .map_err(|_| PageAuthenticationFailed)?;
+    let tag: [u8; TAG_LEN] = reserved[NONCE_LEN..]
+        .try_into()
+        .map_err(|_| PageAuthenticationFailed)?;
+    key.open_in_place_separate_tag(
+        nonce,
+        Aad::from(pgno.to_be_bytes()),
+        Tag::from(tag),
+        &mut content[body..],
+        0..,
+    )
+    .map(|_| ())
+    .map_err(|_| PageAuthenticationFailed)
 }
 
 /// Where a page's encrypted part starts, and where its reserved bytes start.
@@ -164,6 +198,41 @@ mod tests {
         flipped[10] ^= 1;
         assert_eq!(codec.open(2, &mut flipped), Err(PageAuthenticationFailed));
         assert_eq!(codec.open(2, &mut sealed), Ok(()));
+    }
+
+    #[test]
+    fn a_rotating_cipher_opens_both_keys_pages_and_seals_with_the_new_one() {
+        let old = PageCipher::new(Cipher::Aes128Gcm, &[1; 16]);
+        let new = PageCipher::new(Cipher::ChaCha20Poly1305, &[2; 32]);
+        let rotating = PageCipher::rotating(
+            Cipher::ChaCha20Poly1305,
+            &[2; 32],
+            (Cipher::Aes128Gcm, &[1; 16]),
+        );
+        let plain = page(7);
+        for sealer in [&old, &new] {
+            let mut sealed = plain.clone();
+            sealer.seal(9, &mut sealed).unwrap();
+            rotating.open(9, &mut sealed).unwrap();
+            assert_eq!(
+                sealed[..4096 - RESERVED_BYTES],
+                plain[..4096 - RESERVED_BYTES]
+            );
+        }
+        let mut resealed = plain.clone();
+        rotating.seal(9, &mut resealed).unwrap();
+        assert_eq!(
+            old.open(9, &mut resealed.clone()),
+            Err(PageAuthenticationFailed)
+        );
+        assert_eq!(new.open(9, &mut resealed), Ok(()));
+        let stranger = PageCipher::new(Cipher::Aes256Gcm, &[3; 32]);
+        let mut foreign = plain.clone();
+        stranger.seal(9, &mut foreign).unwrap();
+        assert_eq!(
+            rotating.open(9, &mut foreign),
+            Err(PageAuthenticationFailed)
+        );
     }
 
     #[test]
