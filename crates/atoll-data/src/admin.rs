@@ -101,6 +101,10 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/databases/{id}/config", put(configure))
         .route("/v1/databases/{id}/stats", get(stats))
         .route("/v1/databases/{id}/restore", axum::routing::post(restore))
+        .route(
+            "/v1/databases/{id}/encryption/rotate",
+            axum::routing::post(rotate_encryption_key),
+        )
         .route("/v1/databases/{id}/backups", get(backups))
         .route("/v1/databases/{id}/queries", get(top_queries))
         .route("/v1/sizes", axum::routing::post(sizes))
@@ -379,6 +383,43 @@ async fn restore(
         |tracker| async move {
             tracker.phase("restoring");
             blocking(move || node.restore_in_place(&id, request.timestamp_ms)).await
+        },
+    )
+}
+
+/// Re-encrypts a database under a new key, as an operation; the current key in
+/// `x-turso-encryption-key`, the new one in `x-atoll-new-encryption-key` (never stored
+/// or logged).
+async fn rotate_encryption_key(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+    Json(order): Json<atoll_types::node::RotateEncryptionKey>,
+) -> Result<Accepted, DataError> {
+    let key_header = |name: &str| -> Result<zeroize::Zeroizing<String>, DataError> {
+        let value = headers.get(name).ok_or_else(|| {
+            DataError::Encryption(
+                crate::error::EncryptionRefusal::KeyRequired,
+                format!("a key rotation needs the {name} header"),
+            )
+        })?;
+        value
+            .to_str()
+            .map(|text| zeroize::Zeroizing::new(text.to_string()))
+            .map_err(|_| DataError::BadRequest(format!("the {name} header is not text")))
+    };
+    let current = key_header(atoll_types::node::ENCRYPTION_KEY_HEADER)?;
+    let new = key_header(atoll_types::node::NEW_ENCRYPTION_KEY_HEADER)?;
+    let org = org_of(&state.node, &id)?;
+    let node = Arc::clone(&state.node);
+    run_operation(
+        &state,
+        OperationKind::RotateEncryptionKey,
+        &id.clone(),
+        &org,
+        |tracker| async move {
+            tracker.phase("re-encrypting");
+            blocking(move || node.rotate_encryption_key(&id, order, &current, &new)).await
         },
     )
 }

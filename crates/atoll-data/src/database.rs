@@ -49,6 +49,9 @@ pub const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchron
 /// The file in a database's directory that says it is handed over (its content: since when,
 /// in ms).
 pub(crate) const HAND_OVER_MARKER: &str = "handed-over";
+/// The file that says a rotation of the database's key began and has not finished
+/// (`crate::key_rotation`).
+pub(crate) const KEY_ROTATION_MARKER: &str = "rotating-key";
 
 pub struct Database {
     /// Never changes (the configuration's `id`); kept apart so reading it takes no lock.
@@ -76,6 +79,9 @@ pub struct Database {
     /// A replica of a primary on another node (`replication::follow`): it serves reads
     /// that close their stream, nothing else.
     replica: AtomicBool,
+    /// Its pages are being re-encrypted under a new key, or a rotation was interrupted
+    /// (`crate::key_rotation`): it answers 503 until the rotation is done.
+    rotating_key: AtomicBool,
     /// Until when (`write_lock::now_ms`) its reads are not tried on the async worker that
     /// received them, because one of them ran over the budget there (`hrana::http`).
     inline_paused_until_ms: AtomicU64,
@@ -104,6 +110,7 @@ impl Database {
         if let (Some(log), Some(since)) = (&log, config.history_starts_at_ms) {
             log.ask_history(since);
         }
+        let rotating_key = dir.join(KEY_ROTATION_MARKER).exists();
         Database {
             id: config.id.clone(),
             dir,
@@ -117,6 +124,9 @@ impl Database {
             hand_over_lock: Mutex::new(None),
             inline_paused_until_ms: AtomicU64::new(0),
             replica: AtomicBool::new(false),
+            // An interrupted rotation outlives a restart: which key the pages are under is
+            // known only once the rotation is repeated.
+            rotating_key: AtomicBool::new(rotating_key),
             convergence: std::sync::OnceLock::new(),
             confirmed_epoch: AtomicU64::new(0),
         }
@@ -201,9 +211,22 @@ impl Database {
             .take();
     }
 
-    /// Refuses whatever touches its files while it is rebuilt or handed over (an upload,
-    /// a query), with a 503 that says to retry.
+    pub(crate) fn set_rotating_key(&self, rotating: bool) {
+        self.rotating_key.store(rotating, Ordering::Release);
+    }
+
+    /// Refuses whatever touches its files while it is rebuilt, handed over or re-encrypted
+    /// (an upload, a query), with a 503 that says to retry.
     pub fn ensure_held(&self) -> Result<(), DataError> {
+        if self.rotating_key.load(Ordering::Acquire) {
+            return Err(DataError::Recovering(
+                format!(
+                    "the encryption key of database {} is being rotated; try again shortly (a rotation that answered an error is finished by repeating it with the same keys)",
+                    self.config().name
+                ),
+                1,
+            ));
+        }
         if self.handed_over_at().is_some() {
             return Err(DataError::Recovering(
                 format!(

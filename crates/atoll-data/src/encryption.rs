@@ -92,7 +92,7 @@ pub fn not_for_encrypted(config: &DatabaseConfig, what: &str) -> DataError {
     )
 }
 
-fn not_encrypted(config: &DatabaseConfig) -> DataError {
+pub(crate) fn not_encrypted(config: &DatabaseConfig) -> DataError {
     DataError::Encryption(
         EncryptionRefusal::NotAvailable,
         format!(

@@ -29,6 +29,7 @@ pub mod forward;
 pub mod hrana;
 pub mod identity;
 pub mod jwt;
+pub mod key_rotation;
 pub mod memory;
 pub mod meter;
 pub mod moves;

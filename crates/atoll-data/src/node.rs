@@ -289,6 +289,34 @@ impl Node {
         crate::node_storage::restore_in_place(self, storage, &db, timestamp_ms)
     }
 
+    /// Re-encrypts a database under a new key (`crate::key_rotation`); `current` and `new`
+    /// are the keys' text (base64).
+    pub fn rotate_encryption_key(
+        &self,
+        id: &str,
+        order: atoll_types::node::RotateEncryptionKey,
+        current: &str,
+        new: &str,
+    ) -> Result<atoll_types::node::EncryptionKeyRotated, DataError> {
+        let db = self
+            .by_id(id)
+            .ok_or_else(|| DataError::UnknownDatabase(id.to_string()))?;
+        if db.config().state != DatabaseState::Active {
+            // Says why (deleted, archived, awaiting its upload).
+            db.ensure_queryable()?;
+        }
+        if db.handed_over_at().is_some() || db.needs_rebuild() || db.is_replica() {
+            return Err(DataError::Recovering(
+                format!(
+                    "database {} is moving or being rebuilt; rotate its key once it serves again",
+                    db.config().name
+                ),
+                5,
+            ));
+        }
+        crate::key_rotation::rotate(self, &db, order, current, new)
+    }
+
     /// What object storage holds of a database.
     pub async fn backups(&self, id: &str) -> Result<atoll_types::node::Backups, DataError> {
         let db = self

@@ -233,6 +233,134 @@ async fn an_encrypted_database_is_rebuilt_without_its_key_and_read_with_it() {
     }
 }
 
+/// A client of `db` sending `key` as its encryption key.
+fn keyed(db: &TestDb, key: &str) -> TestDb {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-turso-encryption-key", key.parse().unwrap());
+    TestDb {
+        addr: db.addr,
+        http: reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap(),
+        config: db.config.clone(),
+        key: db.key.clone(),
+    }
+}
+
+/// A key rotation killed after its commit, before the node took the new key: after the
+/// restart the database refuses every request (503) rather than answer under either key;
+/// the same rotation, repeated, finishes it; its frames were shipped like any commit's, so
+/// a disk-loss rebuild afterwards reads with the new key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rotation_killed_after_its_commit_is_finished_by_repeating_it() {
+    use atoll_storage::encryption::{engine, Cipher, EncryptionKey};
+    let url = storage_urls("rotation").remove(0);
+    let dir = new_dir();
+    let node = serve_node(
+        dir.clone(),
+        DataLimits::default(),
+        settings(&url, DurabilityMode::Sync),
+    )
+    .await;
+    let old = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+    let new = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+    let mut db = node.create_encrypted_db("vault", old);
+    db.run(&[sql("CREATE TABLE t(x INTEGER PRIMARY KEY, pad BLOB)")])
+        .await;
+    for x in 1..=30 {
+        db.run(&[sql(&format!("INSERT INTO t VALUES ({x}, 'SECRET-{x}')"))])
+            .await;
+    }
+    // The rotation's first steps, as `key_rotation` takes them, then the kill.
+    let held = node.node.by_id(&db.config.id).unwrap();
+    std::fs::write(held.dir().join("rotating-key"), b"").unwrap();
+    let (old_key, new_key) = (
+        EncryptionKey::from_base64(Cipher::Aes256Gcm, old).unwrap(),
+        EncryptionKey::from_base64(Cipher::ChaCha20Poly1305, new).unwrap(),
+    );
+    let conn = engine::open_rotating(
+        &held.file_path(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE,
+        &new_key,
+        &old_key,
+    )
+    .unwrap();
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )
+    .unwrap();
+    let log = held.log().unwrap().clone();
+    conn.commit_hook(Some(move || {
+        log.record_commit();
+        false
+    }));
+    engine::rewrite_pages(&conn).unwrap();
+    drop((conn, held));
+    let stopped = node.stop();
+
+    let node = serve_node(
+        stopped,
+        DataLimits::default(),
+        settings(&url, DurabilityMode::Sync),
+    )
+    .await;
+    db.addr = node.addr;
+    let with_new = keyed(&db, new);
+    assert_eq!(status_of(&db).await, 503, "the old key is not served");
+    assert_ne!(status_of(&with_new).await, 200, "nor the new one yet");
+
+    let mut rotated = db.config.clone();
+    rotated.config_version += 1;
+    rotated.encryption = Some(atoll_types::node::DatabaseEncryption {
+        cipher: "chacha20poly1305".into(),
+        verifier: new_key.verifier(&db.config.id).to_hex(),
+    });
+    let order = atoll_types::node::RotateEncryptionKey {
+        from_cipher: "aes256gcm".into(),
+        config: rotated.clone(),
+    };
+    // A stranger's current key is refused before anything is touched.
+    let stranger = "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8=";
+    let refused = tokio::task::block_in_place(|| {
+        node.node
+            .rotate_encryption_key(&db.config.id, order.clone(), stranger, new)
+    });
+    assert!(refused.is_err(), "{refused:?}");
+    let done = tokio::task::block_in_place(|| {
+        node.node
+            .rotate_encryption_key(&db.config.id, order, old, new)
+    })
+    .unwrap();
+    assert!(done.pages > 1, "{done:?}");
+    assert_eq!(rows(&with_new).await, (1..=30).collect::<Vec<_>>());
+    assert_eq!(status_of(&db).await, 403, "the old key is refused");
+    with_new
+        .run(&[sql("INSERT INTO t VALUES (31, 'SECRET-31')")])
+        .await;
+    wait_shipped(&node, &with_new).await;
+
+    // The data is lost: rebuilt from the log, without a key, and read with the new one.
+    let data_file = node.node.by_id(&db.config.id).unwrap().file_path();
+    let stopped = node.stop();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = data_file.clone().into_os_string();
+        path.push(suffix);
+        let _ = std::fs::remove_file(path);
+    }
+    let node = serve_node(
+        stopped,
+        DataLimits::default(),
+        settings(&url, DurabilityMode::Sync),
+    )
+    .await;
+    let mut with_new = with_new;
+    with_new.addr = node.addr;
+    wait_served(&with_new).await;
+    assert_eq!(rows(&with_new).await, (1..=31).collect::<Vec<_>>());
+}
+
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

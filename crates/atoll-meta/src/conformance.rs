@@ -957,6 +957,37 @@ async fn encrypted_databases_keep_a_verifier_not_a_key(store: Store) {
         .await
         .unwrap();
     assert_eq!(plain.encryption, None);
+
+    // A rotation replaces the cipher and the verifier, and bumps the configuration.
+    let rotated = crate::DatabaseEncryption {
+        cipher: "chacha20poly1305".into(),
+        verifier: "cd".repeat(32),
+    };
+    let changes = || crate::DatabaseChanges {
+        encryption: Some(rotated.clone()),
+        ..Default::default()
+    };
+    let updated = store
+        .update_database(&encrypted.id, changes())
+        .await
+        .unwrap();
+    assert_eq!(updated.encryption.as_ref(), Some(&rotated));
+    assert!(updated.config_version > encrypted.config_version);
+    // Other changes keep it.
+    let kept = store
+        .update_database(
+            &encrypted.id,
+            crate::DatabaseChanges {
+                block_reads: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept.encryption.as_ref(), Some(&rotated));
+    // A database created plain never becomes encrypted by an update.
+    let still_plain = store.update_database(&plain.id, changes()).await.unwrap();
+    assert_eq!(still_plain.encryption, None);
 }
 
 async fn databases(store: Store) {

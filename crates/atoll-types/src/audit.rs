@@ -70,6 +70,7 @@ pub enum AuditCode {
     DbTransfer,
     DbRestore,
     DbRotateCreds,
+    DbRotateEncryptionKey,
     DbDumpUpload,
     GroupRename,
     GroupTransfer,
@@ -87,7 +88,7 @@ pub enum AuditCode {
 
 impl AuditCode {
     /// Every code, the contract's first.
-    pub const ALL: [AuditCode; 41] = [
+    pub const ALL: [AuditCode; 42] = [
         Self::UserSignup,
         Self::DbCreate,
         Self::DbDelete,
@@ -116,6 +117,7 @@ impl AuditCode {
         Self::DbTransfer,
         Self::DbRestore,
         Self::DbRotateCreds,
+        Self::DbRotateEncryptionKey,
         Self::DbDumpUpload,
         Self::GroupRename,
         Self::GroupTransfer,
@@ -162,6 +164,7 @@ impl AuditCode {
             Self::DbTransfer => "db-transfer",
             Self::DbRestore => "db-restore",
             Self::DbRotateCreds => "db-rotate-creds",
+            Self::DbRotateEncryptionKey => "db-rotate-encryption-key",
             Self::DbDumpUpload => "db-dump-upload",
             Self::GroupRename => "group-rename",
             Self::GroupTransfer => "group-transfer",
@@ -190,6 +193,7 @@ impl AuditCode {
                 | Self::DbTransfer
                 | Self::DbRestore
                 | Self::DbRotateCreds
+                | Self::DbRotateEncryptionKey
                 | Self::DbDumpUpload
                 | Self::GroupRename
                 | Self::GroupTransfer

@@ -214,6 +214,33 @@ pub struct TransferDatabaseRequest {
     pub organization: Option<String>,
 }
 
+/// `POST …/databases/{db}/encryption/rotate` (Atoll's, beyond Turso): re-encrypt a
+/// database encrypted with its customer's key under a new key (docs/ENCRYPTION.md).
+/// Keys are base64 of the raw key bytes, as on create.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RotateEncryptionKeyRequest {
+    /// The key the database is encrypted with now.
+    pub current_encryption_key: String,
+    /// The new key.
+    pub encryption_key: String,
+    /// The new key's cipher; the current cipher when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_cipher: Option<String>,
+    /// The current key's cipher: needed only to repeat a rotation that changed the cipher
+    /// (the database then already names the new one); the database's cipher when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_encryption_cipher: Option<String>,
+}
+
+/// What a key rotation did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EncryptionKeyRotated {
+    /// The database's cipher from now on.
+    pub encryption_cipher: String,
+    /// Pages written again under the new key.
+    pub pages_rewritten: i64,
+}
+
 /// `POST …/auth/tokens` body.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct CreateDatabaseTokenRequest {

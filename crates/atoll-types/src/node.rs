@@ -187,6 +187,29 @@ pub struct CreateDatabase {
 /// forgets when the order is done; the same header as clients' requests.
 pub const ENCRYPTION_KEY_HEADER: &str = "x-turso-encryption-key";
 
+/// The header of a key rotation order that carries the database's new key (the current
+/// one travels in [`ENCRYPTION_KEY_HEADER`]); never in a body.
+pub const NEW_ENCRYPTION_KEY_HEADER: &str = "x-atoll-new-encryption-key";
+
+/// `POST /v1/databases/{id}/encryption/rotate` of the node admin API: re-encrypt the
+/// database under a new key (docs/ENCRYPTION.md, "Rotation"). The keys travel in headers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RotateEncryptionKey {
+    /// The cipher of the current key (the node's configuration may already name the new
+    /// one, pushed before the order).
+    pub from_cipher: String,
+    /// The database's configuration once rotated: its `encryption` names the new cipher
+    /// and the new key's verifier.
+    pub config: DatabaseConfig,
+}
+
+/// What a key rotation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EncryptionKeyRotated {
+    /// Pages written again under the new key.
+    pub pages: i64,
+}
+
 /// Live figures of a database on its node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseStats {
@@ -459,6 +482,8 @@ pub enum OperationKind {
     HandOver,
     /// `POST /v1/databases/{id}/adopt`.
     Adopt,
+    /// `POST /v1/databases/{id}/encryption/rotate`.
+    RotateEncryptionKey,
 }
 
 /// Where an operation is.

@@ -93,6 +93,7 @@ pub enum Action {
     TransferDatabase,
     MintDatabaseToken,
     RotateDatabaseCredentials,
+    RotateDatabaseEncryptionKey,
     ListDeletedDatabases,
     /// The group is the deleted database's: the handler checks a group-scoped token against it.
     RestoreDatabase,
@@ -257,7 +258,8 @@ impl Action {
             Action::ConfigureDatabase => rule(Database, GroupScope(Scope::DbConfigure), Member),
             Action::TransferDatabase => rule(Database, OrganizationLevel, Admin),
             Action::MintDatabaseToken => rule(Database, GroupScope(Scope::DbMintToken), Member),
-            Action::RotateDatabaseCredentials => {
+            // The caller must also know the current key.
+            Action::RotateDatabaseCredentials | Action::RotateDatabaseEncryptionKey => {
                 rule(Database, GroupScope(Scope::DbRotateCreds), Member)
             }
             Action::ListDeletedDatabases => rule(Organization, OrganizationLevel, Viewer),

@@ -362,9 +362,11 @@ pub(crate) fn data_error(error: DataError) -> ApiError {
             atoll_data::error::EncryptionRefusal::NotAvailable => {
                 ApiError::Invalid(ErrorCode::EncryptionNotAvailable, m)
             }
-            // The control plane checked the key it sent: a refusal is the node's fault.
-            atoll_data::error::EncryptionRefusal::KeyRequired
-            | atoll_data::error::EncryptionRefusal::KeyInvalid => ApiError::Upstream(m),
+            // A key the control plane could not check against its own record (the current
+            // key of a repeated rotation) that the pages refused.
+            atoll_data::error::EncryptionRefusal::KeyInvalid => ApiError::Forbidden(m),
+            // The control plane sends the keys orders need: a refusal is the node's fault.
+            atoll_data::error::EncryptionRefusal::KeyRequired => ApiError::Upstream(m),
         },
     }
 }

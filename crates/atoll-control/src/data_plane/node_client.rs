@@ -235,6 +235,23 @@ impl NodeAdmin<'_> {
             .await
     }
 
+    /// `POST /v1/databases/{id}/encryption/rotate`: re-encrypts the database under a new
+    /// key (a long order); both keys in headers, never in the body.
+    pub async fn rotate_encryption_key(
+        &self,
+        order: &wire::RotateEncryptionKey,
+        current: &str,
+        new: &str,
+    ) -> Result<wire::EncryptionKeyRotated, ApiError> {
+        let path = format!("/v1/databases/{}/encryption/rotate", order.config.id);
+        let built = self
+            .order(Method::POST, &path)
+            .header(wire::ENCRYPTION_KEY_HEADER, current)
+            .header(wire::NEW_ENCRYPTION_KEY_HEADER, new);
+        self.long_order_of(built, &path, Some(json_body(order)?), OPERATION_BOUND)
+            .await
+    }
+
     /// `PUT /v1/databases/{id}/config`: the database's configuration.
     pub async fn configure(&self, config: &DatabaseConfig) -> Result<OrderDone, ApiError> {
         let path = format!("/v1/databases/{}/config", config.id);
@@ -396,6 +413,8 @@ fn node_failure(status: u16, message: String, retry_after: Option<u64>) -> ApiEr
     let error = match status {
         400 => DataError::BadRequest(message),
         401 => DataError::Unauthorized(format!("the data node refused the node secret: {message}")),
+        // Orders carry a customer's key only where one is needed: a 403 is that key's.
+        403 => DataError::Encryption(atoll_data::error::EncryptionRefusal::KeyInvalid, message),
         404 => DataError::UnknownDatabase(message),
         409 => DataError::Conflict(message),
         // Too many long orders of the organization at once on the node.

@@ -59,6 +59,28 @@ impl DataPlane {
         }
     }
 
+    /// Re-encrypts a database under a new key; `current` and `new` are the keys (base64).
+    pub async fn rotate_encryption_key(
+        &self,
+        node_name: &str,
+        order: wire::RotateEncryptionKey,
+        current: zeroize::Zeroizing<String>,
+        new: zeroize::Zeroizing<String>,
+    ) -> Result<wire::EncryptionKeyRotated, ApiError> {
+        match self {
+            DataPlane::InProcess { node, .. } => {
+                let node = Arc::clone(node);
+                let id = order.config.id.clone();
+                blocking(move || node.rotate_encryption_key(&id, order, &current, &new)).await
+            }
+            DataPlane::Remote { .. } => {
+                self.admin(node_name)?
+                    .rotate_encryption_key(&order, &current, &new)
+                    .await
+            }
+        }
+    }
+
     /// Deletes a database and its files; one the node does not have is already gone.
     pub async fn delete_database(&self, node_name: &str, id: &str) -> Result<(), ApiError> {
         let result = match self {

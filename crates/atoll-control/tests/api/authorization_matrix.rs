@@ -228,7 +228,8 @@ fn expectation(method: &Method, path: &str) -> Option<Who> {
         | ("POST", "/v1/organizations/{org}/databases/{db}/auth/certificates") => {
             team_group(Scope(S::DbMintToken), Role::Member)
         }
-        ("POST", "/v1/organizations/{org}/databases/{db}/auth/rotate") => {
+        ("POST", "/v1/organizations/{org}/databases/{db}/auth/rotate")
+        | ("POST", "/v1/organizations/{org}/databases/{db}/encryption/rotate") => {
             team_group(Scope(S::DbRotateCreds), Role::Member)
         }
         ("GET", "/v1/organizations/{org}/deleted-databases") => team(OrgLevel, Role::Viewer),
@@ -330,6 +331,8 @@ fn allowed_status(method: &Method, template: &str) -> u16 {
         | ("POST", "/databases/{db}/instances")
         | ("DELETE", "/databases/{db}/instances/{instance}")
         | ("POST", "/groups/{group}/aws/migration/start") => 400,
+        // The matrix's database is not encrypted: nothing to rotate (authorized, refused).
+        ("POST", "/databases/{db}/encryption/rotate") => 400,
         // `atoll dev` runs its one node in process: nothing to drain, nowhere to fail
         // over to.
         ("POST" | "DELETE", "/admin/nodes/{node}/drain") | ("POST", "/groups/{group}/failover") => {

@@ -360,6 +360,7 @@ pub fn kind_name(kind: OperationKind) -> &'static str {
         OperationKind::Backups => "backups",
         OperationKind::HandOver => "hand_over",
         OperationKind::Adopt => "adopt",
+        OperationKind::RotateEncryptionKey => "rotate_encryption_key",
     }
 }
 

@@ -84,6 +84,9 @@ pub struct DatabaseChanges {
     pub signing_key: Option<(String, String)>,
     /// `Some(None)` goes back to the node's durability.
     pub durability: Option<Option<String>>,
+    /// A rotated customer key's cipher and verifier (only ever replaces one: a database is
+    /// encrypted at its creation or never).
+    pub encryption: Option<DatabaseEncryption>,
 }
 
 /// What to look for in [`Store::list_databases`].
@@ -413,7 +416,9 @@ impl Store {
                 "UPDATE databases SET config_version = config_version + 1, state = $2, size_limit = $3, block_reads = $4, block_writes = $5,
                         delete_protection = $6, allow_attach = $7, allowed_ips = $8,
                         signing_key = COALESCE(CAST($9 AS TEXT), signing_key), key_id = COALESCE(CAST($10 AS TEXT), key_id),
-                        durability = $11
+                        durability = $11,
+                        encryption_cipher = CASE WHEN encryption_cipher IS NULL THEN NULL ELSE COALESCE(CAST($12 AS TEXT), encryption_cipher) END,
+                        encryption_verifier = CASE WHEN encryption_verifier IS NULL THEN NULL ELSE COALESCE(CAST($13 AS TEXT), encryption_verifier) END
                  WHERE id = $1",
                 &[
                     (&id).into(),
@@ -427,6 +432,8 @@ impl Store {
                     Value::from(signing_key),
                     Value::from(key_id),
                     Value::from(changes.durability.unwrap_or(current.durability)),
+                    Value::from(changes.encryption.as_ref().map(|e| e.cipher.clone())),
+                    Value::from(changes.encryption.as_ref().map(|e| e.verifier.clone())),
                 ],
             )?;
             database_by_id(c, &id, &secrets)?.ok_or(StoreError::NotFound(Entity::Database))

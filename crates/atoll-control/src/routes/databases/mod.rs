@@ -9,6 +9,7 @@
 mod configure;
 pub(crate) mod create;
 mod dumps;
+mod encryption;
 mod instances;
 
 use super::Route;
@@ -24,8 +25,9 @@ use atoll_types::audit::AuditCode;
 use atoll_types::databases::{
     CreateDatabaseRequest, CreateDatabaseResponse, CreateDatabaseTokenRequest,
     DatabaseConfiguration, DatabaseList, DatabaseResponse, DatabaseToken, DeletedDatabase,
-    DeletedDatabaseList, DumpUploaded, InstanceList, InstanceResponse, Pagination,
-    RestorableDatabase, TransferDatabaseRequest, UpdateDatabaseConfiguration,
+    DeletedDatabaseList, DumpUploaded, EncryptionKeyRotated, InstanceList, InstanceResponse,
+    Pagination, RestorableDatabase, RotateEncryptionKeyRequest, TransferDatabaseRequest,
+    UpdateDatabaseConfiguration,
 };
 use atoll_types::{Empty, ErrorCode, Role};
 use axum::extract::{Path, State};
@@ -169,6 +171,15 @@ pub fn routes() -> Vec<Route> {
                 rotate,
             )
             .response::<Empty>(),
+            Route::new(
+                Method::POST,
+                format!("{db}/encryption/rotate"),
+                Action::RotateDatabaseEncryptionKey,
+                "Re-encrypt a database under a new customer key (Atoll's; the current key is needed)",
+                encryption::rotate,
+            )
+            .request::<RotateEncryptionKeyRequest>()
+            .response::<EncryptionKeyRotated>(),
             Route::new(
                 Method::GET,
                 format!("{prefix}/deleted-databases"),

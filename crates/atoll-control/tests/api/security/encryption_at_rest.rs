@@ -449,3 +449,249 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// `POST …/encryption/rotate` (Atoll's): every page re-encrypted under the new key in
+/// one step; from then on only the new key is served, also by connections pooled under
+/// the old one; bad requests change nothing; a repeat of a finished rotation is harmless.
+#[tokio::test]
+async fn a_rotation_re_encrypts_the_database_under_the_new_key() {
+    let app = app!();
+    let old = base64(&[4u8; 16]);
+    let new = base64(&[5u8; 32]);
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "ledger", "remote_encryption": {"encryption_key": old, "encryption_cipher": "aes128gcm"}}),
+    )
+    .await
+    .expect(200);
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "open-book"}),
+    )
+    .await
+    .expect(200);
+    let shown = app
+        .get("/v1/databases/ledger", &app.admin_token)
+        .await
+        .expect(200);
+    let url = shown["database"]["http_url"].as_str().unwrap().to_string();
+    let token = app
+        .post(
+            "/v1/databases/ledger/auth/tokens",
+            &app.admin_token,
+            json!({}),
+        )
+        .await
+        .expect(200)["jwt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, _) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&old),
+        "CREATE TABLE entries(e TEXT)",
+    )
+    .await;
+    assert_eq!(status, 200);
+    for i in 0..300 {
+        let sql = format!("INSERT INTO entries VALUES ('{MARKER}-{i}')");
+        execute(&app, &url, &token, Some(&old), &sql).await;
+    }
+    let count = |body: &Value| rows(body)[0][0]["value"].clone();
+
+    let rotate = "/v1/databases/ledger/encryption/rotate";
+    for (path, body, status, code) in [
+        (
+            rotate,
+            json!({"current_encryption_key": base64(&[6u8; 16]), "encryption_key": new, "encryption_cipher": "chacha20poly1305"}),
+            403,
+            "forbidden",
+        ),
+        (
+            rotate,
+            json!({"current_encryption_key": old, "encryption_key": new}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            rotate,
+            json!({"current_encryption_key": old, "encryption_key": "%%%"}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            rotate,
+            json!({"current_encryption_key": old, "encryption_key": new, "encryption_cipher": "aegis256"}),
+            400,
+            "encryption_cipher_not_supported",
+        ),
+        (
+            rotate,
+            json!({"current_encryption_key": old, "encryption_key": old}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "/v1/databases/open-book/encryption/rotate",
+            json!({"current_encryption_key": old, "encryption_key": new}),
+            400,
+            "encryption_not_available",
+        ),
+    ] {
+        let reply = app.post(path, &app.admin_token, body.clone()).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (status, code),
+            "{body}: {}",
+            reply.body
+        );
+        assert!(!reply.body.to_string().contains(&old), "{}", reply.body);
+    }
+    // Nothing changed: the old key still reads everything.
+    let (status, body) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&old),
+        "SELECT count(*) FROM entries",
+    )
+    .await;
+    assert_eq!((status, count(&body)), (200, json!("300")), "{body}");
+
+    // To ChaCha20-Poly1305 under a 32-byte key.
+    let rotated = app
+        .post(
+            rotate,
+            &app.admin_token,
+            json!({"current_encryption_key": old, "encryption_key": new, "encryption_cipher": "chacha20poly1305"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(rotated["encryption_cipher"], "chacha20poly1305");
+    assert!(
+        rotated["pages_rewritten"].as_i64().unwrap() > 2,
+        "{rotated}"
+    );
+    let shown = app
+        .get("/v1/databases/ledger", &app.admin_token)
+        .await
+        .expect(200);
+    assert_eq!(shown["database"]["encryption_cipher"], "chacha20poly1305");
+
+    // The old key's pooled connections are gone with it (a 16-byte key is not even a
+    // ChaCha20-Poly1305 key), and a 32-byte stranger is refused as before.
+    let (status, body) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&old),
+        "SELECT count(*) FROM entries",
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("ENCRYPTION_KEY_MALFORMED")),
+        "{body}"
+    );
+    let stranger = base64(&[4u8; 32]);
+    let (status, body) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&stranger),
+        "SELECT count(*) FROM entries",
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("ENCRYPTION_KEY_INVALID")),
+        "{body}"
+    );
+    let (status, body) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&new),
+        "SELECT count(*) FROM entries",
+    )
+    .await;
+    assert_eq!((status, count(&body)), (200, json!("300")), "{body}");
+    let (status, _) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&new),
+        "INSERT INTO entries VALUES ('after')",
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // A repeat (a client that did not see the answer) is harmless; the old key no longer
+    // starts a rotation.
+    app.post(
+        rotate,
+        &app.admin_token,
+        json!({"current_encryption_key": old, "current_encryption_cipher": "aes128gcm",
+               "encryption_key": new, "encryption_cipher": "chacha20poly1305"}),
+    )
+    .await
+    .expect(200);
+    let reply = app
+        .post(
+            rotate,
+            &app.admin_token,
+            json!({"current_encryption_key": old, "current_encryption_cipher": "aes128gcm",
+                   "encryption_key": base64(&[7u8; 32]), "encryption_cipher": "chacha20poly1305"}),
+        )
+        .await;
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    let (status, body) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&new),
+        "SELECT count(*) FROM entries",
+    )
+    .await;
+    assert_eq!((status, count(&body)), (200, json!("301")), "{body}");
+
+    // Neither key on the node's disk or in the audit log; the rotation is audited.
+    let db = app.node.by_label("ledger-admin").expect("on the node");
+    for file in walk(db.dir()) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        for needle in [
+            MARKER.as_bytes(),
+            old.as_bytes(),
+            new.as_bytes(),
+            &[5u8; 32][..],
+        ] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} holds {:?}",
+                file.display(),
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+    app.post(
+        "/v1/admin/organizations/admin/plan",
+        &app.admin_token,
+        json!({"plan": "scaler"}),
+    )
+    .await
+    .expect(200);
+    let audit = app
+        .get(
+            "/v1/organizations/admin/audit-logs?page_size=1000",
+            &app.admin_token,
+        )
+        .await
+        .expect(200)
+        .to_string();
+    assert!(audit.contains("db-rotate-encryption-key"), "{audit}");
+    assert!(!audit.contains(&old) && !audit.contains(&new));
+}
