@@ -477,6 +477,58 @@ async fn an_encrypted_database_is_created_and_queried_with_its_key() {
         None,
     );
     assert!(wrong.contains("not the key"), "{wrong}");
+
+    // A new key: the old one no longer reads, the new one reads everything.
+    let new_key = "ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoM=";
+    let rotated = setup.ok(&[
+        "db",
+        "rotate-encryption-key",
+        "vault",
+        "--current-key",
+        key,
+        "--new-key",
+        new_key,
+        "--new-cipher",
+        "aes256gcm",
+    ]);
+    assert!(rotated.contains("aes256gcm"), "{rotated}");
+    let old = setup.fails(
+        &[
+            "db",
+            "shell",
+            "vault",
+            "--remote-encryption-key",
+            key,
+            "SELECT v FROM secrets",
+        ],
+        None,
+    );
+    assert!(old.contains("not the key"), "{old}");
+    let read = setup.ok(&[
+        "db",
+        "shell",
+        "vault",
+        "--mode",
+        "list",
+        "--remote-encryption-key",
+        new_key,
+        "SELECT v FROM secrets",
+    ]);
+    assert_eq!(read.trim(), "kept in the clear nowhere");
+    let again = setup.fails(
+        &[
+            "db",
+            "rotate-encryption-key",
+            "vault",
+            "--current-key",
+            key,
+            "--new-key",
+            "ICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICA=",
+        ],
+        None,
+    );
+    assert!(again.contains("not the key"), "{again}");
+
     let unsupported = setup.fails(
         &[
             "db",

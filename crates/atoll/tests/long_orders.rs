@@ -463,3 +463,112 @@ async fn a_node_restarted_mid_create_forgets_it_and_the_create_fails_leaving_not
         failed_in.as_secs_f64()
     );
 }
+
+/// One statement on database `label` through the node, with an encryption key: (status,
+/// body).
+async fn execute_keyed(
+    node_url: &str,
+    label: &str,
+    token: &str,
+    key: &str,
+    sql: &str,
+) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{node_url}/db/{label}/v2/pipeline"))
+        .bearer_auth(token)
+        .header("x-turso-encryption-key", key)
+        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]}))
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// A key rotation (docs/ENCRYPTION.md) is a long order too: both keys travel to the node
+/// process in the order's headers, the node re-encrypts the database as an operation, and
+/// from then on it serves the new key only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_rotation_runs_on_the_node_as_an_operation() {
+    let Some(database_url) = atoll_meta::testing::fresh_postgres_url().await else {
+        return;
+    };
+    let Setup {
+        control, node, api, ..
+    } = setup("long-orders-rotation", &database_url).await;
+    let (old, new) = (
+        "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
+        "ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoM=",
+    );
+    let (status, body) = api
+        .post(
+            format!("{}/v1/databases", control.url),
+            json!({"name": "vault", "group": "g", "remote_encryption": {"encryption_key": old}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, got) = api.get(format!("{}/v1/databases/vault", control.url)).await;
+    let label = got["database"]["Hostname"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let (_, minted) = api
+        .post(
+            format!("{}/v1/databases/vault/auth/tokens", control.url),
+            json!({}),
+        )
+        .await;
+    let token = minted["jwt"].as_str().unwrap().to_string();
+    for sql in [
+        "CREATE TABLE t (v TEXT)",
+        "INSERT INTO t VALUES ('one'), ('two'), ('three')",
+    ] {
+        let (status, body) = execute_keyed(&node.url, &label, &token, old, sql).await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    let (status, rotated) = api
+        .post(
+            format!("{}/v1/databases/vault/encryption/rotate", control.url),
+            json!({"current_encryption_key": old, "encryption_key": new}),
+        )
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    assert!(
+        rotated["pages_rewritten"].as_i64().unwrap() >= 2,
+        "{rotated}"
+    );
+    let (status, body) =
+        execute_keyed(&node.url, &label, &token, new, "SELECT count(*) FROM t").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"],
+        "3"
+    );
+    let (status, body) =
+        execute_keyed(&node.url, &label, &token, old, "SELECT count(*) FROM t").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("ENCRYPTION_KEY_INVALID")),
+        "{body}"
+    );
+
+    // The node ran it as an operation, and its log names neither key.
+    let operations = node.operations(&reqwest::Client::new()).await;
+    assert!(
+        operations
+            .iter()
+            .any(|o| o["kind"] == "rotate_encryption_key" && o["state"] == "done"),
+        "{operations:?}"
+    );
+    let log = std::fs::read_to_string(node.dir.with_extension("log")).unwrap_or_default();
+    assert!(
+        !log.contains(old) && !log.contains(new),
+        "a key in the node's log"
+    );
+}

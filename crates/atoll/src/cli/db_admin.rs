@@ -1,12 +1,13 @@
-//! `atoll db config | usage | inspect | restore | list-deleted`, `atoll db tokens invalidate`
+//! `atoll db config | usage | inspect | restore | list-deleted | rotate-encryption-key`,
+//! `atoll db tokens invalidate`
 //! and `atoll db show --instance-urls`: managing a database once it exists. `db.rs` holds
 //! the enum variants that lead here.
 
 use super::client::{CliError, Client};
 use super::output;
 use atoll_types::databases::{
-    DatabaseConfiguration, DatabaseResponse, DeletedDatabaseList, InstanceList, RestorableDatabase,
-    UpdateDatabaseConfiguration,
+    DatabaseConfiguration, DatabaseResponse, DeletedDatabaseList, EncryptionKeyRotated,
+    InstanceList, RestorableDatabase, RotateEncryptionKeyRequest, UpdateDatabaseConfiguration,
 };
 use atoll_types::organizations::OrganizationList;
 use atoll_types::usage::{DatabaseStats, DatabaseUsageObject, DatabaseUsageResponse, TopQuery};
@@ -112,6 +113,28 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// Re-encrypt a database encrypted with its customer's key under a new key: every page
+    /// at once; from then on clients must send the new key. If it fails, run it again with
+    /// the same keys.
+    #[command(after_help = "Example:
+  atoll db rotate-encryption-key vault --current-key \"$OLD\" --new-key \"$(openssl rand -base64 32)\"")]
+    RotateEncryptionKey {
+        /// Name of the database.
+        name: String,
+        /// The key the database is encrypted with now (base64).
+        #[arg(long, value_name = "BASE64")]
+        current_key: String,
+        /// The new key (base64).
+        #[arg(long, value_name = "BASE64")]
+        new_key: String,
+        /// The new key's cipher (aes256gcm, aes128gcm, chacha20poly1305); the current one
+        /// when absent.
+        #[arg(long, value_name = "CIPHER")]
+        new_cipher: Option<String>,
+        /// The current key's cipher, when repeating a rotation that changed the cipher.
+        #[arg(long, value_name = "CIPHER")]
+        current_cipher: Option<String>,
+    },
 }
 
 pub async fn run(client: &Client, command: DbAdminCommand) -> Result<(), CliError> {
@@ -210,6 +233,31 @@ pub async fn run(client: &Client, command: DbAdminCommand) -> Result<(), CliErro
             json,
         } => inspect(client, &name, queries, json).await,
         DbAdminCommand::Restore { name, id, yes } => restore(client, &name, id, yes).await,
+        DbAdminCommand::RotateEncryptionKey {
+            name,
+            current_key,
+            new_key,
+            new_cipher,
+            current_cipher,
+        } => {
+            let request = RotateEncryptionKeyRequest {
+                current_encryption_key: current_key,
+                encryption_key: new_key,
+                encryption_cipher: new_cipher,
+                current_encryption_cipher: current_cipher,
+            };
+            let rotated: EncryptionKeyRotated = client
+                .post(
+                    client.org_url(&["databases", &name, "encryption", "rotate"]),
+                    &request,
+                )
+                .await?;
+            println!(
+                "Re-encrypted database {name} under its new key ({}, {} pages); clients must send the new key from now on.",
+                rotated.encryption_cipher, rotated.pages_rewritten
+            );
+            Ok(())
+        }
         DbAdminCommand::ListDeleted { json } => {
             let list: DeletedDatabaseList =
                 client.get(client.org_url(&["deleted-databases"])).await?;
