@@ -100,6 +100,35 @@ describe('remote encryption', () => {
     });
   }
 
+  test("a rotation (Atoll's) moves the database to a new key: the same client code with the new key reads everything", async () => {
+    const db = await encryptedDatabase('aes256gcm', 32);
+    const before = client(db.url, db.token, db.key);
+    await before.execute('CREATE TABLE ledger (id INTEGER PRIMARY KEY, entry TEXT)');
+    await before.batch(
+      Array.from({ length: 200 }, (_, i) => ({ sql: 'INSERT INTO ledger (entry) VALUES (?)', args: [`entry ${i}`] })),
+      'write',
+    );
+    const newKey = randomBytes(32).toString('base64');
+    const res = await fetch(`${URL_BASE}/v1/organizations/admin/databases/${db.name}/encryption/rotate`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ current_encryption_key: db.key, encryption_key: newKey, encryption_cipher: 'chacha20poly1305' }),
+    });
+    const rotated = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(rotated));
+    assert.equal(rotated.encryption_cipher, 'chacha20poly1305');
+    assert.ok(rotated.pages_rewritten >= 2, JSON.stringify(rotated));
+
+    // The client holding the old key (its connections were pooled) is refused from now on.
+    await rejectsWith(before.execute('SELECT count(*) AS n FROM ledger'), 'ENCRYPTION_KEY_INVALID', /not the key/);
+    const after = client(db.url, db.token, newKey);
+    const rs = await after.execute('SELECT count(*) AS n, max(entry) AS last FROM ledger');
+    assert.equal(Number(rs.rows[0].n), 200);
+    await after.execute({ sql: 'INSERT INTO ledger (entry) VALUES (?)', args: ['after the rotation'] });
+    const again = await after.execute('SELECT entry FROM ledger ORDER BY id DESC LIMIT 1');
+    assert.equal(again.rows[0].entry, 'after the rotation');
+  });
+
   test('a cipher the server cannot do is refused by name, never ignored', async () => {
     const name = uniq('aegis');
     await assert.rejects(
