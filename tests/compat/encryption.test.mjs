@@ -129,6 +129,39 @@ describe('remote encryption', () => {
     assert.equal(again.rows[0].entry, 'after the rotation');
   });
 
+  test('a copy of an encrypted database (seed) is encrypted under the same key', async () => {
+    const src = await encryptedDatabase('aes128gcm', 16);
+    const keyed = client(src.url, src.token, src.key);
+    await keyed.execute('CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT)');
+    await keyed.execute({ sql: 'INSERT INTO kv VALUES (?, ?)', args: ['door', 'code 1234'] });
+    const name = uniq('enc-copy');
+    await turso.databases.create(name, {
+      group: 'default',
+      seed: { type: 'database', name: src.name },
+      remote_encryption: { encryption_key: src.key, encryption_cipher: 'aes128gcm' },
+    });
+    made.push(name);
+    const res = await fetch(`${URL_BASE}/v1/organizations/admin/databases/${name}`, {
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
+    const { database } = await res.json();
+    assert.equal(database.encryption_cipher, 'aes128gcm');
+    const { jwt } = await turso.databases.createToken(name, { authorization: 'full-access' });
+    const copy = client(database.http_url, jwt, src.key);
+    const rs = await copy.execute('SELECT v FROM kv');
+    assert.equal(rs.rows[0].v, 'code 1234');
+    await rejectsWith(client(database.http_url, jwt).execute('SELECT v FROM kv'), 'ENCRYPTION_KEY_REQUIRED', /is encrypted/);
+    // Another key for the copy is refused: a copy keeps its source's key.
+    await assert.rejects(
+      turso.databases.create(uniq('enc-copy'), {
+        group: 'default',
+        seed: { type: 'database', name: src.name },
+        remote_encryption: { encryption_key: randomBytes(16).toString('base64'), encryption_cipher: 'aes128gcm' },
+      }),
+      (err) => err.status === 403,
+    );
+  });
+
   test('a cipher the server cannot do is refused by name, never ignored', async () => {
     const name = uniq('aegis');
     await assert.rejects(

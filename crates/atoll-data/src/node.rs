@@ -457,10 +457,10 @@ impl Node {
                 ))
             }
             (Some(_), Some(text)) => {
-                if seed != Seed::Empty {
+                if matches!(seed, Seed::Upload | Seed::Dump { .. }) {
                     return Err(crate::encryption::not_for_encrypted(
                         &config,
-                        "seeding a database (a copy, a point in time, an upload or a dump)",
+                        "seeding a database from an upload or a dump",
                     ));
                 }
                 Some(crate::encryption::key_for(&config, text)?)
@@ -495,7 +495,10 @@ impl Node {
                         ))
                     })?;
                     crate::transfer_history::ensure_started(&source)?;
-                    copy_database(self, &source, &file)?;
+                    match &key {
+                        Some(key) => copy_encrypted_database(&source, key, &file)?,
+                        None => copy_database(self, &source, &file)?,
+                    }
                 }
                 Seed::PointInTime {
                     source_id,
@@ -528,6 +531,9 @@ impl Node {
                         retention,
                         &file,
                     )?;
+                    if let Some(key) = &key {
+                        check_opens(&file, key, &config.name)?;
+                    }
                 }
                 Seed::Dump { sql } => {
                     initialise_empty(&file)?;
@@ -835,6 +841,71 @@ fn copy_database(node: &Node, source: &Database, target: &Path) -> Result<(), Da
     let copy = rusqlite::Connection::open(target)?;
     copy.execute_batch("PRAGMA journal_mode = WAL;")?;
     Ok(())
+}
+
+/// Copies encrypted database `source` to `target` page by page as they are — ciphertext,
+/// without the key, as the shipper's snapshot does — after checking that `key` (the copy's)
+/// is the source's: a copy keeps its source's key.
+fn copy_encrypted_database(
+    source: &Database,
+    key: &atoll_storage::encryption::EncryptionKey,
+    target: &Path,
+) -> Result<(), DataError> {
+    let config = source.config();
+    let source_key_matches = config
+        .encryption
+        .as_ref()
+        .and_then(|e| atoll_storage::encryption::Verifier::from_hex(&e.verifier))
+        .is_some_and(|verifier| key.matches(source.id(), &verifier));
+    if !source_key_matches {
+        return Err(DataError::Encryption(
+            crate::error::EncryptionRefusal::KeyInvalid,
+            format!(
+                "the key of the copy is not the key of database {}: a copy keeps its source's key",
+                config.name
+            ),
+        ));
+    }
+    source.ensure_held()?;
+    // A read transaction without the schema (ciphertext to this connection) pins the
+    // snapshot the backup copies.
+    let conn = atoll_storage::shipper::internal_connection(&source.file_path())?;
+    conn.execute_batch("BEGIN")?;
+    conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
+    conn.backup(rusqlite::DatabaseName::Main, target, None)?;
+    conn.execute_batch("COMMIT")?;
+    check_opens(target, key, &config.name)
+}
+
+/// Checks that `key` reads the schema of the encrypted database at `file` (a copy, a
+/// restored point in time): pages written under another key — before a rotation — fail
+/// their tags here rather than at the tenant's first query.
+fn check_opens(
+    file: &Path,
+    key: &atoll_storage::encryption::EncryptionKey,
+    name: &str,
+) -> Result<(), DataError> {
+    let conn = atoll_storage::encryption::open(
+        file,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        key,
+    )?;
+    match conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| {
+        row.get::<_, i64>(0)
+    }) {
+        Ok(_) => Ok(()),
+        Err(rusqlite::Error::SqliteFailure(failure, _))
+            if failure.code == rusqlite::ErrorCode::SystemIoFailure =>
+        {
+            Err(DataError::Encryption(
+                crate::error::EncryptionRefusal::KeyInvalid,
+                format!(
+                    "the key does not open the copy of database {name} (its pages at that time were under another key: a rotation since?)"
+                ),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn write_config(path: &Path, config: &DatabaseConfig) -> Result<(), DataError> {

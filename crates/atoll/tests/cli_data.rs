@@ -478,6 +478,31 @@ async fn an_encrypted_database_is_created_and_queried_with_its_key() {
     );
     assert!(wrong.contains("not the key"), "{wrong}");
 
+    // A copy keeps the source's key and cipher.
+    setup.ok(&[
+        "db",
+        "create",
+        "vault-copy",
+        "--from-db",
+        "vault",
+        "--remote-encryption-key",
+        key,
+        "--remote-encryption-cipher",
+        "chacha20poly1305",
+        "--wait",
+    ]);
+    let copied = setup.ok(&[
+        "db",
+        "shell",
+        "vault-copy",
+        "--mode",
+        "list",
+        "--remote-encryption-key",
+        key,
+        "SELECT v FROM secrets",
+    ]);
+    assert_eq!(copied.trim(), "kept in the clear nowhere");
+
     // A new key: the old one no longer reads, the new one reads everything.
     let new_key = "ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoM=";
     let rotated = setup.ok(&[

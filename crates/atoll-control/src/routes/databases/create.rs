@@ -10,7 +10,7 @@ use crate::database_tokens::{group_with_key, new_signing_key};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use atoll_meta::{Database, DatabaseChanges, DatabaseInsert, DatabaseState, StoreError};
-use atoll_storage::encryption::{Cipher, EncryptionKey};
+use atoll_storage::encryption::{Cipher, EncryptionKey, Verifier};
 use atoll_types::audit::AuditCode;
 use atoll_types::databases::{CreateDatabaseRequest, CreateDatabaseResponse, CreatedDatabase};
 use atoll_types::node::{CreateDatabase, Seed};
@@ -174,6 +174,45 @@ pub(crate) fn not_for_encrypted(db: &Database, what: &str) -> ApiResult<()> {
     ))
 }
 
+/// A copy (now or at a point in time) of an encrypted database is encrypted with the
+/// source's key and cipher — its pages are copied as they are, without the key on the
+/// node — and a copy of a plain database is plain: what a copy asks for must say so.
+/// (To change the copy's key: rotate it afterwards.)
+fn copy_encryption(source: &Database, requested: Option<&RequestedEncryption>) -> ApiResult<()> {
+    let name = &source.name;
+    match (&source.encryption, requested) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(ApiError::Invalid(
+            ErrorCode::EncryptionNotAvailable,
+            format!("database {name} is not encrypted: an encrypted copy of it is not available yet (create an encrypted database and load the rows through a client)"),
+        )),
+        (Some(_), None) => Err(ApiError::Invalid(
+            ErrorCode::EncryptionKeyMalformed,
+            format!("database {name} is encrypted with its customer's key, and so is a copy of it, under the same key: send remote_encryption with that key"),
+        )),
+        (Some(stored), Some(requested)) => {
+            if stored.cipher != requested.cipher.name() {
+                return Err(ApiError::Invalid(
+                    ErrorCode::EncryptionCipherNotSupported,
+                    format!(
+                        "a copy of database {name} keeps its cipher, {}: rotate the copy's key afterwards to change it",
+                        stored.cipher
+                    ),
+                ));
+            }
+            let verifier = Verifier::from_hex(&stored.verifier).ok_or_else(|| {
+                ApiError::Internal(format!("database {} has a malformed key verifier", source.id))
+            })?;
+            if !requested.key.matches(&source.id, &verifier) {
+                return Err(ApiError::Forbidden(format!(
+                    "remote_encryption.encryption_key is not the key of database {name}: a copy keeps its source's key (rotate the copy's key afterwards)"
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
 /// What a create's `remote_encryption` asks for: the cipher and the key (checked against
 /// the cipher, kept as the client sent it, base64, for the node).
 struct RequestedEncryption {
@@ -220,10 +259,14 @@ fn requested_encryption(request: &CreateDatabaseRequest) -> ApiResult<Option<Req
         malformed("encryption_key (the key, base64) is required to create an encrypted database")
     })?;
     let key = EncryptionKey::from_base64(cipher, text).map_err(|e| malformed(&e.to_string()))?;
-    if request.seed.is_some() {
+    if request
+        .seed
+        .as_ref()
+        .is_some_and(|seed| seed.kind != "database")
+    {
         return Err(ApiError::Invalid(
             ErrorCode::EncryptionNotAvailable,
-            "an encrypted database starts empty on this server: seeding it (from a database, a point in time, an upload or a dump) is not available yet (docs/ENCRYPTION.md)".into(),
+            "an encrypted database starts empty or as a copy of an encrypted database on this server: seeding it from an upload or a dump is not available yet (docs/ENCRYPTION.md)".into(),
         ));
     }
     Ok(Some(RequestedEncryption {
@@ -319,7 +362,7 @@ async fn create_on(
         seed,
         parent,
         dump_id,
-    } = seed_for(state, access, request, node).await?;
+    } = seed_for(state, access, request, encryption, node).await?;
     let (signing_key, key_id) = new_signing_key();
     let final_state = if seed == Seed::Upload {
         DatabaseState::AwaitingUpload
@@ -543,6 +586,7 @@ async fn seed_for(
     state: &AppState,
     access: &Access,
     request: &CreateDatabaseRequest,
+    encryption: Option<&RequestedEncryption>,
     node: &str,
 ) -> ApiResult<PlannedSeed> {
     let org_id = &access.org().id;
@@ -605,7 +649,7 @@ async fn seed_for(
                     format!("database {source_name} has no data to copy yet"),
                 ));
             }
-            not_for_encrypted(&source, "seeding a database from a copy or a point in time")?;
+            copy_encryption(&source, encryption)?;
             if let Some(at) = timestamp_ms {
                 crate::routes::backups::check_history(&source, at, ErrorCode::InvalidSeed)?;
                 // From object storage: on any node, whatever holds the source now.

@@ -314,17 +314,9 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         }
     }
 
-    // What needs the rows without the key is refused, and says why: a copy or a point in
-    // time of it into another database, a restore in place through SQL, a transfer.
+    // What needs the rows without the key is refused, and says why: a restore in place
+    // through SQL, a transfer.
     for (path, body) in [
-        (
-            "/v1/databases",
-            json!({"name": "copy", "seed": {"type": "database", "name": "diary-aes256"}}),
-        ),
-        (
-            "/v1/databases",
-            json!({"name": "copy", "seed": {"type": "database", "name": "diary-aes256", "timestamp": "2026-01-01T00:00:00Z"}}),
-        ),
         (
             "/v1/databases/diary-aes256/restore",
             json!({"timestamp": "2026-01-01T00:00:00Z"}),
@@ -694,4 +686,203 @@ async fn a_rotation_re_encrypts_the_database_under_the_new_key() {
         .to_string();
     assert!(audit.contains("db-rotate-encryption-key"), "{audit}");
     assert!(!audit.contains(&old) && !audit.contains(&new));
+}
+
+/// A copy of an encrypted database, now or at a point in time (Turso's `seed: {type:
+/// "database"}`), is encrypted under the source's key and cipher: its pages are copied as
+/// they are, without the key on the node. What a copy asks for must say so.
+#[tokio::test]
+async fn a_copy_of_an_encrypted_database_keeps_its_key() {
+    let app = app!();
+    let key = base64(&[8u8; 32]);
+    let remote =
+        |key: &str, cipher: &str| json!({"encryption_key": key, "encryption_cipher": cipher});
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "vault", "remote_encryption": remote(&key, "chacha20poly1305")}),
+    )
+    .await
+    .expect(200);
+    app.post("/v1/databases", &app.admin_token, json!({"name": "plain"}))
+        .await
+        .expect(200);
+    let (url, token) = database_access(&app, "vault").await;
+    execute(&app, &url, &token, Some(&key), "CREATE TABLE t(x TEXT)").await;
+    for i in 0..20 {
+        let sql = format!("INSERT INTO t VALUES ('{MARKER}-{i}')");
+        execute(&app, &url, &token, Some(&key), &sql).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let twenty = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    execute(
+        &app,
+        &url,
+        &token,
+        Some(&key),
+        "DELETE FROM t WHERE rowid > 5",
+    )
+    .await;
+
+    let copy = |name: &str, timestamp: Option<&str>, remote_encryption: Value| {
+        let mut seed = json!({"type": "database", "name": "vault"});
+        if let Some(at) = timestamp {
+            seed["timestamp"] = json!(at);
+        }
+        json!({"name": name, "seed": seed, "remote_encryption": remote_encryption})
+    };
+    for (body, status, code) in [
+        (
+            copy("c1", None, Value::Null),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            copy("c1", None, remote(&base64(&[9u8; 32]), "chacha20poly1305")),
+            403,
+            "forbidden",
+        ),
+        (
+            copy(
+                "c1",
+                Some(&twenty),
+                remote(&base64(&[9u8; 32]), "chacha20poly1305"),
+            ),
+            403,
+            "forbidden",
+        ),
+        (
+            copy("c1", None, remote(&key, "aes256gcm")),
+            400,
+            "encryption_cipher_not_supported",
+        ),
+        (
+            json!({"name": "c1", "seed": {"type": "database", "name": "plain"}, "remote_encryption": remote(&key, "aes256gcm")}),
+            400,
+            "encryption_not_available",
+        ),
+    ] {
+        let reply = app
+            .post("/v1/databases", &app.admin_token, body.clone())
+            .await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (status, code),
+            "{body}: {}",
+            reply.body
+        );
+        assert!(!reply.body.to_string().contains(&key));
+        assert_eq!(
+            app.get("/v1/databases/c1", &app.admin_token).await.status,
+            404
+        );
+    }
+
+    // Now, and as it was before the delete: each read with the source's key only.
+    for (name, timestamp, expected_rows) in [
+        ("copy-now", None, "5"),
+        ("copy-then", Some(twenty.as_str()), "20"),
+    ] {
+        let created = app
+            .post(
+                "/v1/databases",
+                &app.admin_token,
+                copy(name, timestamp, remote(&key, "chacha20poly1305")),
+            )
+            .await
+            .expect(200);
+        assert_eq!(created["database"]["Name"], name, "{created}");
+        let shown = app
+            .get(&format!("/v1/databases/{name}"), &app.admin_token)
+            .await
+            .expect(200);
+        assert_eq!(
+            shown["database"]["encryption_cipher"], "chacha20poly1305",
+            "{shown}"
+        );
+        let (url, token) = database_access(&app, name).await;
+        let (status, body) =
+            execute(&app, &url, &token, Some(&key), "SELECT count(*) FROM t").await;
+        assert_eq!(
+            (status, rows(&body)[0][0]["value"].clone()),
+            (200, json!(expected_rows)),
+            "{name}: {body}"
+        );
+        let (status, _) = execute(&app, &url, &token, None, "SELECT count(*) FROM t").await;
+        assert_eq!(status, 401, "{name}: the copy is encrypted");
+        let (status, _) = execute(
+            &app,
+            &url,
+            &token,
+            Some(&key),
+            "INSERT INTO t VALUES ('copy')",
+        )
+        .await;
+        assert_eq!(status, 200, "{name}: writable");
+        // Its own verifier: a rotation of the copy leaves the source's key alone.
+        let new = base64(&[10u8; 32]);
+        app.post(
+            &format!("/v1/databases/{name}/encryption/rotate"),
+            &app.admin_token,
+            json!({"current_encryption_key": key, "encryption_key": new}),
+        )
+        .await
+        .expect(200);
+        let (status, _) = execute(&app, &url, &token, Some(&new), "SELECT count(*) FROM t").await;
+        assert_eq!(status, 200);
+    }
+    let (status, body) = execute(&app, &url, &token, Some(&key), "SELECT count(*) FROM t").await;
+    assert_eq!(
+        (status, rows(&body)[0][0]["value"].clone()),
+        (200, json!("5"))
+    );
+
+    // Neither the copies' rows nor the key on the node's disk.
+    let dir = app
+        .node
+        .by_label("vault-admin")
+        .unwrap()
+        .dir()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for file in walk(&dir) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        let plain = app.node.by_label("plain-admin").unwrap().id().to_string();
+        if file.to_string_lossy().contains(&plain) {
+            continue;
+        }
+        for needle in [MARKER.as_bytes(), key.as_bytes()] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} holds {:?}",
+                file.display(),
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+}
+
+/// The HTTP URL and a full-access token of database `name`.
+async fn database_access(app: &TestApp, name: &str) -> (String, String) {
+    let shown = app
+        .get(&format!("/v1/databases/{name}"), &app.admin_token)
+        .await
+        .expect(200);
+    let url = shown["database"]["http_url"].as_str().unwrap().to_string();
+    let token = app
+        .post(
+            &format!("/v1/databases/{name}/auth/tokens"),
+            &app.admin_token,
+            json!({}),
+        )
+        .await
+        .expect(200)["jwt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (url, token)
 }
