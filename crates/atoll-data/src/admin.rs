@@ -275,15 +275,7 @@ async fn create(
     Json(request): Json<CreateDatabase>,
 ) -> Result<Accepted, DataError> {
     // An encrypted database's key, for its first pages only (never stored or logged).
-    let key = match headers.get(atoll_types::node::ENCRYPTION_KEY_HEADER) {
-        Some(value) => Some(zeroize::Zeroizing::new(
-            value
-                .to_str()
-                .map_err(|_| DataError::BadRequest("the encryption key header is not text".into()))?
-                .to_string(),
-        )),
-        None => None,
-    };
+    let key = optional_key_header(&headers, atoll_types::node::ENCRYPTION_KEY_HEADER)?;
     let node = Arc::clone(&state.node);
     let id = request.config.id.clone();
     let org = request.config.org_id.clone();
@@ -371,8 +363,11 @@ fn database_bytes(file: &std::path::Path) -> u64 {
 async fn restore(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     Json(request): Json<atoll_types::node::RestoreInPlace>,
 ) -> Result<Accepted, DataError> {
+    // An encrypted database's key (never stored or logged).
+    let key = optional_key_header(&headers, atoll_types::node::ENCRYPTION_KEY_HEADER)?;
     let org = org_of(&state.node, &id)?;
     let node = Arc::clone(&state.node);
     run_operation(
@@ -382,9 +377,32 @@ async fn restore(
         &org,
         |tracker| async move {
             tracker.phase("restoring");
-            blocking(move || node.restore_in_place(&id, request.timestamp_ms)).await
+            blocking(move || {
+                node.restore_in_place(
+                    &id,
+                    request.timestamp_ms,
+                    key.as_deref().map(String::as_str),
+                )
+            })
+            .await
         },
     )
+}
+
+/// A header of an order carrying a customer's key (base64), if it is there.
+fn optional_key_header(
+    headers: &axum::http::HeaderMap,
+    name: &str,
+) -> Result<Option<zeroize::Zeroizing<String>>, DataError> {
+    headers
+        .get(name)
+        .map(|value| {
+            value
+                .to_str()
+                .map(|text| zeroize::Zeroizing::new(text.to_string()))
+                .map_err(|_| DataError::BadRequest(format!("the {name} header is not text")))
+        })
+        .transpose()
 }
 
 /// Re-encrypts a database under a new key, as an operation; the current key in
@@ -397,16 +415,12 @@ async fn rotate_encryption_key(
     Json(order): Json<atoll_types::node::RotateEncryptionKey>,
 ) -> Result<Accepted, DataError> {
     let key_header = |name: &str| -> Result<zeroize::Zeroizing<String>, DataError> {
-        let value = headers.get(name).ok_or_else(|| {
+        optional_key_header(&headers, name)?.ok_or_else(|| {
             DataError::Encryption(
                 crate::error::EncryptionRefusal::KeyRequired,
                 format!("a key rotation needs the {name} header"),
             )
-        })?;
-        value
-            .to_str()
-            .map(|text| zeroize::Zeroizing::new(text.to_string()))
-            .map_err(|_| DataError::BadRequest(format!("the {name} header is not text")))
+        })
     };
     let current = key_header(atoll_types::node::ENCRYPTION_KEY_HEADER)?;
     let new = key_header(atoll_types::node::NEW_ENCRYPTION_KEY_HEADER)?;

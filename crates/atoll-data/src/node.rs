@@ -275,10 +275,12 @@ impl Node {
     }
 
     /// Restores a database in place to its state at `timestamp_ms` (`node_storage`).
+    /// An encrypted database's `key` is the key's text (base64), checked here.
     pub fn restore_in_place(
         &self,
         id: &str,
         timestamp_ms: i64,
+        key: Option<&str>,
     ) -> Result<atoll_types::node::RestoreOutcome, DataError> {
         let db = self
             .by_id(id)
@@ -286,7 +288,19 @@ impl Node {
         let storage = self.storage.as_ref().ok_or_else(|| {
             DataError::BadRequest("this node has no object storage (--storage-url)".into())
         })?;
-        crate::node_storage::restore_in_place(self, storage, &db, timestamp_ms)
+        let config = db.config();
+        let key = match (&config.encryption, key) {
+            (None, None) => None,
+            (None, Some(_)) => return Err(crate::encryption::not_encrypted(&config)),
+            (Some(_), None) => {
+                return Err(crate::encryption::not_for_encrypted(
+                    &config,
+                    "a restore in place without the database's key",
+                ))
+            }
+            (Some(_), Some(text)) => Some(crate::encryption::key_for(&config, text)?),
+        };
+        crate::node_storage::restore_in_place(self, storage, &db, timestamp_ms, key.as_ref())
     }
 
     /// Re-encrypts a database under a new key (`crate::key_rotation`); `current` and `new`
@@ -885,6 +899,15 @@ fn check_opens(
     key: &atoll_storage::encryption::EncryptionKey,
     name: &str,
 ) -> Result<(), DataError> {
+    open_encrypted_checked(file, key, name).map(drop)
+}
+
+/// Opens the encrypted database at `file` with `key`, checked as [`check_opens`] says.
+pub(crate) fn open_encrypted_checked(
+    file: &Path,
+    key: &atoll_storage::encryption::EncryptionKey,
+    name: &str,
+) -> Result<rusqlite::Connection, DataError> {
     let conn = atoll_storage::encryption::open(
         file,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -893,14 +916,14 @@ fn check_opens(
     match conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| {
         row.get::<_, i64>(0)
     }) {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(conn),
         Err(rusqlite::Error::SqliteFailure(failure, _))
             if failure.code == rusqlite::ErrorCode::SystemIoFailure =>
         {
             Err(DataError::Encryption(
                 crate::error::EncryptionRefusal::KeyInvalid,
                 format!(
-                    "the key does not open the copy of database {name} (its pages at that time were under another key: a rotation since?)"
+                    "the key does not open database {name} as it was then (its pages were under another key: a rotation since?)"
                 ),
             ))
         }

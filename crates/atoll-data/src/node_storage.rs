@@ -726,11 +726,16 @@ pub(crate) fn restore_seed(
 /// then written into the live database as one transaction through SQLite's backup API, so
 /// open connections see it at their next read and the log records it like any write.
 /// Runs on a blocking thread.
+///
+/// An encrypted database is restored with its `key` (checked by the caller): the past
+/// state is read and written through connections holding it, so the pages written are
+/// sealed under it like any commit's.
 pub(crate) fn restore_in_place(
     node: &Node,
     storage: &NodeStorage,
     db: &Database,
     timestamp_ms: i64,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
 ) -> Result<RestoreOutcome, DataError> {
     let log = db
         .log()
@@ -751,8 +756,16 @@ pub(crate) fn restore_in_place(
             Some(storage.retention_days(&db.config())),
             &past,
         ))?;
-        let source = rusqlite::Connection::open(&past)?;
-        let mut live = internal_connection(&db.file_path())?;
+        let (source, mut live) = match key {
+            Some(key) => (
+                crate::node::open_encrypted_checked(&past, key, &db.config().name)?,
+                keyed_internal_connection(&db.file_path(), key)?,
+            ),
+            None => (
+                rusqlite::Connection::open(&past)?,
+                internal_connection(&db.file_path())?,
+            ),
+        };
         let hook_log = Arc::clone(log);
         live.commit_hook(Some(move || {
             hook_log.record_commit();
@@ -779,6 +792,24 @@ pub(crate) fn restore_in_place(
     })();
     let _ = std::fs::remove_dir_all(&staging);
     result
+}
+
+/// [`internal_connection`] of an encrypted database, with its key.
+fn keyed_internal_connection(
+    file: &Path,
+    key: &atoll_storage::encryption::EncryptionKey,
+) -> Result<rusqlite::Connection, DataError> {
+    let conn = atoll_storage::encryption::open(
+        file,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        key,
+    )?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
+    Ok(conn)
 }
 
 /// Copies every page of `source` into `live` in one write transaction, waiting (bounded)

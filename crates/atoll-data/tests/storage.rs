@@ -520,7 +520,7 @@ async fn a_restore_in_place_is_a_new_write_that_can_itself_be_undone() {
         let at = early[2].1;
         let outcome = {
             let node = node.node.clone();
-            tokio::task::spawn_blocking(move || node.restore_in_place(&id, at))
+            tokio::task::spawn_blocking(move || node.restore_in_place(&id, at, None))
                 .await
                 .unwrap()
                 .unwrap()
@@ -535,7 +535,7 @@ async fn a_restore_in_place_is_a_new_write_that_can_itself_be_undone() {
         let at = late[2].1;
         {
             let node = node.node.clone();
-            tokio::task::spawn_blocking(move || node.restore_in_place(&id, at))
+            tokio::task::spawn_blocking(move || node.restore_in_place(&id, at, None))
                 .await
                 .unwrap()
                 .unwrap();

@@ -49,6 +49,10 @@ pub struct BackupLag {
 pub struct RestoreRequest {
     /// An instant inside the restorable window (RFC 3339).
     pub timestamp: String,
+    /// The key of a database encrypted with its customer's key (base64): the restore
+    /// writes its pages under it. Ignored never: refused for a plain database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]

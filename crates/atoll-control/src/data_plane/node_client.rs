@@ -283,14 +283,20 @@ impl NodeAdmin<'_> {
     }
 
     /// `POST /v1/databases/{id}/restore`: restores the database in place (a long order).
+    /// An encrypted database's `key` travels in the order's header.
     pub async fn restore(
         &self,
         id: &str,
         request: &RestoreInPlace,
+        key: Option<&str>,
     ) -> Result<RestoreOutcome, ApiError> {
         let path = format!("/v1/databases/{id}/restore");
         let body = json_body(request)?;
-        self.long_order(Method::POST, &path, Some(body), OPERATION_BOUND)
+        let mut order = self.order(Method::POST, &path);
+        if let Some(key) = key {
+            order = order.header(wire::ENCRYPTION_KEY_HEADER, key);
+        }
+        self.long_order_of(order, &path, Some(body), OPERATION_BOUND)
             .await
     }
 

@@ -149,22 +149,31 @@ impl DataPlane {
         }
     }
 
-    /// Restores a database in place to its state at `timestamp_ms`.
+    /// Restores a database in place to its state at `timestamp_ms`; an encrypted one with
+    /// its `key` (base64).
     pub async fn restore_in_place(
         &self,
         node_name: &str,
         id: &str,
         timestamp_ms: i64,
+        key: Option<zeroize::Zeroizing<String>>,
     ) -> Result<wire::RestoreOutcome, ApiError> {
         match self {
             DataPlane::InProcess { node, .. } => {
                 let node = Arc::clone(node);
                 let id = id.to_string();
-                blocking(move || node.restore_in_place(&id, timestamp_ms)).await
+                blocking(move || {
+                    node.restore_in_place(&id, timestamp_ms, key.as_deref().map(String::as_str))
+                })
+                .await
             }
             DataPlane::Remote { .. } => {
                 self.admin(node_name)?
-                    .restore(id, &wire::RestoreInPlace { timestamp_ms })
+                    .restore(
+                        id,
+                        &wire::RestoreInPlace { timestamp_ms },
+                        key.as_deref().map(String::as_str),
+                    )
                     .await
             }
         }

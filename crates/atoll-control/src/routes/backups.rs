@@ -93,10 +93,13 @@ async fn restore(
     let db = access.database();
     let timestamp_ms = parse_timestamp(&request.timestamp)?;
     check_history(db, timestamp_ms, ErrorCode::InvalidRequest)?;
-    crate::routes::databases::create::not_for_encrypted(db, "a restore in place")?;
+    let key = crate::routes::databases::encryption::key_of_request(
+        db,
+        request.encryption_key.as_deref(),
+    )?;
     let outcome = state
         .data_plane
-        .restore_in_place(&db.node, &db.id, timestamp_ms)
+        .restore_in_place(&db.node, &db.id, timestamp_ms, key)
         .await?;
     let org = access.org();
     audit::record(

@@ -35,6 +35,9 @@ pub enum BackupsCommand {
         /// Do not ask for confirmation (required when stdin is not a terminal).
         #[arg(long, short = 'y')]
         yes: bool,
+        /// The key of a database encrypted with its customer's key (base64).
+        #[arg(long, value_name = "BASE64")]
+        remote_encryption_key: Option<String>,
     },
 }
 
@@ -88,6 +91,7 @@ pub async fn run(client: &Client, command: BackupsCommand) -> Result<(), CliErro
             name,
             timestamp,
             yes,
+            remote_encryption_key,
         } => {
             super::confirm(
                 &format!("restore database {name} to its state at {timestamp} (its current state stays restorable)"),
@@ -98,6 +102,7 @@ pub async fn run(client: &Client, command: BackupsCommand) -> Result<(), CliErro
                     client.org_url(&["databases", &name, "restore"]),
                     &RestoreRequest {
                         timestamp: timestamp.clone(),
+                        encryption_key: remote_encryption_key,
                     },
                 )
                 .await?;

@@ -14,7 +14,7 @@ use crate::auth::Access;
 use crate::body::LenientJson;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use atoll_meta::{DatabaseChanges, DatabaseEncryption};
+use atoll_meta::{Database, DatabaseChanges, DatabaseEncryption};
 use atoll_storage::encryption::{Cipher, EncryptionKey, Verifier};
 use atoll_types::audit::AuditCode;
 use atoll_types::databases::{EncryptionKeyRotated, RotateEncryptionKeyRequest};
@@ -150,6 +150,47 @@ pub(super) async fn rotate(
         encryption_cipher: rotated.cipher,
         pages_rewritten: rotated_outcome.pages,
     }))
+}
+
+/// The key an operation on `db` that writes its pages (a restore in place) was sent,
+/// checked against the database's verifier: `None` for a plain database, which refuses a
+/// key (the client believes it encrypted), as the data plane does.
+pub(crate) fn key_of_request(
+    db: &Database,
+    sent: Option<&str>,
+) -> ApiResult<Option<Zeroizing<String>>> {
+    let sent = sent.filter(|text| !text.is_empty());
+    match (&db.encryption, sent) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ApiError::Invalid(
+            ErrorCode::EncryptionNotAvailable,
+            format!(
+                "database {} is not encrypted with a customer key: send no encryption_key",
+                db.name
+            ),
+        )),
+        (Some(_), None) => Err(ApiError::Invalid(
+            ErrorCode::EncryptionKeyMalformed,
+            format!(
+                "database {} is encrypted with its customer's key: send it as encryption_key",
+                db.name
+            ),
+        )),
+        (Some(stored), Some(text)) => {
+            let cipher = Cipher::from_name(&stored.cipher)
+                .map_err(|e| ApiError::Internal(format!("database {}: {e}", db.id)))?;
+            let verifier = Verifier::from_hex(&stored.verifier).ok_or_else(|| {
+                ApiError::Internal(format!("database {} has a malformed key verifier", db.id))
+            })?;
+            if !key(cipher, text, "encryption_key")?.matches(&db.id, &verifier) {
+                return Err(ApiError::Forbidden(format!(
+                    "encryption_key is not the key of database {}",
+                    db.name
+                )));
+            }
+            Ok(Some(Zeroizing::new(text.to_string())))
+        }
+    }
 }
 
 /// A key of the request (base64 of `cipher`'s raw key bytes), or a 400 naming `field`.

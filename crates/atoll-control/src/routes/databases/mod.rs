@@ -9,7 +9,7 @@
 mod configure;
 pub(crate) mod create;
 mod dumps;
-mod encryption;
+pub(crate) mod encryption;
 mod instances;
 
 use super::Route;

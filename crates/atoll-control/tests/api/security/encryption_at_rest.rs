@@ -314,18 +314,11 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         }
     }
 
-    // What needs the rows without the key is refused, and says why: a restore in place
-    // through SQL, a transfer.
-    for (path, body) in [
-        (
-            "/v1/databases/diary-aes256/restore",
-            json!({"timestamp": "2026-01-01T00:00:00Z"}),
-        ),
-        (
-            "/v1/databases/diary-aes256/transfer",
-            json!({"org": "somebody"}),
-        ),
-    ] {
+    // What needs the rows without the key is refused, and says why: a transfer.
+    for (path, body) in [(
+        "/v1/databases/diary-aes256/transfer",
+        json!({"org": "somebody"}),
+    )] {
         let reply = app.post(path, &app.admin_token, body.clone()).await;
         assert_eq!(
             (reply.status, reply.code()),
@@ -838,6 +831,55 @@ async fn a_copy_of_an_encrypted_database_keeps_its_key() {
     assert_eq!(
         (status, rows(&body)[0][0]["value"].clone()),
         (200, json!("5"))
+    );
+
+    // A restore in place writes the past pages under the key, which it needs.
+    let restore = "/v1/databases/vault/restore";
+    for (body, status, code) in [
+        (
+            json!({"timestamp": twenty}),
+            400,
+            "encryption_key_malformed",
+        ),
+        (
+            json!({"timestamp": twenty, "encryption_key": base64(&[9u8; 32])}),
+            403,
+            "forbidden",
+        ),
+    ] {
+        let reply = app.post(restore, &app.admin_token, body.clone()).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (status, code),
+            "{body}: {}",
+            reply.body
+        );
+    }
+    let reply = app
+        .post(
+            "/v1/databases/plain/restore",
+            &app.admin_token,
+            json!({"timestamp": twenty, "encryption_key": key}),
+        )
+        .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (400, "encryption_not_available"),
+        "{}",
+        reply.body
+    );
+    app.post(
+        restore,
+        &app.admin_token,
+        json!({"timestamp": twenty, "encryption_key": key}),
+    )
+    .await
+    .expect(200);
+    let (status, body) = execute(&app, &url, &token, Some(&key), "SELECT count(*) FROM t").await;
+    assert_eq!(
+        (status, rows(&body)[0][0]["value"].clone()),
+        (200, json!("20")),
+        "{body}"
     );
 
     // Neither the copies' rows nor the key on the node's disk.
