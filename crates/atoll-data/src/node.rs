@@ -471,10 +471,10 @@ impl Node {
                 ))
             }
             (Some(_), Some(text)) => {
-                if matches!(seed, Seed::Upload | Seed::Dump { .. }) {
+                if seed == Seed::Upload {
                     return Err(crate::encryption::not_for_encrypted(
                         &config,
-                        "seeding a database from an upload or a dump",
+                        "seeding a database from an upload",
                     ));
                 }
                 Some(crate::encryption::key_for(&config, text)?)
@@ -550,26 +550,36 @@ impl Node {
                     }
                 }
                 Seed::Dump { sql } => {
-                    initialise_empty(&file)?;
+                    match &key {
+                        Some(key) => initialise_encrypted(&file, key)?,
+                        None => initialise_empty(&file)?,
+                    }
                     // A dump is tenant SQL like any other: it runs in the sandbox (no
-                    // ATTACH, allow-listed pragmas, limits, a deadline).
+                    // ATTACH, allow-listed pragmas, limits, a deadline); into an encrypted
+                    // database through a connection holding its key.
                     let mut conn = crate::sandbox::open(
                         &file,
                         Mode::DumpLoader,
                         &self.sandbox,
                         &self.shutdown,
-                        None,
+                        key.as_ref(),
                         |_| Ok(()),
                     )?;
                     // Journaled for the organization (the database is new: a crash must
-                    // not be retried under another name).
-                    let _running = self
-                        .crash_journal
-                        .running(&crate::crash_journal::organization_key(&config.org_id), sql)
-                        .map_err(DataError::Forbidden)?;
+                    // not be retried under another name); without an excerpt for an
+                    // encrypted database (its literals are the tenant's data).
+                    let organization = crate::crash_journal::organization_key(&config.org_id);
+                    let _running = match &key {
+                        Some(_) => self.crash_journal.running_sealed(&organization, sql),
+                        None => self.crash_journal.running(&organization, sql),
+                    }
+                    .map_err(DataError::Forbidden)?;
                     crate::dump::load_dump(&mut conn, sql, self.sandbox.dump_load_timeout)?;
                     drop(conn);
-                    crate::dump::check_loaded(&file)?;
+                    match &key {
+                        Some(key) => check_opens(&file, key, &config.name)?,
+                        None => crate::dump::check_loaded(&file)?,
+                    }
                 }
             }
             let has_file = seed != Seed::Upload;

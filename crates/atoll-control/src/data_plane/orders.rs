@@ -26,7 +26,13 @@ impl DataPlane {
                     let tenant = request.config.org_id.clone();
                     return sql_node
                         .sql()
-                        .run_for(&tenant, move || node.create_database(request).map(|_| ()))
+                        .run_for(&tenant, move || {
+                            node.create_database_with_key(
+                                request,
+                                key.as_deref().map(String::as_str),
+                            )
+                            .map(|_| ())
+                        })
                         .await
                         .and_then(|created| created)
                         .map_err(data_error);

@@ -262,11 +262,11 @@ fn requested_encryption(request: &CreateDatabaseRequest) -> ApiResult<Option<Req
     if request
         .seed
         .as_ref()
-        .is_some_and(|seed| seed.kind != "database")
+        .is_some_and(|seed| seed.kind == "database_upload")
     {
         return Err(ApiError::Invalid(
             ErrorCode::EncryptionNotAvailable,
-            "an encrypted database starts empty or as a copy of an encrypted database on this server: seeding it from an upload or a dump is not available yet (docs/ENCRYPTION.md)".into(),
+            "an encrypted database starts empty, from a dump, or as a copy of an encrypted database on this server: seeding it from an uploaded file is not available yet (docs/ENCRYPTION.md)".into(),
         ));
     }
     Ok(Some(RequestedEncryption {
