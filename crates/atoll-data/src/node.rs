@@ -445,8 +445,8 @@ impl Node {
     /// [`Node::create_database`] for a database that may be encrypted with its
     /// customer's key (`config.encryption`): `key` is the key's text (base64), checked
     /// against the configuration's verifier, used to write the new file's first pages and
-    /// dropped when this returns. Encrypted databases start empty (other seeds need the
-    /// key of their source too: not available yet).
+    /// dropped when this returns. An encrypted database starts empty, awaiting its upload
+    /// (sealed as it is installed), from a dump, or as a copy of one under the same key.
     pub fn create_database_with_key(
         &self,
         request: CreateDatabase,
@@ -470,15 +470,7 @@ impl Node {
                     format!("creating encrypted database {} needs its key", config.name),
                 ))
             }
-            (Some(_), Some(text)) => {
-                if seed == Seed::Upload {
-                    return Err(crate::encryption::not_for_encrypted(
-                        &config,
-                        "seeding a database from an upload",
-                    ));
-                }
-                Some(crate::encryption::key_for(&config, text)?)
-            }
+            (Some(_), Some(text)) => Some(crate::encryption::key_for(&config, text)?),
         };
         if self.by_label(&config.label).is_some() {
             return Err(DataError::Conflict(format!(

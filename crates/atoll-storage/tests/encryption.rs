@@ -470,3 +470,39 @@ async fn the_log_in_object_storage_holds_ciphertext_and_restores_without_the_key
     assert_eq!(rows(&conn), expected(200));
     assert_eq!(integrity(&conn), "ok");
 }
+
+#[test]
+fn a_plain_file_prepared_for_an_encrypted_upload_keeps_its_rows_and_rowids() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.db");
+    let conn = Connection::open(&file).unwrap();
+    // No INTEGER PRIMARY KEY: the rowids are the table's own, and must survive.
+    conn.execute_batch(
+        "CREATE TABLE t(secret TEXT); CREATE INDEX t_secret ON t(secret);
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 500)
+         INSERT INTO t SELECT 'row ' || x FROM c;
+         DELETE FROM t WHERE rowid % 3 = 0;",
+    )
+    .unwrap();
+    let before: Vec<(i64, String)> = conn
+        .prepare("SELECT rowid, secret FROM t ORDER BY rowid")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    encryption::engine::reserve_for_encryption(&conn).unwrap();
+    assert_eq!(
+        encryption::engine::reserved_bytes(&conn),
+        encryption::page::RESERVED_BYTES as i64
+    );
+    let after: Vec<(i64, String)> = conn
+        .prepare("SELECT rowid, secret FROM t ORDER BY rowid")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(integrity(&conn), "ok");
+}

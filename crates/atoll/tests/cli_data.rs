@@ -478,6 +478,46 @@ async fn an_encrypted_database_is_created_and_queried_with_its_key() {
     );
     assert!(wrong.contains("not the key"), "{wrong}");
 
+    // A file uploaded into an encrypted database: prepared with the reserved bytes an
+    // encrypted page needs (the file itself untouched), sealed by the server.
+    let file = setup.files.join("plain-secrets.db");
+    {
+        let conn = Connection::open(&file).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE notes(n TEXT); INSERT INTO notes VALUES ('uploaded in the clear, kept sealed');",
+        )
+        .unwrap();
+    }
+    let original = std::fs::read(&file).unwrap();
+    setup.ok(&[
+        "db",
+        "create",
+        "vault-file",
+        "--from-file",
+        file.to_str().unwrap(),
+        "--remote-encryption-key",
+        key,
+        "--remote-encryption-cipher",
+        "chacha20poly1305",
+        "--wait",
+    ]);
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        original,
+        "the user's file is not changed"
+    );
+    let read = setup.ok(&[
+        "db",
+        "shell",
+        "vault-file",
+        "--mode",
+        "list",
+        "--remote-encryption-key",
+        key,
+        "SELECT n FROM notes",
+    ]);
+    assert_eq!(read.trim(), "uploaded in the clear, kept sealed");
+
     // A copy keeps the source's key and cipher.
     setup.ok(&[
         "db",

@@ -15,9 +15,10 @@
 //! [`registry`] the uploads in progress, [`validate`] the checks of a file.
 
 pub mod registry;
+mod seal;
 pub mod validate;
 
-use crate::auth::DbRequest;
+use crate::auth::{DbRequest, KeyedDbRequest};
 use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::node::Node;
@@ -76,11 +77,12 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
 /// `POST /v1/upload`: the whole file in one request.
 async fn upload_file(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, DataError> {
     require_write(&req)?;
+    seal::check_cipher_header(&req.db, &headers)?;
     require_awaiting_upload(&req.db)?;
     let (limit, too_large) = state.uploads.limit_for(&req.db);
     if content_length(&headers)?.is_some_and(|len| len > limit) {
@@ -113,6 +115,7 @@ async fn upload_file(
 
     let node = Arc::clone(&state.node);
     let db = Arc::clone(&req.db);
+    let key = req.key.clone();
     // A client that hangs up stops the check (it runs the file's SQL); the install itself
     // is never cut short.
     let cancel = CancelToken::new();
@@ -123,7 +126,7 @@ async fn upload_file(
         // now neither frees the database for another upload mid-install nor deletes the
         // file from under it.
         let _claim = claim;
-        check_and_install(&node, &db, temp, None, &bounds)
+        check_and_install(&node, &db, temp, None, &bounds, key.as_deref())
     })
     .await;
     cancel_on_drop.disarm();
@@ -139,7 +142,7 @@ struct StartRequest {
 /// `PUT /v2/upload/start` with `{"db_size_bytes": N}`.
 async fn start_chunked(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     body: Bytes,
 ) -> Result<Json<Value>, UploadError> {
     require_write(&req)?;
@@ -214,7 +217,7 @@ async fn start_chunked(
 /// `PUT /v2/upload/{upload_id}/chunk/{n}`: bytes `[n * chunk_size, …)` of the file.
 async fn upload_chunk(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     Path((upload_id, n)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
@@ -295,10 +298,12 @@ async fn upload_chunk(
 /// `PUT /v2/upload/{upload_id}/finalize`: check the assembled file and install it.
 async fn finalize_chunked(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
+    headers: HeaderMap,
     Path(upload_id): Path<String>,
 ) -> Result<Json<Value>, UploadError> {
     require_write(&req)?;
+    seal::check_cipher_header(&req.db, &headers)?;
     state.uploads.sweep(&state.node);
     let (finalizing, path, size) = {
         let mut inner = state.uploads.lock();
@@ -348,12 +353,20 @@ async fn finalize_chunked(
     };
     let node = Arc::clone(&state.node);
     let db = Arc::clone(&req.db);
+    let key = req.key.clone();
     let cancel = CancelToken::new();
     let cancel_on_drop = cancel.cancel_on_drop();
     let bounds = CheckBounds::for_node(&node, Some(cancel)).from_organization(&db.config().org_id);
     let installed = blocking(move || {
         let _finalizing = finalizing;
-        check_and_install(&node, &db, TempFile::new(path), Some(size), &bounds)
+        check_and_install(
+            &node,
+            &db,
+            TempFile::new(path),
+            Some(size),
+            &bounds,
+            key.as_deref(),
+        )
     })
     .await;
     cancel_on_drop.disarm();
@@ -508,8 +521,9 @@ fn check_and_install(
     temp: TempFile,
     expected_len: Option<u64>,
     bounds: &CheckBounds,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
 ) -> Result<(), DataError> {
-    match install(node, db, &temp, expected_len, bounds) {
+    match install(node, db, &temp, expected_len, bounds, key) {
         Ok(()) => {
             temp.installed();
             Ok(())
@@ -521,12 +535,15 @@ fn check_and_install(
     }
 }
 
+/// An encrypted database's upload arrives plain and is sealed under `key` once checked
+/// (`seal`).
 fn install(
     node: &Node,
     db: &Database,
     temp: &TempFile,
     expected_len: Option<u64>,
     bounds: &CheckBounds,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
 ) -> Result<(), DataError> {
     if let Some(expected) = expected_len {
         let len = std::fs::metadata(temp.path())?.len();
@@ -541,6 +558,9 @@ fn install(
     // main file moves.
     for leftover in sqlite_files(temp.path()).into_iter().skip(1) {
         remove_if_exists(&leftover)?;
+    }
+    if let Some(key) = key {
+        seal::seal(temp.path(), key, &db.config().name)?;
     }
     // Re-checked here: the control plane may have changed the database while the file was
     // arriving (the upload claim only keeps other uploads out).

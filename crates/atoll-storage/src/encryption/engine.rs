@@ -159,22 +159,7 @@ pub fn create(path: &Path, key: &EncryptionKey) -> rusqlite::Result<Connection> 
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         key,
     )?;
-    let mut reserved = RESERVED_BYTES as c_int;
-    // SAFETY: a valid connection and the documented argument of the file control.
-    let code = unsafe {
-        ffi::sqlite3_file_control(
-            conn.handle(),
-            c"main".as_ptr(),
-            ffi::SQLITE_FCNTL_RESERVE_BYTES,
-            (&mut reserved as *mut c_int).cast(),
-        )
-    };
-    if code != ffi::SQLITE_OK {
-        return Err(rusqlite::Error::SqliteFailure(
-            ffi::Error::new(code),
-            Some("cannot reserve the bytes of encrypted pages".into()),
-        ));
-    }
+    request_reserved_bytes(&conn)?;
     conn.pragma_update(None, "journal_mode", "wal")?;
     // The first write fixes the page size and the reserved bytes for good.
     conn.execute_batch(
@@ -258,4 +243,42 @@ pub fn rewrite_pages(conn: &Connection) -> rusqlite::Result<i64> {
         let _ = conn.execute_batch("ROLLBACK");
     }
     rewritten
+}
+
+/// Rewrites the plain database of `conn` (not encrypted) with the bytes an encrypted page
+/// reserves at its end ([`RESERVED_BYTES`]), by `VACUUM`: the form Turso's upload of a
+/// file into an encrypted database expects (the server seals its pages in place). For
+/// clients that prepare such a file (`atoll db create --from-file … --remote-encryption-key`).
+pub fn reserve_for_encryption(conn: &Connection) -> rusqlite::Result<()> {
+    request_reserved_bytes(conn)?;
+    conn.execute_batch("VACUUM;")?;
+    if reserved_bytes(conn) != RESERVED_BYTES as i64 {
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(ffi::SQLITE_ERROR),
+            Some("VACUUM did not reserve the bytes of encrypted pages".into()),
+        ));
+    }
+    Ok(())
+}
+
+/// Asks SQLite to reserve [`RESERVED_BYTES`] at the end of every page from the next write
+/// that lays out the file (its first, or a `VACUUM`).
+fn request_reserved_bytes(conn: &Connection) -> rusqlite::Result<()> {
+    let mut reserved = RESERVED_BYTES as c_int;
+    // SAFETY: a valid connection and the documented argument of the file control.
+    let code = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_RESERVE_BYTES,
+            (&mut reserved as *mut c_int).cast(),
+        )
+    };
+    if code != ffi::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(code),
+            Some("cannot reserve the bytes of encrypted pages".into()),
+        ));
+    }
+    Ok(())
 }

@@ -92,7 +92,7 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
     let (seed, upload) = match &options.source {
         None => (None, None),
         Some(Source::File(path)) => {
-            let prepared = prepare_file(path)?;
+            let prepared = prepare_file(path, options.encryption.is_some())?;
             (
                 Some(Seed {
                     kind: "database_upload".into(),
@@ -167,7 +167,10 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
 
     if let Some(prepared) = &upload {
         let uploading = async {
-            let plane = DataPlane::open(client, &name).await?;
+            let key = options.encryption.as_ref().map(|(key, _)| key.clone());
+            let plane = DataPlane::open(client, &name)
+                .await?
+                .with_encryption_key(key);
             upload_file(&plane, prepared, &RetryPolicy::from_env()).await
         };
         // Ctrl-C is a failure like any other: the half-created database goes too.
@@ -249,6 +252,9 @@ struct Header {
     encoding: u32,
     /// The header's page count, when SQLite marked it valid.
     pages: Option<u64>,
+    /// Bytes reserved at the end of every page (an upload into an encrypted database
+    /// needs the cipher's).
+    reserved: usize,
 }
 
 fn read_header(path: &Path) -> Result<Option<Header>, CliError> {
@@ -272,12 +278,17 @@ fn read_header(path: &Path) -> Result<Option<Header>, CliError> {
         auto_vacuum: u32_at(52) != 0,
         encoding: u32_at(56),
         pages: (u32_at(92) == u32_at(24) && u32_at(28) != 0).then(|| u64::from(u32_at(28))),
+        reserved: usize::from(header[20]),
     }))
 }
 
 /// Checks a database file before anything is created, and prepares a copy the server will
 /// accept when the file itself is fine but not in the form the data plane serves.
-pub fn prepare_file(path: &Path) -> Result<PreparedFile, CliError> {
+///
+/// For an encrypted database (`encrypted`), the file must also reserve the bytes of an
+/// encrypted page at the end of every page (Turso's upload contract; the server seals the
+/// pages in place): a copy is prepared with them when it does not.
+pub fn prepare_file(path: &Path, encrypted: bool) -> Result<PreparedFile, CliError> {
     let shown = path.display();
     let metadata = std::fs::metadata(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -325,6 +336,13 @@ pub fn prepare_file(path: &Path) -> Result<PreparedFile, CliError> {
     }
     if header.auto_vacuum {
         reasons.push("using auto_vacuum".to_string());
+    }
+    let reserve = atoll_storage::encryption::page::RESERVED_BYTES;
+    if encrypted && header.reserved != reserve {
+        reasons.push(format!(
+            "reserving {} bytes per page (an encrypted database's upload reserves {reserve})",
+            header.reserved
+        ));
     }
     if header
         .pages
@@ -374,6 +392,12 @@ pub fn prepare_file(path: &Path) -> Result<PreparedFile, CliError> {
                 "PRAGMA journal_mode=DELETE; PRAGMA page_size={PAGE_SIZE}; PRAGMA auto_vacuum=NONE; VACUUM;"
             ))
             .map_err(failed)?;
+        }
+        if encrypted {
+            // Also a VACUUM outside WAL mode (it keeps the rowids).
+            conn.execute_batch("PRAGMA journal_mode=DELETE;")
+                .map_err(failed)?;
+            atoll_storage::encryption::engine::reserve_for_encryption(&conn).map_err(failed)?;
         }
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
@@ -824,7 +848,7 @@ mod tests {
             .unwrap();
         }
         let before = std::fs::read(&path).unwrap();
-        let prepared = prepare_file(&path).unwrap();
+        let prepared = prepare_file(&path, false).unwrap();
         assert_ne!(prepared.path, path);
         assert_eq!(
             std::fs::read(&path).unwrap(),
@@ -852,16 +876,16 @@ mod tests {
             "PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\nCOMMIT;\n",
         )
         .unwrap();
-        let error = prepare_file(&dump).err().unwrap().to_string();
+        let error = prepare_file(&dump, false).err().unwrap().to_string();
         assert!(
             error.contains("SQL dump") && error.contains("--from-dump"),
             "{error}"
         );
         let other = dir.path().join("notes.txt");
         std::fs::write(&other, "hello").unwrap();
-        let error = prepare_file(&other).err().unwrap().to_string();
+        let error = prepare_file(&other, false).err().unwrap().to_string();
         assert!(error.contains("not an SQLite database"), "{error}");
-        let error = prepare_file(&dir.path().join("missing.db"))
+        let error = prepare_file(&dir.path().join("missing.db"), false)
             .err()
             .unwrap()
             .to_string();

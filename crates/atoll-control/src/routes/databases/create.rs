@@ -259,16 +259,6 @@ fn requested_encryption(request: &CreateDatabaseRequest) -> ApiResult<Option<Req
         malformed("encryption_key (the key, base64) is required to create an encrypted database")
     })?;
     let key = EncryptionKey::from_base64(cipher, text).map_err(|e| malformed(&e.to_string()))?;
-    if request
-        .seed
-        .as_ref()
-        .is_some_and(|seed| seed.kind == "database_upload")
-    {
-        return Err(ApiError::Invalid(
-            ErrorCode::EncryptionNotAvailable,
-            "an encrypted database starts empty, from a dump, or as a copy of an encrypted database on this server: seeding it from an uploaded file is not available yet (docs/ENCRYPTION.md)".into(),
-        ));
-    }
     Ok(Some(RequestedEncryption {
         cipher,
         key,

@@ -116,28 +116,6 @@ async fn a_create_asking_for_encryption_is_checked_whole_before_anything_exists(
             "nothing was created"
         );
     }
-    // A seed needs its source's key too: not available yet, and said so.
-    let reply = app
-        .post(
-            "/v1/databases",
-            &app.admin_token,
-            json!({"name": "imported", "seed": {"type": "database_upload"},
-                   "remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}}),
-        )
-        .await;
-    assert_eq!(
-        (reply.status, reply.code()),
-        (400, "encryption_not_available"),
-        "{}",
-        reply.body
-    );
-    assert_eq!(
-        app.get("/v1/databases/imported", &app.admin_token)
-            .await
-            .status,
-        404
-    );
-
     // Asking for nothing is not asking.
     for (name, remote_encryption) in [
         ("plain-null", json!(null)),
@@ -294,7 +272,6 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
             (reqwest::Method::GET, "export/1"),
             (reqwest::Method::GET, "info"),
             (reqwest::Method::POST, "pull-updates"),
-            (reqwest::Method::POST, "v1/upload"),
         ] {
             let response = app
                 .client
@@ -984,4 +961,103 @@ async fn a_dump_seeds_an_encrypted_database() {
             );
         }
     }
+}
+
+/// An upload into an encrypted database (Turso's contract: a plain SQLite file reserving
+/// the cipher's bytes at the end of every page, the key in `x-turso-encryption-key`) is
+/// checked like any upload, then sealed page by page: only ciphertext reaches the
+/// database's file, and the key reads the rows.
+#[tokio::test]
+async fn an_upload_into_an_encrypted_database_is_sealed_on_arrival() {
+    let app = app!();
+    let key = base64(&[12u8; 32]);
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "uploaded", "seed": {"type": "database_upload"},
+               "remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}}),
+    )
+    .await
+    .expect(200);
+    let (url, token) = database_access(&app, "uploaded").await;
+
+    let dir = std::env::temp_dir().join(format!("atoll-encrypted-upload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain_file = |reserve: bool| {
+        let path = dir.join(if reserve { "reserved.db" } else { "plain.db" });
+        let _ = std::fs::remove_file(&path);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA page_size = 4096; CREATE TABLE diary(entry TEXT);
+             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300)
+             INSERT INTO diary SELECT '{MARKER}-' || x FROM c;"
+        ))
+        .unwrap();
+        if reserve {
+            atoll_storage::encryption::engine::reserve_for_encryption(&conn).unwrap();
+        }
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+        drop(conn);
+        std::fs::read(&path).unwrap()
+    };
+    let upload = |bytes: Vec<u8>, key: Option<&str>, cipher: Option<&str>| {
+        let mut request = app
+            .client
+            .post(format!("{url}v1/upload"))
+            .bearer_auth(&token)
+            .body(bytes);
+        if let Some(key) = key {
+            request = request.header("x-turso-encryption-key", key);
+        }
+        if let Some(cipher) = cipher {
+            request = request.header("x-turso-encryption-cipher", cipher);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap_or_default())
+        }
+    };
+    let (status, body) = upload(plain_file(true), None, None).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = upload(plain_file(true), Some(&base64(&[13u8; 32])), None).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = upload(plain_file(true), Some(&key), Some("chacha20poly1305")).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = upload(plain_file(false), Some(&key), None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("reserve_bytes 28"), "{body}");
+
+    let (status, body) = upload(plain_file(true), Some(&key), Some("aes256gcm")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) =
+        execute(&app, &url, &token, Some(&key), "SELECT count(*) FROM diary").await;
+    assert_eq!(
+        (status, rows(&body)[0][0]["value"].clone()),
+        (200, json!("300")),
+        "{body}"
+    );
+    let (status, _) = execute(
+        &app,
+        &url,
+        &token,
+        Some(&key),
+        "INSERT INTO diary VALUES ('more')",
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    let db = app.node.by_label("uploaded-admin").expect("on the node");
+    let node_dir = db.dir().parent().unwrap().parent().unwrap().to_path_buf();
+    for file in walk(&node_dir) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        assert!(
+            !bytes.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()),
+            "{} holds a row in the clear",
+            file.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
