@@ -67,6 +67,28 @@ pub fn key_for(config: &DatabaseConfig, text: &str) -> Result<EncryptionKey, Dat
     Ok(key)
 }
 
+/// Checks that `key`, checked when a long-lived session began (a WebSocket), is still the
+/// database's: a rotation since ends what it may open.
+pub fn still_the_key(db: &Database, key: &EncryptionKey) -> Result<(), DataError> {
+    let config = db.config();
+    let matches = config
+        .encryption
+        .as_ref()
+        .and_then(|e| Verifier::from_hex(&e.verifier))
+        .is_some_and(|verifier| key.matches(&config.id, &verifier));
+    if matches {
+        Ok(())
+    } else {
+        Err(DataError::Encryption(
+            EncryptionRefusal::KeyInvalid,
+            format!(
+                "the encryption key is no longer the key of database {} (it was rotated)",
+                config.name
+            ),
+        ))
+    }
+}
+
 /// Refuses `what` (a route, an operation) for an encrypted database, and a key sent to a
 /// database that is not encrypted: for what does not serve encrypted databases yet. Costs
 /// no allocation when it lets the request through (every plain request passes here).

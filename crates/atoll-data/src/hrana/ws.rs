@@ -64,9 +64,12 @@ pub(super) async fn upgrade(
     if let Err(error) = crate::auth::check_client_address(&db, &parts) {
         return error.into_response();
     }
-    if let Err(error) = crate::encryption::plain_only(&db, &parts.headers, "Hrana over WebSocket") {
-        return error.into_response();
-    }
+    // An encrypted database's key comes with the upgrade request, as with every HTTP
+    // request (`x-turso-encryption-key`), and lives as long as the socket.
+    let key = match crate::encryption::request_key(&db, &parts.headers) {
+        Ok(key) => key,
+        Err(error) => return error.into_response(),
+    };
     if let Err(error) = db.ensure_queryable() {
         return error.into_response();
     }
@@ -86,7 +89,7 @@ pub(super) async fn upgrade(
                 .into_response()
         }
     };
-    upgrade.on_upgrade(move |socket| Session::new(state, db, version).serve(socket))
+    upgrade.on_upgrade(move |socket| Session::new(state, db, key, version).serve(socket))
 }
 
 #[derive(Deserialize)]
@@ -234,6 +237,9 @@ struct OpenCursor {
 struct Session {
     state: Arc<DataPlaneState>,
     db: Arc<Database>,
+    /// An encrypted database's key, checked at the upgrade and again at every stream's
+    /// opening (a rotation ends it).
+    key: Option<Arc<atoll_storage::encryption::EncryptionKey>>,
     version: Version,
     /// Set by a successful `hello`.
     access: Option<DbAccess>,
@@ -250,10 +256,16 @@ struct Session {
 }
 
 impl Session {
-    fn new(state: Arc<DataPlaneState>, db: Arc<Database>, version: Version) -> Session {
+    fn new(
+        state: Arc<DataPlaneState>,
+        db: Arc<Database>,
+        key: Option<Arc<atoll_storage::encryption::EncryptionKey>>,
+        version: Version,
+    ) -> Session {
         Session {
             state,
             db,
+            key,
             version,
             access: None,
             jwt: None,
@@ -608,9 +620,13 @@ impl Session {
         let node = Arc::clone(&self.state.node);
         let db = Arc::clone(&self.db);
         let mode = self.caller().mode();
+        let key = self.key.clone();
         let opened = blocking(&self.state.node, &self.db, move || {
             db.ensure_queryable()?;
-            ClientConnection::checkout(&node, &db, mode, None)
+            if let Some(key) = &key {
+                crate::encryption::still_the_key(&db, key)?;
+            }
+            ClientConnection::checkout(&node, &db, mode, key.as_deref())
         })
         .await?;
         match opened {
@@ -819,8 +835,7 @@ impl Session {
                 write: false,
                 attach: Vec::new(),
             }),
-            // Encrypted databases are not served over WebSocket yet (refused at the upgrade).
-            key: None,
+            key: self.key.clone(),
             version: self.version,
             // A statement is bounded by its deadline; the socket is not watched while
             // one runs.

@@ -1061,3 +1061,126 @@ async fn an_upload_into_an_encrypted_database_is_sealed_on_arrival() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A Hrana 3 WebSocket to the database at `http_url`, sending `key` with the upgrade; the
+/// upgrade's refusal status otherwise.
+async fn socket(http_url: &str, key: Option<&str>) -> Result<Socket, u16> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = http_url
+        .replace("http://", "ws://")
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", "hrana3".parse().unwrap());
+    if let Some(key) = key {
+        request
+            .headers_mut()
+            .insert("x-turso-encryption-key", key.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((socket, _)) => Ok(socket),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            Err(response.status().as_u16())
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn send(socket: &mut Socket, message: Value) -> Value {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    socket
+        .send(Message::Text(message.to_string().into()))
+        .await
+        .unwrap();
+    loop {
+        match socket.next().await.unwrap().unwrap() {
+            Message::Text(text) => return serde_json::from_str(&text).unwrap(),
+            Message::Close(frame) => panic!("socket closed: {frame:?}"),
+            _ => continue,
+        }
+    }
+}
+
+/// Hrana over WebSocket takes the key with the upgrade request, as every HTTP request
+/// carries it; a socket whose key was rotated away opens no further stream.
+#[tokio::test]
+async fn hrana_over_websocket_takes_the_key_at_the_upgrade() {
+    let app = app!();
+    let key = base64(&[14u8; 32]);
+    app.post(
+        "/v1/databases",
+        &app.admin_token,
+        json!({"name": "socketed", "remote_encryption": {"encryption_key": key}}),
+    )
+    .await
+    .expect(200);
+    let (url, token) = database_access(&app, "socketed").await;
+    execute(&app, &url, &token, Some(&key), "CREATE TABLE t(x TEXT)").await;
+    execute(
+        &app,
+        &url,
+        &token,
+        Some(&key),
+        "INSERT INTO t VALUES ('over a socket')",
+    )
+    .await;
+
+    assert_eq!(socket(&url, None).await.err(), Some(401));
+    assert_eq!(
+        socket(&url, Some(&base64(&[15u8; 32]))).await.err(),
+        Some(403)
+    );
+
+    let mut ws = socket(&url, Some(&key))
+        .await
+        .expect("upgraded with the key");
+    let hello = send(&mut ws, json!({"type": "hello", "jwt": token})).await;
+    assert_eq!(hello["type"], "hello_ok", "{hello}");
+    let opened = send(
+        &mut ws,
+        json!({"type": "request", "request_id": 1, "request": {"type": "open_stream", "stream_id": 1}}),
+    )
+    .await;
+    assert_eq!(opened["type"], "response_ok", "{opened}");
+    let read = send(
+        &mut ws,
+        json!({"type": "request", "request_id": 2, "request": {"type": "execute", "stream_id": 1, "stmt": {"sql": "SELECT x FROM t", "want_rows": true}}}),
+    )
+    .await;
+    assert_eq!(
+        read["response"]["result"]["rows"][0][0]["value"], "over a socket",
+        "{read}"
+    );
+
+    // The key is rotated: the socket's next stream is refused.
+    app.post(
+        "/v1/databases/socketed/encryption/rotate",
+        &app.admin_token,
+        json!({"current_encryption_key": key, "encryption_key": base64(&[16u8; 32])}),
+    )
+    .await
+    .expect(200);
+    let refused = send(
+        &mut ws,
+        json!({"type": "request", "request_id": 3, "request": {"type": "open_stream", "stream_id": 2}}),
+    )
+    .await;
+    let opened_again = send(
+        &mut ws,
+        json!({"type": "request", "request_id": 4, "request": {"type": "execute", "stream_id": 2, "stmt": {"sql": "SELECT x FROM t", "want_rows": true}}}),
+    )
+    .await;
+    assert_ne!(
+        opened_again["type"], "response_ok",
+        "{refused} {opened_again}"
+    );
+    assert!(
+        !opened_again.to_string().contains("over a socket"),
+        "{opened_again}"
+    );
+}
