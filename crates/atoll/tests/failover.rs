@@ -68,6 +68,30 @@ fn spawn_writer(
     (acknowledged, task)
 }
 
+/// One statement on database `label` through the node at `node_url`, with an encryption
+/// key or none: (status, body).
+async fn execute_keyed(
+    node_url: &str,
+    label: &str,
+    token: &str,
+    key: Option<&str>,
+    sql: &str,
+) -> (u16, serde_json::Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{node_url}/db/{label}/v2/pipeline"))
+        .bearer_auth(token)
+        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]}))
+        .timeout(Duration::from_secs(30));
+    if let Some(key) = key {
+        request = request.header("x-turso-encryption-key", key);
+    }
+    let response = request.send().await.unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or_default(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_node_stops_committing(
 ) {
@@ -126,6 +150,37 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
     )
     .await
     .unwrap();
+    // A database encrypted with its customer's key in the same group: the nodes never
+    // hold its key, and it fails over as the others do (its pages are copied as they are).
+    let vault_key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+    let (status, body) = api
+        .post(
+            format!("{base}/databases"),
+            json!({"name": "vault", "group": "multi", "remote_encryption": {"encryption_key": vault_key}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, vault) = api.get(format!("{base}/databases/vault")).await;
+    let vault_label = vault["database"]["Hostname"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let (_, minted) = api
+        .post(format!("{base}/databases/vault/auth/tokens"), json!({}))
+        .await;
+    let vault_token = minted["jwt"].as_str().unwrap().to_string();
+    for sql in [
+        "CREATE TABLE secrets (v TEXT)",
+        "INSERT INTO secrets VALUES ('kept through the failover')",
+    ] {
+        let (status, body) =
+            execute_keyed(&east.url, &vault_label, &vault_token, Some(vault_key), sql).await;
+        assert_eq!(status, 200, "{body}");
+    }
+
     // Failing over while nothing is lost yet is refused: the primary's node is up, so
     // this is a move, and a location the group is not in is refused.
     let (status, body) = api
@@ -193,6 +248,37 @@ async fn a_lost_primary_fails_over_with_every_acknowledged_write_and_a_cut_off_n
         "acknowledged writes lost by the failover: {lost:?} (of {})",
         acknowledged.len()
     );
+    // The encrypted database too, read with its key on the node that adopted it without
+    // the key; refused without it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let vault_rows = loop {
+        let (status, body) = execute_keyed(
+            &west.url,
+            &vault_label,
+            &vault_token,
+            Some(vault_key),
+            "SELECT v FROM secrets",
+        )
+        .await;
+        if status == 200 || Instant::now() >= deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        vault_rows.1["results"][0]["response"]["result"]["rows"][0][0]["value"],
+        "kept through the failover",
+        "{vault_rows:?}"
+    );
+    let (status, _) = execute_keyed(
+        &west.url,
+        &vault_label,
+        &vault_token,
+        None,
+        "SELECT v FROM secrets",
+    )
+    .await;
+    assert_eq!(status, 401);
     // The new primary takes writes, and the old node's copy is not in the listing.
     execute(
         &client,
