@@ -66,7 +66,14 @@ async function rejectsWith(promise, code, message) {
 }
 
 describe('remote encryption', () => {
-  for (const [cipher, keyBytes] of [['aes256gcm', 32], ['aes128gcm', 16], ['chacha20poly1305', 32]]) {
+  for (const [cipher, keyBytes] of [
+    ['aes256gcm', 32],
+    ['aes128gcm', 16],
+    ['chacha20poly1305', 32],
+    ['aegis256', 32],
+    ['aegis128l', 16],
+    ['aegis256x4', 32],
+  ]) {
     test(`${cipher}: the client with the key reads and writes, in batches and transactions`, async () => {
       const db = await encryptedDatabase(cipher, keyBytes);
       const keyed = client(db.url, db.token, db.key);
@@ -163,11 +170,11 @@ describe('remote encryption', () => {
   });
 
   test('a cipher the server cannot do is refused by name, never ignored', async () => {
-    const name = uniq('aegis');
+    const name = uniq('unknown-cipher');
     await assert.rejects(
       turso.databases.create(name, {
         group: 'default',
-        remote_encryption: { encryption_key: randomBytes(32).toString('base64'), encryption_cipher: 'aegis256' },
+        remote_encryption: { encryption_key: randomBytes(32).toString('base64'), encryption_cipher: 'aegis512' },
       }),
       (err) => {
         assert.equal(err.name, 'TursoClientError');

@@ -55,6 +55,13 @@ pub fn rotate(
     }
     let new_key = crate::encryption::key_for(&rotated, new)?;
     let current_key = current_key(&config, &rotated, &from_cipher, current)?;
+    if new_key.cipher().reserved_bytes() != current_key.cipher().reserved_bytes() {
+        return Err(DataError::BadRequest(format!(
+            "a rotation keeps the layout of the pages: {} and {} reserve different bytes per page",
+            current_key.cipher().name(),
+            new_key.cipher().name()
+        )));
+    }
 
     let marker = db.dir().join(KEY_ROTATION_MARKER);
     write_synced(&marker)?;

@@ -140,7 +140,7 @@ fn no_row_reaches_the_file_or_the_wal_in_the_clear_and_the_key_reads_them_back()
         assert_eq!(integrity(&conn), "ok");
         assert_eq!(
             encryption::engine::reserved_bytes(&conn),
-            encryption::page::RESERVED_BYTES as i64
+            cipher.reserved_bytes() as i64
         );
     }
 }
@@ -259,7 +259,7 @@ fn a_vacuum_keeps_the_pages_encrypted_and_their_reserved_bytes() {
     encryption::engine::checkpoint(&conn, ffi::SQLITE_CHECKPOINT_TRUNCATE).unwrap();
     assert_eq!(
         encryption::engine::reserved_bytes(&conn),
-        encryption::page::RESERVED_BYTES as i64
+        Cipher::Aes128Gcm.reserved_bytes() as i64
     );
     assert_eq!(integrity(&conn), "ok");
     let n: i64 = conn
@@ -288,6 +288,8 @@ fn a_rotation_rewrites_every_page_under_the_new_key_at_once_and_can_be_repeated(
         (Cipher::Aes256Gcm, Cipher::Aes256Gcm),
         (Cipher::Aes128Gcm, Cipher::ChaCha20Poly1305),
         (Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm),
+        (Cipher::Aegis256, Cipher::Aegis256X4),
+        (Cipher::Aegis128L, Cipher::Aegis128X2),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("data");
@@ -491,11 +493,8 @@ fn a_plain_file_prepared_for_an_encrypted_upload_keeps_its_rows_and_rowids() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    encryption::engine::reserve_for_encryption(&conn).unwrap();
-    assert_eq!(
-        encryption::engine::reserved_bytes(&conn),
-        encryption::page::RESERVED_BYTES as i64
-    );
+    encryption::engine::reserve_for_encryption(&conn, Cipher::Aegis256).unwrap();
+    assert_eq!(encryption::engine::reserved_bytes(&conn), 48);
     let after: Vec<(i64, String)> = conn
         .prepare("SELECT rowid, secret FROM t ORDER BY rowid")
         .unwrap()

@@ -598,11 +598,11 @@ async fn an_encrypted_database_is_created_and_queried_with_its_key() {
         &[
             "db",
             "create",
-            "aegis",
+            "unknown-cipher",
             "--remote-encryption-key",
             key,
             "--remote-encryption-cipher",
-            "aegis256",
+            "aegis512",
         ],
         None,
     );

@@ -1,7 +1,7 @@
 //! Uploads into a database encrypted with its customer's key (docs/ENCRYPTION.md,
 //! "Uploads"). Turso's contract: the client sends a *plain* SQLite file that meets the
-//! usual requirements and also reserves the cipher's bytes at the end of every page (28
-//! for the ciphers this server supports), with the key in `x-turso-encryption-key` (and
+//! usual requirements and also reserves the cipher's bytes at the end of every page (28,
+//! 32 or 48: `Cipher::reserved_bytes`), with the key in `x-turso-encryption-key` (and
 //! optionally the cipher in `x-turso-encryption-cipher`). The file is checked like any
 //! upload (`validate`, in the sandbox with its deadline), then sealed page by page here
 //! and only the sealed file is installed: the plain one is replaced before the database
@@ -9,7 +9,7 @@
 
 use crate::database::Database;
 use crate::error::DataError;
-use atoll_storage::encryption::{self, page::RESERVED_BYTES, EncryptionKey};
+use atoll_storage::encryption::{self, EncryptionKey};
 use axum::http::HeaderMap;
 use std::io::Read;
 use std::path::Path;
@@ -41,9 +41,10 @@ pub fn check_cipher_header(db: &Database, headers: &HeaderMap) -> Result<(), Dat
 /// Replaces the checked plain file at `path` by the same pages sealed under `key`.
 pub fn seal(path: &Path, key: &EncryptionKey, name: &str) -> Result<(), DataError> {
     let reserved = reserved_bytes(path)?;
-    if reserved != RESERVED_BYTES {
+    let needed = key.cipher().reserved_bytes();
+    if reserved != needed {
         return Err(DataError::BadRequest(format!(
-            "the file reserves {reserved} bytes at the end of each page; an upload into encrypted database {name} ({}) must reserve {RESERVED_BYTES}: in the sqlite3 shell run `.filectrl reserve_bytes {RESERVED_BYTES}` then `VACUUM;` and `PRAGMA journal_mode=WAL;`, and upload that copy",
+            "the file reserves {reserved} bytes at the end of each page; an upload into encrypted database {name} ({}) must reserve {needed}: in the sqlite3 shell run `.filectrl reserve_bytes {needed}` then `VACUUM;` and `PRAGMA journal_mode=WAL;`, and upload that copy",
             key.cipher().name()
         )));
     }

@@ -10,7 +10,8 @@
 //! `unsafe`: the C functions of the patch and the callbacks they call back.
 #![allow(unsafe_code)]
 
-use super::page::{PageAuthenticationFailed, PageCipher, RESERVED_BYTES};
+use super::page::{PageAuthenticationFailed, PageCipher};
+use super::Cipher;
 use super::EncryptionKey;
 use rusqlite::{ffi, Connection, OpenFlags};
 use std::ffi::{c_int, c_uint, c_void};
@@ -159,18 +160,19 @@ pub fn create(path: &Path, key: &EncryptionKey) -> rusqlite::Result<Connection> 
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         key,
     )?;
-    request_reserved_bytes(&conn)?;
+    let reserve = key.cipher().reserved_bytes();
+    request_reserved_bytes(&conn, reserve)?;
     conn.pragma_update(None, "journal_mode", "wal")?;
     // The first write fixes the page size and the reserved bytes for good.
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS atoll_reserve_check(x); DROP TABLE atoll_reserve_check;",
     )?;
     let reserved_now = reserved_bytes(&conn);
-    if reserved_now != RESERVED_BYTES as i64 {
+    if reserved_now != reserve as i64 {
         return Err(rusqlite::Error::SqliteFailure(
             ffi::Error::new(ffi::SQLITE_CANTOPEN),
             Some(format!(
-                "the database has {reserved_now} reserved bytes, not {RESERVED_BYTES}: not empty?"
+                "the database has {reserved_now} reserved bytes, not {reserve}: not empty?"
             )),
         ));
     }
@@ -245,14 +247,16 @@ pub fn rewrite_pages(conn: &Connection) -> rusqlite::Result<i64> {
     rewritten
 }
 
-/// Rewrites the plain database of `conn` (not encrypted) with the bytes an encrypted page
-/// reserves at its end ([`RESERVED_BYTES`]), by `VACUUM`: the form Turso's upload of a
-/// file into an encrypted database expects (the server seals its pages in place). For
-/// clients that prepare such a file (`atoll db create --from-file … --remote-encryption-key`).
-pub fn reserve_for_encryption(conn: &Connection) -> rusqlite::Result<()> {
-    request_reserved_bytes(conn)?;
+/// Rewrites the plain database of `conn` (not encrypted) with the bytes a page under
+/// `cipher` reserves at its end ([`Cipher::reserved_bytes`]), by `VACUUM` (which keeps the
+/// rowids): the form Turso's upload of a file into an encrypted database expects (the
+/// server seals its pages in place). For clients that prepare such a file (`atoll db
+/// create --from-file … --remote-encryption-key`).
+pub fn reserve_for_encryption(conn: &Connection, cipher: Cipher) -> rusqlite::Result<()> {
+    let reserve = cipher.reserved_bytes();
+    request_reserved_bytes(conn, reserve)?;
     conn.execute_batch("VACUUM;")?;
-    if reserved_bytes(conn) != RESERVED_BYTES as i64 {
+    if reserved_bytes(conn) != reserve as i64 {
         return Err(rusqlite::Error::SqliteFailure(
             ffi::Error::new(ffi::SQLITE_ERROR),
             Some("VACUUM did not reserve the bytes of encrypted pages".into()),
@@ -261,10 +265,10 @@ pub fn reserve_for_encryption(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Asks SQLite to reserve [`RESERVED_BYTES`] at the end of every page from the next write
-/// that lays out the file (its first, or a `VACUUM`).
-fn request_reserved_bytes(conn: &Connection) -> rusqlite::Result<()> {
-    let mut reserved = RESERVED_BYTES as c_int;
+/// Asks SQLite to reserve `reserve` bytes at the end of every page from the next write that
+/// lays out the file (its first, or a `VACUUM`).
+fn request_reserved_bytes(conn: &Connection, reserve: usize) -> rusqlite::Result<()> {
+    let mut reserved = reserve as c_int;
     // SAFETY: a valid connection and the documented argument of the file control.
     let code = unsafe {
         ffi::sqlite3_file_control(

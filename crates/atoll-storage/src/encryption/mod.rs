@@ -21,30 +21,26 @@ pub use engine::{create, open};
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
-use ring::aead::Algorithm;
 use ring::hmac;
 use zeroize::Zeroizing;
 
-/// A cipher of encrypted databases' pages, by the names Turso's API and clients use.
+/// A cipher of encrypted databases' pages, by the names Turso's API and clients use: all
+/// nine of them. The AES-GCM and ChaCha20-Poly1305 ones run on `ring`, the AEGIS family
+/// on the `aegis` crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cipher {
     Aes256Gcm,
     Aes128Gcm,
     ChaCha20Poly1305,
+    Aegis128L,
+    Aegis128X2,
+    Aegis128X4,
+    Aegis256,
+    Aegis256X2,
+    Aegis256X4,
 }
 
-/// Turso's cipher names this server cannot do (the AEGIS family): refused by name, with
-/// the list of what it can, never accepted and ignored.
-const NOT_SUPPORTED: [&str; 6] = [
-    "aegis128l",
-    "aegis128x2",
-    "aegis128x4",
-    "aegis256",
-    "aegis256x2",
-    "aegis256x4",
-];
-
-/// A cipher name this server does not support (known to Turso or not).
+/// A cipher name this server does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "encryption cipher `{name}` is not supported by this server; supported: {}",
@@ -52,15 +48,19 @@ const NOT_SUPPORTED: [&str; 6] = [
 )]
 pub struct UnsupportedCipher {
     pub name: String,
-    /// One of Turso's names (AEGIS), rather than an unknown word.
-    pub known_to_turso: bool,
 }
 
 impl Cipher {
-    pub const ALL: [Cipher; 3] = [
+    pub const ALL: [Cipher; 9] = [
         Cipher::Aes256Gcm,
         Cipher::Aes128Gcm,
         Cipher::ChaCha20Poly1305,
+        Cipher::Aegis128L,
+        Cipher::Aegis128X2,
+        Cipher::Aegis128X4,
+        Cipher::Aegis256,
+        Cipher::Aegis256X2,
+        Cipher::Aegis256X4,
     ];
 
     /// Turso's name of the cipher.
@@ -69,6 +69,12 @@ impl Cipher {
             Cipher::Aes256Gcm => "aes256gcm",
             Cipher::Aes128Gcm => "aes128gcm",
             Cipher::ChaCha20Poly1305 => "chacha20poly1305",
+            Cipher::Aegis128L => "aegis128l",
+            Cipher::Aegis128X2 => "aegis128x2",
+            Cipher::Aegis128X4 => "aegis128x4",
+            Cipher::Aegis256 => "aegis256",
+            Cipher::Aegis256X2 => "aegis256x2",
+            Cipher::Aegis256X4 => "aegis256x4",
         }
     }
 
@@ -79,7 +85,6 @@ impl Cipher {
             .find(|cipher| cipher.name() == lower)
             .ok_or_else(|| UnsupportedCipher {
                 name: name.to_owned(),
-                known_to_turso: NOT_SUPPORTED.contains(&lower.as_str()),
             })
     }
 
@@ -88,17 +93,28 @@ impl Cipher {
         Cipher::ALL.map(Cipher::name).join(", ")
     }
 
-    /// Bytes of a raw key of this cipher.
+    /// Bytes of a raw key of this cipher: 16 for the 128-bit ones, 32 for the others.
     pub fn key_len(self) -> usize {
-        self.algorithm().key_len()
+        match self {
+            Cipher::Aes128Gcm | Cipher::Aegis128L | Cipher::Aegis128X2 | Cipher::Aegis128X4 => 16,
+            _ => 32,
+        }
     }
 
-    fn algorithm(self) -> &'static Algorithm {
+    /// Bytes of a page's nonce under this cipher.
+    pub fn nonce_len(self) -> usize {
         match self {
-            Cipher::Aes256Gcm => &ring::aead::AES_256_GCM,
-            Cipher::Aes128Gcm => &ring::aead::AES_128_GCM,
-            Cipher::ChaCha20Poly1305 => &ring::aead::CHACHA20_POLY1305,
+            Cipher::Aes256Gcm | Cipher::Aes128Gcm | Cipher::ChaCha20Poly1305 => 12,
+            Cipher::Aegis128L | Cipher::Aegis128X2 | Cipher::Aegis128X4 => 16,
+            Cipher::Aegis256 | Cipher::Aegis256X2 | Cipher::Aegis256X4 => 32,
         }
+    }
+
+    /// Bytes reserved at the end of every page of a database under this cipher: its
+    /// nonce and a 16-byte tag (Turso's figures: 28, 32 or 48). Fixed when the database
+    /// is created; a rotation keeps it.
+    pub fn reserved_bytes(self) -> usize {
+        self.nonce_len() + page::TAG_LEN
     }
 }
 
@@ -178,8 +194,8 @@ impl EncryptionKey {
 }
 
 /// Whether the file at `path` is an encrypted database, from its header (which stays in
-/// the clear): Atoll's encrypted databases, and only they, reserve
-/// [`page::RESERVED_BYTES`] at the end of every page (byte 20). An empty or missing file
+/// the clear): Atoll's encrypted databases, and only they, reserve a cipher's
+/// [`Cipher::reserved_bytes`] at the end of every page (byte 20). An empty or missing file
 /// is not.
 pub fn is_encrypted_file(path: &std::path::Path) -> std::io::Result<bool> {
     use std::io::Read;
@@ -191,7 +207,9 @@ pub fn is_encrypted_file(path: &std::path::Path) -> std::io::Result<bool> {
     };
     match file.read_exact(&mut header) {
         Ok(()) => Ok(header.starts_with(b"SQLite format 3\0")
-            && usize::from(header[20]) == page::RESERVED_BYTES),
+            && Cipher::ALL
+                .iter()
+                .any(|cipher| cipher.reserved_bytes() == usize::from(header[20]))),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
         Err(e) => Err(e),
     }
@@ -244,12 +262,17 @@ mod tests {
             Cipher::from_name("ChaCha20Poly1305"),
             Ok(Cipher::ChaCha20Poly1305)
         );
-        let aegis = Cipher::from_name("aegis256").unwrap_err();
-        assert!(aegis.known_to_turso);
-        assert!(aegis
+        assert_eq!(Cipher::from_name("AEGIS256"), Ok(Cipher::Aegis256));
+        for cipher in Cipher::ALL {
+            assert_eq!(Cipher::from_name(cipher.name()), Ok(cipher));
+        }
+        assert!(Cipher::from_name("rot13")
+            .unwrap_err()
             .to_string()
-            .contains("aes256gcm, aes128gcm, chacha20poly1305"));
-        assert!(!Cipher::from_name("rot13").unwrap_err().known_to_turso);
+            .contains("aes256gcm, aes128gcm, chacha20poly1305, aegis128l"));
+        // Turso's reserved bytes per cipher (its upload documentation).
+        let reserved: Vec<usize> = Cipher::ALL.map(Cipher::reserved_bytes).to_vec();
+        assert_eq!(reserved, [28, 28, 28, 32, 32, 32, 48, 48, 48]);
     }
 
     #[test]

@@ -16,10 +16,21 @@ const GOAL: f64 = 0.85;
 /// Rounds of (plain, encrypted) per figure.
 const ROUNDS: u32 = 2;
 
+/// The ciphers measured: the default AES-256-GCM (`ring`) and Turso's recommended
+/// AEGIS-256 (the `aegis` crate).
+const CIPHERS: [&str; 2] = ["aes256gcm", "aegis256"];
+
 pub(crate) async fn run(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::Result<()> {
     let key = base64::engine::general_purpose::STANDARD.encode(rand_key());
     let plain = Target::new(bench, org, "plainkv", None).await?;
-    let encrypted = Target::new(bench, org, "enckv", Some(&key)).await?;
+    let mut encrypted = Vec::new();
+    for cipher in CIPHERS {
+        let name = format!("enckv-{cipher}");
+        encrypted.push((
+            cipher,
+            Target::new(bench, org, &name, Some((&key, cipher))).await?,
+        ));
+    }
     let duration = Duration::from_secs(args.duration_secs) / ROUNDS;
     for (name, connections, insert) in [
         ("encryption_select_1", 1, false),
@@ -27,25 +38,30 @@ pub(crate) async fn run(bench: &Bench, org: &Org, args: &BenchArgs) -> anyhow::R
         ("encryption_insert_n", args.connections, true),
     ] {
         eprintln!(
-            "{name}: plain and encrypted in turn, {connections} connections, {} s each…",
+            "{name}: plain and each cipher in turn, {connections} connections, {} s each…",
             args.duration_secs
         );
-        let (mut plain_figure, mut encrypted_figure) =
-            (Throughput::default(), Throughput::default());
+        let mut plain_figure = Throughput::default();
+        let mut figures: Vec<Throughput> =
+            encrypted.iter().map(|_| Throughput::default()).collect();
         for _ in 0..ROUNDS {
             plain_figure.add(&plain.measure(connections, duration, insert).await);
-            encrypted_figure.add(&encrypted.measure(connections, duration, insert).await);
+            for ((_, target), figure) in encrypted.iter().zip(figures.iter_mut()) {
+                figure.add(&target.measure(connections, duration, insert).await);
+            }
         }
-        let ratio = encrypted_figure.rate() / plain_figure.rate().max(1.0);
-        println!(
-            "{name}: plain {:.0} req/s, encrypted {:.0} req/s ({connections} connections, {} + {} errors): encrypted/plain {:.2}; goal >= {GOAL:.2}: {}",
-            plain_figure.rate(),
-            encrypted_figure.rate(),
-            plain_figure.errors,
-            encrypted_figure.errors,
-            ratio,
-            super::verdict(ratio >= GOAL && plain_figure.errors + encrypted_figure.errors == 0),
-        );
+        for ((cipher, _), figure) in encrypted.iter().zip(&figures) {
+            let ratio = figure.rate() / plain_figure.rate().max(1.0);
+            println!(
+                "{name} {cipher}: plain {:.0} req/s, encrypted {:.0} req/s ({connections} connections, {} + {} errors): encrypted/plain {:.2}; goal >= {GOAL:.2}: {}",
+                plain_figure.rate(),
+                figure.rate(),
+                plain_figure.errors,
+                figure.errors,
+                ratio,
+                super::verdict(ratio >= GOAL && plain_figure.errors + figure.errors == 0),
+            );
+        }
     }
     Ok(())
 }
@@ -67,18 +83,18 @@ impl Target {
         bench: &Bench,
         org: &Org,
         name: &str,
-        key: Option<&str>,
+        key: Option<(&str, &str)>,
     ) -> anyhow::Result<Target> {
         let extra = match key {
-            Some(key) => {
-                json!({"remote_encryption": {"encryption_key": key, "encryption_cipher": "aes256gcm"}})
+            Some((key, cipher)) => {
+                json!({"remote_encryption": {"encryption_key": key, "encryption_cipher": cipher}})
             }
             None => json!({}),
         };
         bench.create_database(org, name, extra).await?;
         let token = bench.database_token(org, name).await?;
         let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(key) = key {
+        if let Some((key, _)) = key {
             headers.insert(
                 "x-turso-encryption-key",
                 key.parse().context("the key as a header")?,

@@ -50,13 +50,14 @@ pub enum DbCommand {
         /// Return only once the database answers queries (at most 60 s).
         #[arg(long)]
         wait: bool,
-        /// Encrypt it with this key (base64 of 32 random bytes; 16 for `aes128gcm`). The
+        /// Encrypt it with this key (base64 of 32 random bytes; 16 for the 128-bit ciphers). The
         /// server stores only a verifier of it: every client must send it
         /// (`remoteEncryptionKey`), and a lost key means lost data.
         #[arg(long, value_name = "BASE64")]
         remote_encryption_key: Option<String>,
-        /// The cipher of `--remote-encryption-key`: aes256gcm (default), aes128gcm or
-        /// chacha20poly1305.
+        /// The cipher of `--remote-encryption-key`: aes256gcm (default), aes128gcm,
+        /// chacha20poly1305, aegis128l, aegis128x2, aegis128x4, aegis256, aegis256x2 or
+        /// aegis256x4.
         #[arg(long, requires = "remote_encryption_key", value_name = "CIPHER")]
         remote_encryption_cipher: Option<String>,
     },

@@ -127,7 +127,8 @@ Examples:
         /// The new key (base64).
         #[arg(long, value_name = "BASE64")]
         new_key: String,
-        /// The new key's cipher (aes256gcm, aes128gcm, chacha20poly1305); the current one
+        /// The new key's cipher (one reserving the same bytes per page: aes256gcm,
+        /// aes128gcm and chacha20poly1305 among themselves, aegis128* or aegis256*); the current one
         /// when absent.
         #[arg(long, value_name = "CIPHER")]
         new_cipher: Option<String>,

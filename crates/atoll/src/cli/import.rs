@@ -92,7 +92,16 @@ pub async fn create(client: &Client, options: CreateOptions) -> Result<(), CliEr
     let (seed, upload) = match &options.source {
         None => (None, None),
         Some(Source::File(path)) => {
-            let prepared = prepare_file(path, options.encryption.is_some())?;
+            let cipher = match &options.encryption {
+                None => None,
+                Some((_, cipher)) => Some(
+                    atoll_storage::encryption::Cipher::from_name(
+                        cipher.as_deref().unwrap_or("aes256gcm"),
+                    )
+                    .map_err(|e| CliError::local(e.to_string(), "use one of the names listed"))?,
+                ),
+            };
+            let prepared = prepare_file(path, cipher)?;
             (
                 Some(Seed {
                     kind: "database_upload".into(),
@@ -285,10 +294,13 @@ fn read_header(path: &Path) -> Result<Option<Header>, CliError> {
 /// Checks a database file before anything is created, and prepares a copy the server will
 /// accept when the file itself is fine but not in the form the data plane serves.
 ///
-/// For an encrypted database (`encrypted`), the file must also reserve the bytes of an
-/// encrypted page at the end of every page (Turso's upload contract; the server seals the
-/// pages in place): a copy is prepared with them when it does not.
-pub fn prepare_file(path: &Path, encrypted: bool) -> Result<PreparedFile, CliError> {
+/// For a database encrypted with `cipher`, the file must also reserve the cipher's bytes
+/// at the end of every page (Turso's upload contract; the server seals the pages in
+/// place): a copy is prepared with them when it does not.
+pub fn prepare_file(
+    path: &Path,
+    cipher: Option<atoll_storage::encryption::Cipher>,
+) -> Result<PreparedFile, CliError> {
     let shown = path.display();
     let metadata = std::fs::metadata(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -337,11 +349,12 @@ pub fn prepare_file(path: &Path, encrypted: bool) -> Result<PreparedFile, CliErr
     if header.auto_vacuum {
         reasons.push("using auto_vacuum".to_string());
     }
-    let reserve = atoll_storage::encryption::page::RESERVED_BYTES;
-    if encrypted && header.reserved != reserve {
+    if let Some(cipher) = cipher.filter(|c| header.reserved != c.reserved_bytes()) {
         reasons.push(format!(
-            "reserving {} bytes per page (an encrypted database's upload reserves {reserve})",
-            header.reserved
+            "reserving {} bytes per page (an upload encrypted with {} reserves {})",
+            header.reserved,
+            cipher.name(),
+            cipher.reserved_bytes()
         ));
     }
     if header
@@ -393,11 +406,12 @@ pub fn prepare_file(path: &Path, encrypted: bool) -> Result<PreparedFile, CliErr
             ))
             .map_err(failed)?;
         }
-        if encrypted {
+        if let Some(cipher) = cipher {
             // Also a VACUUM outside WAL mode (it keeps the rowids).
             conn.execute_batch("PRAGMA journal_mode=DELETE;")
                 .map_err(failed)?;
-            atoll_storage::encryption::engine::reserve_for_encryption(&conn).map_err(failed)?;
+            atoll_storage::encryption::engine::reserve_for_encryption(&conn, cipher)
+                .map_err(failed)?;
         }
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
@@ -848,7 +862,7 @@ mod tests {
             .unwrap();
         }
         let before = std::fs::read(&path).unwrap();
-        let prepared = prepare_file(&path, false).unwrap();
+        let prepared = prepare_file(&path, None).unwrap();
         assert_ne!(prepared.path, path);
         assert_eq!(
             std::fs::read(&path).unwrap(),
@@ -876,16 +890,16 @@ mod tests {
             "PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\nCOMMIT;\n",
         )
         .unwrap();
-        let error = prepare_file(&dump, false).err().unwrap().to_string();
+        let error = prepare_file(&dump, None).err().unwrap().to_string();
         assert!(
             error.contains("SQL dump") && error.contains("--from-dump"),
             "{error}"
         );
         let other = dir.path().join("notes.txt");
         std::fs::write(&other, "hello").unwrap();
-        let error = prepare_file(&other, false).err().unwrap().to_string();
+        let error = prepare_file(&other, None).err().unwrap().to_string();
         assert!(error.contains("not an SQLite database"), "{error}");
-        let error = prepare_file(&dir.path().join("missing.db"), false)
+        let error = prepare_file(&dir.path().join("missing.db"), None)
             .err()
             .unwrap()
             .to_string();

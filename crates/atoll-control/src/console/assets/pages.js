@@ -65,6 +65,12 @@ function createDatabaseForm(groups, databases) {
     ["aes256gcm", "AES-256-GCM"],
     ["aes128gcm", "AES-128-GCM (16-byte key)"],
     ["chacha20poly1305", "ChaCha20-Poly1305"],
+    ["aegis256", "AEGIS-256"],
+    ["aegis256x2", "AEGIS-256X2"],
+    ["aegis256x4", "AEGIS-256X4"],
+    ["aegis128l", "AEGIS-128L (16-byte key)"],
+    ["aegis128x2", "AEGIS-128X2 (16-byte key)"],
+    ["aegis128x4", "AEGIS-128X4 (16-byte key)"],
   ], { name: "encryption_cipher" });
   const progress = h("progress", { max: 1, value: 0, hidden: true, "aria-label": "Upload progress" });
   const progressText = h("span", { class: "muted", "aria-live": "polite" });

@@ -51,6 +51,24 @@ pub(super) async fn rotate(
         })?,
         None => stored_cipher,
     };
+    if new_cipher.reserved_bytes() != stored_cipher.reserved_bytes() {
+        let same_layout: Vec<&str> = Cipher::ALL
+            .into_iter()
+            .filter(|c| c.reserved_bytes() == stored_cipher.reserved_bytes())
+            .map(Cipher::name)
+            .collect();
+        return Err(ApiError::Invalid(
+            ErrorCode::EncryptionCipherNotSupported,
+            format!(
+                "a rotation keeps the layout of the pages: {} reserves {} bytes per page and {} {}; rotate to one of {}, or dump the database into a new one",
+                stored_cipher.name(),
+                stored_cipher.reserved_bytes(),
+                new_cipher.name(),
+                new_cipher.reserved_bytes(),
+                same_layout.join(", ")
+            ),
+        ));
+    }
     let new = key(new_cipher, &request.encryption_key, "encryption_key")?;
     // A repeat (the store already names the new key) of a rotation whose cipher changed
     // names the current cipher; otherwise it is the stored one.

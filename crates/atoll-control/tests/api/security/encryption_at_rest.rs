@@ -48,7 +48,7 @@ async fn a_create_asking_for_encryption_is_checked_whole_before_anything_exists(
     let key = base64(&[7u8; 32]);
     for (remote_encryption, status, code) in [
         (
-            json!({"encryption_key": key, "encryption_cipher": "aegis256"}),
+            json!({"encryption_key": key, "encryption_cipher": "aegis512"}),
             400,
             "encryption_cipher_not_supported",
         ),
@@ -142,6 +142,8 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         ("diary-aes256", "aes256gcm", [1u8; 32].to_vec()),
         ("diary-aes128", "aes128gcm", [2u8; 16].to_vec()),
         ("diary-chacha", "chacha20poly1305", [3u8; 32].to_vec()),
+        ("diary-aegis256", "aegis256", [4u8; 32].to_vec()),
+        ("diary-aegis128l", "aegis128l", [5u8; 16].to_vec()),
     ] {
         let key = base64(&key_bytes);
         app.post(
@@ -486,6 +488,13 @@ async fn a_rotation_re_encrypts_the_database_under_the_new_key() {
             "encryption_key_malformed",
         ),
         (
+            rotate,
+            json!({"current_encryption_key": old, "encryption_key": new, "encryption_cipher": "rot13"}),
+            400,
+            "encryption_cipher_not_supported",
+        ),
+        (
+            // AEGIS-256 reserves 48 bytes per page, AES-128-GCM 28: not in place.
             rotate,
             json!({"current_encryption_key": old, "encryption_key": new, "encryption_cipher": "aegis256"}),
             400,
@@ -995,7 +1004,11 @@ async fn an_upload_into_an_encrypted_database_is_sealed_on_arrival() {
         ))
         .unwrap();
         if reserve {
-            atoll_storage::encryption::engine::reserve_for_encryption(&conn).unwrap();
+            atoll_storage::encryption::engine::reserve_for_encryption(
+                &conn,
+                atoll_storage::encryption::Cipher::Aes256Gcm,
+            )
+            .unwrap();
         }
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA wal_checkpoint(TRUNCATE);")
             .unwrap();
