@@ -49,10 +49,12 @@ async fn info(req: DbRequest) -> Result<Json<serde_json::Value>, DataError> {
     Ok(Json(json!({ "current_generation": generation })))
 }
 
-/// `GET /export/{generation}`: the database file.
+/// `GET /export/{generation}`: the database file. An encrypted database's (with its key,
+/// current generation only) is copied as ciphertext and decrypted page by page on its way
+/// out: the client gets a plain SQLite file, and no plain copy touches the node's disk.
 async fn export(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     Path(generation): Path<String>,
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
@@ -65,6 +67,12 @@ async fn export(
         .ok()
         .filter(|&g| g != CURRENT_GENERATION && req.db.log().is_some())
     {
+        if req.key.is_some() {
+            return Err(crate::encryption::not_for_encrypted(
+                &req.db.config(),
+                "exporting a stored generation (embedded replicas)",
+            ));
+        }
         return export_generation(&state, &req, number).await;
     }
     if generation.parse::<u64>().ok() != Some(CURRENT_GENERATION) {
@@ -80,16 +88,23 @@ async fn export(
     }
     let node = Arc::clone(&state.node);
     let db = Arc::clone(&req.db);
+    let key = req.key.clone();
     let (len, body) = stream_from_blocking(
         &state.node,
         &req.db,
         move || {
-            let snapshot = snapshot(&node, &db)?;
+            let snapshot = match &key {
+                Some(_) => sealed_snapshot(&db)?,
+                None => snapshot(&node, &db)?,
+            };
             let len = snapshot.file.metadata()?.len();
-            Ok((snapshot, len))
+            Ok(((snapshot, key), len))
         },
-        |mut snapshot, out| {
-            copy(&mut snapshot.file, out)?;
+        |(mut snapshot, key), out| {
+            match key {
+                Some(key) => copy_decrypting(&mut snapshot.file, &key.page_cipher(), out)?,
+                None => copy(&mut snapshot.file, out)?,
+            }
             Ok(())
         },
     )
@@ -160,8 +175,7 @@ struct DumpQuery {
 
 /// `GET /dump[?preserve_row_ids=true]`: SQL text that recreates the database.
 /// An encrypted database's dump is read with its key (`KeyedDbRequest`) and streamed as it
-/// is written: no copy of it touches the node's disk. (Its file export is refused: it would
-/// write a plain copy to the node's disk first.)
+/// is written: no copy of it touches the node's disk.
 async fn dump_sql(
     State(state): State<Arc<DataPlaneState>>,
     KeyedDbRequest(req): KeyedDbRequest,
@@ -243,6 +257,67 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
     };
     Ok(Snapshot { file, path })
 }
+
+/// [`snapshot`] of an encrypted database without its key: its pages copied as they are
+/// (ciphertext) from one read transaction, pinned without reading the schema, as the
+/// shipper's snapshots are.
+fn sealed_snapshot(db: &Database) -> Result<Snapshot, DataError> {
+    db.ensure_held()?;
+    let path = db
+        .dir()
+        .join(format!(".export-{}", uuid::Uuid::new_v4().simple()));
+    let copied = (|| {
+        let source = atoll_storage::shipper::internal_connection(&db.file_path())?;
+        source.execute_batch("BEGIN")?;
+        source.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
+        let result = backup_into(&source, &path);
+        let _ = source.execute_batch("COMMIT");
+        result
+    })();
+    if let Err(e) = copied {
+        remove_with_journal(&path);
+        return Err(e);
+    }
+    let file = std::fs::File::open(&path)?;
+    let path = match std::fs::remove_file(&path) {
+        Ok(()) => None,
+        Err(_) => Some(path),
+    };
+    Ok(Snapshot { file, path })
+}
+
+/// Copies an encrypted database's file to `out`, each page decrypted with `cipher`: a
+/// plain SQLite file (its pages still reserve the bytes that held their nonces and tags,
+/// which SQLite leaves alone). A page that fails its tag stops the copy, which the client
+/// sees as a broken transfer.
+fn copy_decrypting(
+    from: &mut impl Read,
+    cipher: &atoll_storage::encryption::page::PageCipher,
+    out: &mut dyn Write,
+) -> Result<(), DataError> {
+    let mut page = vec![0u8; crate::database::PAGE_SIZE as usize];
+    let mut pgno: u32 = 0;
+    loop {
+        match from.read_exact(&mut page) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        pgno += 1;
+        // SQLite never writes the page holding the lock bytes (at 1 GiB): it stays as is.
+        if u64::from(pgno - 1) * crate::database::PAGE_SIZE != LOCK_BYTE_OFFSET {
+            cipher.open(pgno, &mut page).map_err(|_| {
+                DataError::Internal(format!(
+                    "page {pgno} of the export failed its authentication tag"
+                ))
+            })?;
+        }
+        out.write_all(&page)?;
+    }
+}
+
+/// Where SQLite's lock bytes are: the page at this offset holds no data.
+const LOCK_BYTE_OFFSET: u64 = 0x4000_0000;
 
 pub(crate) fn backup_into(source: &rusqlite::Connection, path: &FsPath) -> Result<(), DataError> {
     let mut target = rusqlite::Connection::open(path)?;

@@ -478,6 +478,24 @@ async fn an_encrypted_database_is_created_and_queried_with_its_key() {
     );
     assert!(wrong.contains("not the key"), "{wrong}");
 
+    // The file export, with the key: a plain SQLite file, decrypted by the server.
+    let exported = setup.files.join("vault-export.db");
+    setup.ok(&[
+        "db",
+        "export",
+        "vault",
+        "--output",
+        exported.to_str().unwrap(),
+        "--remote-encryption-key",
+        key,
+    ]);
+    let conn = Connection::open(&exported).unwrap();
+    let v: String = conn
+        .query_row("SELECT v FROM secrets", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(v, "kept in the clear nowhere");
+    drop(conn);
+
     // A file uploaded into an encrypted database: prepared with the reserved bytes an
     // encrypted page needs (the file itself untouched), sealed by the server.
     let file = setup.files.join("plain-secrets.db");

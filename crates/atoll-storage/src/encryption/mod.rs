@@ -179,6 +179,12 @@ impl EncryptionKey {
         &self.bytes
     }
 
+    /// A page codec with this key, for code that reads encrypted pages as bytes (an
+    /// export that decrypts a database's file on its way to the client).
+    pub fn page_cipher(&self) -> page::PageCipher {
+        page::PageCipher::new(self.cipher, &self.bytes)
+    }
+
     /// This key's verifier for database `database_id`.
     pub fn verifier(&self, database_id: &str) -> Verifier {
         let key = hmac::Key::new(hmac::HMAC_SHA256, &self.bytes);

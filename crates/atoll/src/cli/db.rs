@@ -88,6 +88,10 @@ pub enum DbCommand {
         /// Replace the file when it exists.
         #[arg(long)]
         overwrite: bool,
+        /// The key of a database encrypted with its customer's key (base64): the server
+        /// decrypts the file with it on the way out.
+        #[arg(long, value_name = "BASE64")]
+        remote_encryption_key: Option<String>,
     },
     /// Run SQL: an interactive shell, one statement, or a script piped in.
     #[command(
@@ -279,7 +283,8 @@ pub async fn run(command: DbCommand) -> Result<(), CliError> {
             name,
             output,
             overwrite,
-        } => export::export(&client, &name, output, overwrite).await,
+            remote_encryption_key,
+        } => export::export(&client, &name, output, overwrite, remote_encryption_key).await,
         DbCommand::Shell {
             name,
             sql,

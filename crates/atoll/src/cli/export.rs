@@ -20,6 +20,7 @@ pub async fn export(
     name: &str,
     output: Option<PathBuf>,
     overwrite: bool,
+    encryption_key: Option<String>,
 ) -> Result<(), CliError> {
     let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.db")));
     if output.exists() && !overwrite {
@@ -28,22 +29,32 @@ pub async fn export(
             "choose another file with --output, or pass --overwrite",
         ));
     }
-    let plane = DataPlane::open(client, name).await?;
-    let response = plane
-        .send("export", plane.request(Method::GET, "info").await?)
-        .await?;
-    if !response.status().is_success() {
-        return Err(failure_of("export", response).await);
-    }
-    let info: Info = response
-        .json()
-        .await
-        .map_err(|e| CliError::local(format!("unexpected answer from GET /info: {e}"), ""))?;
+    let encrypted = encryption_key.is_some();
+    let plane = DataPlane::open(client, name)
+        .await?
+        .with_encryption_key(encryption_key);
+    // An encrypted database exports its live file only (decrypted by the server with the
+    // key); a plain one its current generation.
+    let generation = if encrypted {
+        1
+    } else {
+        let response = plane
+            .send("export", plane.request(Method::GET, "info").await?)
+            .await?;
+        if !response.status().is_success() {
+            return Err(failure_of("export", response).await);
+        }
+        let info: Info = response
+            .json()
+            .await
+            .map_err(|e| CliError::local(format!("unexpected answer from GET /info: {e}"), ""))?;
+        info.current_generation
+    };
     let response = plane
         .send(
             "export",
             plane
-                .request(Method::GET, &format!("export/{}", info.current_generation))
+                .request(Method::GET, &format!("export/{generation}"))
                 .await?,
         )
         .await?;

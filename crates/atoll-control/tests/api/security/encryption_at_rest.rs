@@ -270,8 +270,47 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
             .unwrap();
         assert_eq!(response.status(), 401, "no dump without the key");
 
+        // The file export, with the key: a plain SQLite file, decrypted on its way out.
+        let response = app
+            .client
+            .get(format!("{url}export/1"))
+            .bearer_auth(&token)
+            .header("x-turso-encryption-key", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{name}");
+        let exported = response.bytes().await.unwrap();
+        let file =
+            std::env::temp_dir().join(format!("atoll-export-{name}-{}.db", std::process::id()));
+        std::fs::write(&file, &exported).unwrap();
+        {
+            let conn = rusqlite::Connection::open(&file).unwrap();
+            let (count, first): (i64, String) = conn
+                .query_row("SELECT count(*), min(entry) FROM diary", [], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .unwrap();
+            assert_eq!(count, 50, "{name}");
+            assert!(first.starts_with(MARKER), "{first}");
+            let check: String = conn
+                .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+                .unwrap();
+            assert_eq!(check, "ok", "{name}");
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
+        let response = app
+            .client
+            .get(format!("{url}export/1"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "no export without the key");
+
         for (method, path) in [
-            (reqwest::Method::GET, "export/1"),
             (reqwest::Method::GET, "info"),
             (reqwest::Method::POST, "pull-updates"),
         ] {
