@@ -41,7 +41,7 @@ pub fn routes() -> Router<Arc<DataPlaneState>> {
 
 /// `GET /info` → `{"current_generation": g}`: 1 (the live file) on a node without object
 /// storage, else the generation of the stored head.
-async fn info(req: DbRequest) -> Result<Json<serde_json::Value>, DataError> {
+async fn info(KeyedDbRequest(req): KeyedDbRequest) -> Result<Json<serde_json::Value>, DataError> {
     req.db.ensure_queryable()?;
     let generation = crate::replication::sync_http::current_generation(&req.db)
         .await?
@@ -49,9 +49,9 @@ async fn info(req: DbRequest) -> Result<Json<serde_json::Value>, DataError> {
     Ok(Json(json!({ "current_generation": generation })))
 }
 
-/// `GET /export/{generation}`: the database file. An encrypted database's (with its key,
-/// current generation only) is copied as ciphertext and decrypted page by page on its way
-/// out: the client gets a plain SQLite file, and no plain copy touches the node's disk.
+/// `GET /export/{generation}`: the database file. An encrypted database's (with its key)
+/// is copied as ciphertext and decrypted page by page on its way out: the client — who
+/// holds the key — gets a plain SQLite file, and no plain copy touches the node's disk.
 async fn export(
     State(state): State<Arc<DataPlaneState>>,
     KeyedDbRequest(req): KeyedDbRequest,
@@ -67,12 +67,6 @@ async fn export(
         .ok()
         .filter(|&g| g != CURRENT_GENERATION && req.db.log().is_some())
     {
-        if req.key.is_some() {
-            return Err(crate::encryption::not_for_encrypted(
-                &req.db.config(),
-                "exporting a stored generation (embedded replicas)",
-            ));
-        }
         return export_generation(&state, &req, number).await;
     }
     if generation.parse::<u64>().ok() != Some(CURRENT_GENERATION) {
@@ -140,6 +134,7 @@ async fn export_generation(
             }
         };
     let dir = file.parent().map(FsPath::to_path_buf);
+    let key = req.key.clone();
     let (len, body) = stream_from_blocking(
         &state.node,
         &req.db,
@@ -151,9 +146,14 @@ async fn export_generation(
             }
             let opened = opened?;
             let len = opened.metadata()?.len();
-            Ok((opened, len))
+            Ok(((opened, key), len))
         },
-        |mut file, out| copy(&mut file, out),
+        // Rebuilt from the log without the key: an encrypted database's pages are
+        // decrypted on their way out.
+        |(mut file, key), out| match key {
+            Some(key) => copy_decrypting(&mut file, &key.page_cipher(), out),
+            None => copy(&mut file, out),
+        },
     )
     .await?;
     state.node.meters.record_synced(req.db.id(), len);

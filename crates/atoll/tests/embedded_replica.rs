@@ -998,3 +998,90 @@ async fn hostile_grpc_calls_get_grpc_errors() {
     assert_eq!(status, "0");
     assert!(snapshot.windows(10).any(|w| w == b"vault-only"));
 }
+
+/// An embedded replica of a database encrypted with its customer's key (the `libsql`
+/// crate's `remote_encryption`, which sends the key with every sync request): the server
+/// decrypts the pages it sends, the replica reads its rows, follows new commits, and a
+/// replica without the key gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_database_syncs_to_a_replica_holding_its_key() {
+    let server = start_dev("replica-encrypted").await;
+    let key = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+    let created = reqwest::Client::new()
+        .post(format!("{}/v1/databases", server.url))
+        .bearer_auth(server.admin_token())
+        .json(&json!({"name": "vault", "remote_encryption": {"encryption_key": key, "encryption_cipher": "aegis256"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let (url, token) =
+        support::database_url_and_token(&server.url, &server.admin_token(), "vault").await;
+    let url = url.trim_end_matches('/').to_string();
+    let keyed_execute = |sql: &'static str| {
+        let (url, token) = (url.clone(), token.clone());
+        async move {
+            let response = reqwest::Client::new()
+                .post(format!("{url}/v2/pipeline"))
+                .bearer_auth(token)
+                .header("x-turso-encryption-key", key)
+                .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    };
+    keyed_execute("CREATE TABLE secrets (id INTEGER PRIMARY KEY, v TEXT)").await;
+    keyed_execute(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40) INSERT INTO secrets (v) SELECT 'sealed-' || x FROM c",
+    )
+    .await;
+
+    let dir = temp_dir("replica-encrypted-local");
+    std::fs::create_dir_all(&dir).unwrap();
+    let encryption = || libsql::EncryptionContext {
+        key: libsql::EncryptionKey::Base64Encoded(key.to_string()),
+    };
+    let db = Builder::new_synced_database(dir.join("vault.db"), url.clone(), token.clone())
+        .connector(connector())
+        .remote_encryption(encryption())
+        .build()
+        .await
+        .unwrap();
+    db.sync().await.unwrap();
+    assert_eq!(local_count(&db.connect().unwrap(), "secrets").await, 40);
+    keyed_execute("INSERT INTO secrets (v) VALUES ('after the first sync')").await;
+    db.sync().await.unwrap();
+    assert_eq!(local_count(&db.connect().unwrap(), "secrets").await, 41);
+
+    // Offline writes pushed from the replica are not taken for an encrypted database
+    // (refused, never half-applied): the server keeps its 41 rows.
+    db.connect()
+        .unwrap()
+        .execute("INSERT INTO secrets (v) VALUES ('written offline')", ())
+        .await
+        .unwrap();
+    assert!(db.sync().await.is_err(), "an offline write was pushed");
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v2/pipeline"))
+        .bearer_auth(&token)
+        .header("x-turso-encryption-key", key)
+        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": "SELECT count(*) FROM secrets"}}, {"type": "close"}]}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"], "41",
+        "{body}"
+    );
+
+    // Without the key, the first sync is refused.
+    let keyless = Builder::new_synced_database(dir.join("keyless.db"), url.clone(), token.clone())
+        .connector(connector())
+        .build()
+        .await
+        .unwrap();
+    assert!(keyless.sync().await.is_err(), "synced without the key");
+}

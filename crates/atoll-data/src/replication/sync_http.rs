@@ -28,7 +28,7 @@
 
 use super::log::{self, Frames};
 use super::push;
-use crate::auth::DbRequest;
+use crate::auth::{DbRequest, KeyedDbRequest};
 use crate::error::DataError;
 use crate::transfer_history as history;
 use crate::DataPlaneState;
@@ -137,9 +137,15 @@ pub async fn generation_file(
 /// `GET /sync/{generation}/{start}/{end}`: frames `start..end` of the generation, as
 /// SQLite WAL frames (24-byte header, big-endian page number and database size after a
 /// commit, then the page).
+///
+/// An encrypted database's frames are decrypted with the request's key on their way out:
+/// libSQL's embedded replicas send the key with every sync request and keep a plain
+/// replica (or one encrypted with their own local key). Frames written under another key
+/// (before a rotation) are refused: such a replica syncs again from the current
+/// generation.
 async fn pull(
     State(state): State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     Path((generation, start, end)): Path<(String, String, String)>,
 ) -> Result<Response, DataError> {
     req.db.ensure_queryable()?;
@@ -184,6 +190,10 @@ async fn pull(
             )))
         }
     };
+    let frames = match &req.key {
+        Some(key) => decrypt_frames(frames, &key.page_cipher(), generation, &req.db)?,
+        None => frames,
+    };
     let body = wal_frames(&frames);
     state
         .node
@@ -195,6 +205,26 @@ async fn pull(
         HeaderValue::from_static("application/octet-stream"),
     );
     Ok(response)
+}
+
+/// Decrypts the pages of `frames` (an encrypted database's, read from the log as they
+/// are) with the request's key.
+fn decrypt_frames(
+    mut frames: Vec<Frame>,
+    cipher: &atoll_storage::encryption::page::PageCipher,
+    generation: u64,
+    db: &crate::database::Database,
+) -> Result<Vec<Frame>, DataError> {
+    for frame in &mut frames {
+        if cipher.open(frame.page_no, &mut frame.page).is_err() {
+            return Err(DataError::Conflict(format!(
+                "frame {} of generation {generation} of database {} is not under the key sent (a rotation of the key since?): delete this replica's files and sync again",
+                frame.frame_no,
+                db.config().name
+            )));
+        }
+    }
+    Ok(frames)
 }
 
 /// Why generation `generation` of `db` is not served: it is from before the current
