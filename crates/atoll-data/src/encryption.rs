@@ -89,6 +89,22 @@ pub fn still_the_key(db: &Database, key: &EncryptionKey) -> Result<(), DataError
     }
 }
 
+/// Copies the pages of the encrypted database file `source` to `target` as they are
+/// (ciphertext), without the key: one read transaction, pinned without reading the schema
+/// (ciphertext to a keyless connection) as the shipper's snapshots are, and SQLite's
+/// backup API.
+pub(crate) fn copy_sealed_pages(
+    source: &std::path::Path,
+    target: &std::path::Path,
+) -> Result<(), DataError> {
+    let conn = atoll_storage::shipper::internal_connection(source)?;
+    conn.execute_batch("BEGIN")?;
+    conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
+    let copied = crate::export::backup_into(&conn, target);
+    let _ = conn.execute_batch("COMMIT");
+    copied
+}
+
 /// Refuses `what` (a route, an operation) for an encrypted database, and a key sent to a
 /// database that is not encrypted: for what does not serve encrypted databases yet. Costs
 /// no allocation when it lets the request through (every plain request passes here).

@@ -234,16 +234,32 @@ impl Drop for Snapshot {
 /// (WAL). A copy in small steps would restart whenever a writer commits in between and
 /// might never finish on a busy database.
 fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
+    scratch_copy(db, |path| {
+        let source = node.pool.checkout(db, Mode::ReadOnly, None)?;
+        let result = backup_into(&source.conn, path);
+        node.pool.checkin(db, source);
+        result
+    })
+}
+
+/// [`snapshot`] of an encrypted database without its key: its pages copied as they are
+/// (ciphertext).
+fn sealed_snapshot(db: &Database) -> Result<Snapshot, DataError> {
+    db.ensure_held()?;
+    scratch_copy(db, |path| {
+        crate::encryption::copy_sealed_pages(&db.file_path(), path)
+    })
+}
+
+/// A copy of `db` made by `copy` into a scratch file beside it, opened and unlinked.
+fn scratch_copy(
+    db: &Database,
+    copy: impl FnOnce(&FsPath) -> Result<(), DataError>,
+) -> Result<Snapshot, DataError> {
     let path = db
         .dir()
         .join(format!(".export-{}", uuid::Uuid::new_v4().simple()));
-    let copied = (|| {
-        let source = node.pool.checkout(db, Mode::ReadOnly, None)?;
-        let result = backup_into(&source.conn, &path);
-        node.pool.checkin(db, source);
-        result
-    })();
-    if let Err(e) = copied {
+    if let Err(e) = copy(&path) {
         remove_with_journal(&path);
         return Err(e);
     }
@@ -251,34 +267,6 @@ fn snapshot(node: &Node, db: &Database) -> Result<Snapshot, DataError> {
     // Unlinked while open, the file goes away by itself when the download ends, however it
     // ends, or if the process dies first. Only where unlinking an open file is refused is
     // it kept until then.
-    let path = match std::fs::remove_file(&path) {
-        Ok(()) => None,
-        Err(_) => Some(path),
-    };
-    Ok(Snapshot { file, path })
-}
-
-/// [`snapshot`] of an encrypted database without its key: its pages copied as they are
-/// (ciphertext) from one read transaction, pinned without reading the schema, as the
-/// shipper's snapshots are.
-fn sealed_snapshot(db: &Database) -> Result<Snapshot, DataError> {
-    db.ensure_held()?;
-    let path = db
-        .dir()
-        .join(format!(".export-{}", uuid::Uuid::new_v4().simple()));
-    let copied = (|| {
-        let source = atoll_storage::shipper::internal_connection(&db.file_path())?;
-        source.execute_batch("BEGIN")?;
-        source.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
-        let result = backup_into(&source, &path);
-        let _ = source.execute_batch("COMMIT");
-        result
-    })();
-    if let Err(e) = copied {
-        remove_with_journal(&path);
-        return Err(e);
-    }
-    let file = std::fs::File::open(&path)?;
     let path = match std::fs::remove_file(&path) {
         Ok(()) => None,
         Err(_) => Some(path),

@@ -883,13 +883,7 @@ fn copy_encrypted_database(
         ));
     }
     source.ensure_held()?;
-    // A read transaction without the schema (ciphertext to this connection) pins the
-    // snapshot the backup copies.
-    let conn = atoll_storage::shipper::internal_connection(&source.file_path())?;
-    conn.execute_batch("BEGIN")?;
-    conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
-    conn.backup(rusqlite::DatabaseName::Main, target, None)?;
-    conn.execute_batch("COMMIT")?;
+    crate::encryption::copy_sealed_pages(&source.file_path(), target)?;
     check_opens(target, key, &config.name)
 }
 

@@ -393,28 +393,56 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         .parent()
         .unwrap()
         .to_path_buf();
-    let needles: Vec<Vec<u8>> = vec![
-        MARKER.as_bytes().to_vec(),
-        b"CREATE TABLE diary".to_vec(),
-        base64(&[1u8; 32]).into_bytes(),
-        vec![1u8; 32],
-    ];
-    for file in walk(&node_dir) {
+    let plain_dir = app
+        .node
+        .by_label("plain-admin")
+        .unwrap()
+        .dir()
+        .to_path_buf();
+    assert_nowhere_under(
+        &node_dir,
+        &[
+            MARKER.as_bytes(),
+            b"CREATE TABLE diary",
+            base64(&[1u8; 32]).as_bytes(),
+            &[1u8; 32],
+        ],
+        Some(&plain_dir),
+    );
+    let audit = audit_log(&app).await;
+    assert!(audit.contains("aes256gcm"), "{audit}");
+    assert!(
+        !audit.contains(&base64(&[1u8; 32])),
+        "the key is in the audit log"
+    );
+}
+
+/// Fails when a file under `dir` (but none under `except`, a plain database's directory)
+/// holds one of `needles`: a row or a key in the clear on the node's disk.
+fn assert_nowhere_under(
+    dir: &std::path::Path,
+    needles: &[&[u8]],
+    except: Option<&std::path::Path>,
+) {
+    for file in walk(dir) {
+        if except.is_some_and(|except| file.starts_with(except)) {
+            continue;
+        }
         let bytes = std::fs::read(&file).unwrap_or_default();
-        for needle in &needles {
-            let found = bytes.windows(needle.len()).any(|w| w == needle.as_slice());
-            let is_plain_db = file
-                .to_string_lossy()
-                .contains(&app.node.by_label("plain-admin").unwrap().id().to_string());
+        for needle in needles {
             assert!(
-                !found || is_plain_db,
+                !bytes.windows(needle.len()).any(|w| w == *needle),
                 "{} holds {:?}",
                 file.display(),
                 String::from_utf8_lossy(needle)
             );
         }
     }
-    // Audit logs are a paid plan's (the log is written on every plan).
+}
+
+/// The organization's whole audit log, as text (audit logs are a paid plan's; the log is
+/// written on every plan).
+async fn audit_log(app: &TestApp) -> String {
     app.post(
         "/v1/admin/organizations/admin/plan",
         &app.admin_token,
@@ -422,19 +450,13 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
     )
     .await
     .expect(200);
-    let audit = app
-        .get(
-            "/v1/organizations/admin/audit-logs?page_size=1000",
-            &app.admin_token,
-        )
-        .await
-        .expect(200)
-        .to_string();
-    assert!(audit.contains("aes256gcm"), "{audit}");
-    assert!(
-        !audit.contains(&base64(&[1u8; 32])),
-        "the key is in the audit log"
-    );
+    app.get(
+        "/v1/organizations/admin/audit-logs?page_size=1000",
+        &app.admin_token,
+    )
+    .await
+    .expect(200)
+    .to_string()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -668,37 +690,17 @@ async fn a_rotation_re_encrypts_the_database_under_the_new_key() {
 
     // Neither key on the node's disk or in the audit log; the rotation is audited.
     let db = app.node.by_label("ledger-admin").expect("on the node");
-    for file in walk(db.dir()) {
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        for needle in [
+    assert_nowhere_under(
+        db.dir(),
+        &[
             MARKER.as_bytes(),
             old.as_bytes(),
             new.as_bytes(),
-            &[5u8; 32][..],
-        ] {
-            assert!(
-                !bytes.windows(needle.len()).any(|w| w == needle),
-                "{} holds {:?}",
-                file.display(),
-                String::from_utf8_lossy(needle)
-            );
-        }
-    }
-    app.post(
-        "/v1/admin/organizations/admin/plan",
-        &app.admin_token,
-        json!({"plan": "scaler"}),
-    )
-    .await
-    .expect(200);
-    let audit = app
-        .get(
-            "/v1/organizations/admin/audit-logs?page_size=1000",
-            &app.admin_token,
-        )
-        .await
-        .expect(200)
-        .to_string();
+            &[5u8; 32],
+        ],
+        None,
+    );
+    let audit = audit_log(&app).await;
     assert!(audit.contains("db-rotate-encryption-key"), "{audit}");
     assert!(!audit.contains(&old) && !audit.contains(&new));
 }
@@ -913,21 +915,13 @@ async fn a_copy_of_an_encrypted_database_keeps_its_key() {
         .parent()
         .unwrap()
         .to_path_buf();
-    for file in walk(&dir) {
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        let plain = app.node.by_label("plain-admin").unwrap().id().to_string();
-        if file.to_string_lossy().contains(&plain) {
-            continue;
-        }
-        for needle in [MARKER.as_bytes(), key.as_bytes()] {
-            assert!(
-                !bytes.windows(needle.len()).any(|w| w == needle),
-                "{} holds {:?}",
-                file.display(),
-                String::from_utf8_lossy(needle)
-            );
-        }
-    }
+    let plain_dir = app
+        .node
+        .by_label("plain-admin")
+        .unwrap()
+        .dir()
+        .to_path_buf();
+    assert_nowhere_under(&dir, &[MARKER.as_bytes(), key.as_bytes()], Some(&plain_dir));
 }
 
 /// The HTTP URL and a full-access token of database `name`.
@@ -995,17 +989,7 @@ async fn a_dump_seeds_an_encrypted_database() {
 
     let db = app.node.by_label("from-dump-admin").expect("on the node");
     let node_dir = db.dir().parent().unwrap().parent().unwrap().to_path_buf();
-    for file in walk(&node_dir) {
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        for needle in [MARKER.as_bytes(), key.as_bytes()] {
-            assert!(
-                !bytes.windows(needle.len()).any(|w| w == needle),
-                "{} holds {:?}",
-                file.display(),
-                String::from_utf8_lossy(needle)
-            );
-        }
-    }
+    assert_nowhere_under(&node_dir, &[MARKER.as_bytes(), key.as_bytes()], None);
 }
 
 /// An upload into an encrypted database (Turso's contract: a plain SQLite file reserving
@@ -1100,14 +1084,7 @@ async fn an_upload_into_an_encrypted_database_is_sealed_on_arrival() {
 
     let db = app.node.by_label("uploaded-admin").expect("on the node");
     let node_dir = db.dir().parent().unwrap().parent().unwrap().to_path_buf();
-    for file in walk(&node_dir) {
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        assert!(
-            !bytes.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()),
-            "{} holds a row in the clear",
-            file.display()
-        );
-    }
+    assert_nowhere_under(&node_dir, &[MARKER.as_bytes()], None);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
