@@ -1001,8 +1001,9 @@ async fn hostile_grpc_calls_get_grpc_errors() {
 
 /// An embedded replica of a database encrypted with its customer's key (the `libsql`
 /// crate's `remote_encryption`, which sends the key with every sync request): the server
-/// decrypts the pages it sends, the replica reads its rows, follows new commits, and a
-/// replica without the key gets nothing.
+/// decrypts the pages it sends and seals the ones pushed to it, the replica reads its rows,
+/// follows new commits and pushes offline writes, no row lies on the server's disk in the
+/// clear, and a replica without the key gets nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_encrypted_database_syncs_to_a_replica_holding_its_key() {
     let server = start_dev("replica-encrypted").await;
@@ -1055,27 +1056,40 @@ async fn an_encrypted_database_syncs_to_a_replica_holding_its_key() {
     db.sync().await.unwrap();
     assert_eq!(local_count(&db.connect().unwrap(), "secrets").await, 41);
 
-    // Offline writes pushed from the replica are not taken for an encrypted database
-    // (refused, never half-applied): the server keeps its 41 rows.
+    // Offline writes pushed from the replica arrive plain and are sealed with the key
+    // before they are checked and written: the server reads them with the key.
     db.connect()
         .unwrap()
         .execute("INSERT INTO secrets (v) VALUES ('written offline')", ())
         .await
         .unwrap();
-    assert!(db.sync().await.is_err(), "an offline write was pushed");
+    db.sync().await.unwrap();
     let response = reqwest::Client::new()
         .post(format!("{url}/v2/pipeline"))
         .bearer_auth(&token)
         .header("x-turso-encryption-key", key)
-        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": "SELECT count(*) FROM secrets"}}, {"type": "close"}]}))
+        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": "SELECT count(*), max(v) FROM secrets WHERE v = 'written offline'"}}, {"type": "close"}]}))
         .send()
         .await
         .unwrap();
     let body: Value = response.json().await.unwrap();
     assert_eq!(
-        body["results"][0]["response"]["result"]["rows"][0][0]["value"], "41",
+        body["results"][0]["response"]["result"]["rows"][0][0]["value"], "1",
         "{body}"
     );
+    keyed_execute("INSERT INTO secrets (v) VALUES ('after the push')").await;
+    db.sync().await.unwrap();
+    assert_eq!(local_count(&db.connect().unwrap(), "secrets").await, 43);
+    for file in walk(&server.data_dir) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        for needle in [&b"written offline"[..], b"sealed-1"] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} holds a row in the clear",
+                file.display()
+            );
+        }
+    }
 
     // Without the key, the first sync is refused.
     let keyless = Builder::new_synced_database(dir.join("keyless.db"), url.clone(), token.clone())
@@ -1084,4 +1098,17 @@ async fn an_encrypted_database_syncs_to_a_replica_holding_its_key() {
         .await
         .unwrap();
     assert!(keyless.sync().await.is_err(), "synced without the key");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

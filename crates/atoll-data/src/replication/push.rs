@@ -31,6 +31,7 @@ use crate::database::{Database, PAGE_SIZE};
 use crate::error::DataError;
 use crate::upload::validate::CheckBounds;
 use crate::DataPlaneState;
+use atoll_storage::encryption::EncryptionKey;
 use atoll_storage::shipper::{internal_connection, DatabaseLog};
 use atoll_storage::wal_insert::{WalInsert, WalInsertError};
 use std::collections::{BTreeMap, HashMap};
@@ -104,11 +105,13 @@ pub struct PushRequest {
 }
 
 /// Takes one push request: buffers its frames, and applies every complete transaction
-/// buffered so far.
+/// buffered so far. An encrypted database's frames arrive plain (the replica holds the
+/// key, and sends it) and are sealed with `key` before anything is written.
 pub async fn receive(
     state: &Arc<DataPlaneState>,
     db: &Arc<Database>,
     request: PushRequest,
+    key: Option<Arc<EncryptionKey>>,
 ) -> Result<PushAnswer, DataError> {
     let log = Arc::clone(db.log().ok_or_else(super::log::no_storage)?);
     check_frames(db, &request.frames)?;
@@ -176,7 +179,7 @@ pub async fn receive(
             // sent again. The same pages at the same places are acknowledged (those up to
             // the head; the client then sends the rest again); anything else conflicts.
             return Ok(
-                match already_applied(state, db, base, &request, head).await? {
+                match already_applied(state, db, base, &request, head, key.as_deref()).await? {
                     Some(last) => answer("ok", last, None),
                     None => answer("conflict", head - base, None),
                 },
@@ -192,7 +195,14 @@ pub async fn receive(
     let bounds =
         CheckBounds::for_node(&node, Some(cancel)).from_organization(&target.config().org_id);
     let applied = tokio::task::spawn_blocking(move || {
-        apply(&node, &target, &complete, expected_head, &bounds)
+        apply(
+            &node,
+            &target,
+            complete,
+            expected_head,
+            &bounds,
+            key.as_deref(),
+        )
     })
     .await
     .map_err(|e| DataError::Internal(e.to_string()));
@@ -283,6 +293,7 @@ async fn already_applied(
     base: u64,
     request: &PushRequest,
     head: u64,
+    key: Option<&EncryptionKey>,
 ) -> Result<Option<u64>, DataError> {
     let storage = state
         .node
@@ -296,10 +307,19 @@ async fn already_applied(
     if last > stored {
         return Ok(None);
     }
-    let held = match super::log::read_frames(&storage.storage, db.id(), first, last).await? {
+    let mut held = match super::log::read_frames(&storage.storage, db.id(), first, last).await? {
         super::log::Frames::Found(frames) => frames,
         super::log::Frames::Gone => return Ok(None),
     };
+    if let Some(key) = key {
+        // Stored sealed: compared in the clear, as the replica sent them.
+        let cipher = key.page_cipher();
+        for frame in &mut held {
+            if cipher.open(frame.page_no, &mut frame.page).is_err() {
+                return Ok(None);
+            }
+        }
+    }
     let same = held.len() as u64 == last - first + 1
         && held
             .iter()
@@ -390,17 +410,39 @@ impl From<atoll_storage::StorageError> for Refused {
 fn apply(
     node: &crate::node::Node,
     db: &Arc<Database>,
-    frames: &[u8],
+    mut frames: Vec<u8>,
     expected_head: u64,
     bounds: &CheckBounds,
+    key: Option<&EncryptionKey>,
 ) -> Result<(), Refused> {
     let log = Arc::clone(db.log().ok_or_else(super::log::no_storage)?);
+    if let Some(key) = key {
+        let cipher = key.page_cipher();
+        for frame in frames.chunks_mut(FRAME_BYTES) {
+            let page_no = header(frame).0;
+            cipher.seal(page_no, &mut frame[24..]).map_err(|_| {
+                Refused::Error(DataError::Internal(
+                    "a pushed page could not be sealed".into(),
+                ))
+            })?;
+        }
+    }
+    let frames = &frames[..];
     let size_after = frames
         .chunks(FRAME_BYTES)
         .map(|f| header(f).1)
         .rfind(|&size| size != 0)
         .expect("complete transactions end with a commit frame");
-    check_candidate(node, db, &log, frames, size_after, expected_head, bounds)?;
+    check_candidate(
+        node,
+        db,
+        &log,
+        frames,
+        size_after,
+        expected_head,
+        bounds,
+        key,
+    )?;
     write_frames(db, &log, frames, size_after, expected_head)?;
     tracing::info!(
         database_id = %db.id(),
@@ -418,6 +460,7 @@ fn apply(
 
 /// The database after the push, built in a scratch copy of the state at `expected_head`
 /// and held to the rules an uploaded file is held to, within `bounds`.
+#[allow(clippy::too_many_arguments)]
 fn check_candidate(
     node: &crate::node::Node,
     db: &Database,
@@ -426,6 +469,7 @@ fn check_candidate(
     size_after: u32,
     expected_head: u64,
     bounds: &CheckBounds,
+    key: Option<&EncryptionKey>,
 ) -> Result<(), Refused> {
     let path = db
         .dir()
@@ -437,12 +481,18 @@ fn check_candidate(
         if before != expected_head {
             return Err(Refused::Conflict(before));
         }
-        let source = node
-            .pool
-            .checkout(db, crate::sandbox::Mode::ReadOnly, None)?;
-        let copied = crate::export::backup_into(&source.conn, &path);
-        node.pool.checkin(db, source);
-        copied?;
+        if key.is_some() {
+            // The scratch copy stays sealed: checked through the key, never in the clear
+            // on the node's disk.
+            crate::encryption::copy_sealed_pages(&db.file_path(), &path)?;
+        } else {
+            let source = node
+                .pool
+                .checkout(db, crate::sandbox::Mode::ReadOnly, None)?;
+            let copied = crate::export::backup_into(&source.conn, &path);
+            node.pool.checkin(db, source);
+            copied?;
+        }
         let after = current_head(log)?;
         if after != expected_head {
             return Err(Refused::Conflict(after));
@@ -458,7 +508,7 @@ fn check_candidate(
             other => Refused::Error(other),
         })?;
         let what = "the database the pushed frames make";
-        match crate::upload::validate::integrity_check(&path, bounds, what)? {
+        match crate::upload::validate::integrity_check(&path, bounds, what, key)? {
             Ok(()) => Ok(()),
             Err(detail) => Err(unusable(format!("it fails its check ({detail})"))),
         }
@@ -504,8 +554,9 @@ fn write_frames(
         ))));
     }
     let conn = internal_connection(&db.file_path())?;
-    // Reading the schema opens the WAL, which insertion needs.
-    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
+    // A read opens the WAL, which insertion needs; one that does not read the schema,
+    // which is ciphertext to this connection on an encrypted database.
+    conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
     let waited = Instant::now();
     let mut insert = loop {
         match WalInsert::begin(&conn) {

@@ -249,7 +249,7 @@ fn up_to_date(generation: u64) -> Response {
 /// a push.
 async fn push(
     state: State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     Path((generation, start, end)): Path<(String, String, String)>,
     body: Bytes,
 ) -> Result<Response, DataError> {
@@ -260,7 +260,7 @@ async fn push(
 /// baton the previous one answered.
 async fn push_continued(
     state: State<Arc<DataPlaneState>>,
-    req: DbRequest,
+    KeyedDbRequest(req): KeyedDbRequest,
     Path((generation, start, end, baton)): Path<(String, String, String, String)>,
     body: Bytes,
 ) -> Result<Response, DataError> {
@@ -297,7 +297,7 @@ async fn receive_push(
         baton,
         frames,
     };
-    let answer = push::receive(&state, &req.db, request).await?;
+    let answer = push::receive(&state, &req.db, request, req.key.clone()).await?;
     Ok(Json(answer).into_response())
 }
 

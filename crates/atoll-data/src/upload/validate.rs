@@ -90,7 +90,7 @@ pub fn check_database_file(path: &FsPath) -> Result<(), DataError> {
 /// checked first so the usual mistakes are answered without reading the whole file.
 pub fn check_database_file_within(path: &FsPath, bounds: &CheckBounds) -> Result<(), DataError> {
     check_file_format(path)?;
-    match integrity_check(path, bounds, "the file")? {
+    match integrity_check(path, bounds, "the file", None)? {
         Ok(()) => Ok(()),
         Err(detail) => Err(DataError::BadRequest(format!(
             "the file is corrupt ({detail}): repair it (sqlite3 old.db .recover | sqlite3 new.db) and upload the repaired copy"
@@ -209,10 +209,12 @@ pub(crate) fn check_file_format(path: &FsPath) -> Result<(), DataError> {
 /// answers and refuses writes wrongly). It costs more — about ten times `quick_check` on a
 /// table with two indexes (1 M rows, 164 MB: 2.2 s against 0.19 s) — which the deadline
 /// covers.
+/// An encrypted file (a pushed replica's candidate) is checked through its `key`.
 pub(crate) fn integrity_check(
     path: &FsPath,
     bounds: &CheckBounds,
     what: &str,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
 ) -> Result<Result<(), String>, DataError> {
     let deadline = bounds.deadline(std::fs::metadata(path)?.len());
     let _running = match (&bounds.node, &bounds.org_id) {
@@ -235,7 +237,7 @@ pub(crate) fn integrity_check(
         Mode::ReadOnly,
         &bounds.settings,
         &Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        None,
+        key,
         |_| Ok(()),
     )?;
     let watch = std::panic::AssertUnwindSafe(CheckWatch {
