@@ -359,18 +359,7 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
         shown["database"].get("encryption_cipher").is_none(),
         "{shown}"
     );
-    let url = shown["database"]["http_url"].as_str().unwrap().to_string();
-    let token = app
-        .post(
-            "/v1/databases/plain/auth/tokens",
-            &app.admin_token,
-            json!({}),
-        )
-        .await
-        .expect(200)["jwt"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (url, token) = database_access(&app, "plain").await;
     let (status, body) = execute(&app, &url, &token, Some(&base64(&[1u8; 32])), "SELECT 1").await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -494,22 +483,7 @@ async fn a_rotation_re_encrypts_the_database_under_the_new_key() {
     )
     .await
     .expect(200);
-    let shown = app
-        .get("/v1/databases/ledger", &app.admin_token)
-        .await
-        .expect(200);
-    let url = shown["database"]["http_url"].as_str().unwrap().to_string();
-    let token = app
-        .post(
-            "/v1/databases/ledger/auth/tokens",
-            &app.admin_token,
-            json!({}),
-        )
-        .await
-        .expect(200)["jwt"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (url, token) = database_access(&app, "ledger").await;
     let (status, _) = execute(
         &app,
         &url,
