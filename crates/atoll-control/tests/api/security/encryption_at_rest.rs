@@ -158,18 +158,7 @@ async fn an_encrypted_database_serves_only_requests_with_its_key() {
             .await
             .expect(200);
         assert_eq!(shown["database"]["encryption_cipher"], cipher, "{shown}");
-        let url = shown["database"]["http_url"].as_str().unwrap().to_string();
-        let token = app
-            .post(
-                &format!("/v1/databases/{name}/auth/tokens"),
-                &app.admin_token,
-                json!({}),
-            )
-            .await
-            .expect(200)["jwt"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let (url, token) = database_access(&app, name).await;
 
         let (status, body) = execute(
             &app,
