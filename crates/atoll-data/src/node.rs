@@ -766,6 +766,7 @@ impl Node {
             replication_lag_commits: status.as_ref().map(|s| s.pending_commits),
             replication_lag_ms: status.as_ref().map(|s| s.lag_ms),
             recovering: db.needs_rebuild(),
+            head_frame_no: db.log().and_then(|log| log.head().ok()),
         })
     }
 

@@ -228,6 +228,10 @@ pub struct DatabaseStats {
     pub recovering: bool,
     /// The state on the node: an upload turns `awaiting_upload` into `active` there first.
     pub state: Option<DatabaseState>,
+    /// The last committed frame of its log, as of this answer (`None` where the node has no
+    /// object storage): what a replica must have applied to hold every acknowledged write.
+    #[serde(default)]
+    pub head_frame_no: Option<u64>,
 }
 
 /// `POST /v1/sizes` of the node admin API: the databases whose size is asked for. The

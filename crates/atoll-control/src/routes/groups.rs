@@ -764,6 +764,10 @@ async fn wait_location(
         ));
     }
     let deadline = tokio::time::Instant::now() + LOCATION_WAIT;
+    // What each primary had committed when asked: a replica's own idea of its primary's
+    // head dates from its last contact (none yet, just after its node restarted), so
+    // "caught up" is measured against this instead.
+    let mut heads: HashMap<String, Option<u64>> = HashMap::new();
     loop {
         let records = state.store.nodes().await?;
         let mut waiting = 0usize;
@@ -776,11 +780,29 @@ async fn wait_location(
                 if place.primary || place.location != *code {
                     continue;
                 }
+                let head = match heads.get(&db.id) {
+                    Some(head) => *head,
+                    None => {
+                        let head = state
+                            .data_plane
+                            .stats(&db.node, &db.id)
+                            .await
+                            .ok()
+                            .and_then(|stats| stats.head_frame_no);
+                        heads.insert(db.id.clone(), head);
+                        head
+                    }
+                };
                 let caught_up = state
                     .data_plane
                     .replica_status(&place.node, &db.id)
                     .await
-                    .is_some_and(|s| s.ready && s.frame_no >= s.primary_frame_no);
+                    .is_some_and(|s| {
+                        // The primary did not answer: the replica's last report is all
+                        // there is, and only once it heard from the primary at all.
+                        let target = head.unwrap_or(s.primary_frame_no);
+                        s.ready && s.frame_no >= target && (head.is_some() || s.last_contact_ms > 0)
+                    });
                 if !caught_up {
                     waiting += 1;
                 }
