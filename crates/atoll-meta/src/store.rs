@@ -192,18 +192,20 @@ impl Store {
     /// commits a change to what a credential may do, through PostgreSQL `LISTEN/NOTIFY`,
     /// so a revocation applies on every replica at once; the cache's TTL stays as the
     /// fallback. A task of its own holds the listening connection: it reconnects when
-    /// the connection is lost (emptying the cache, since notifications may have been
-    /// missed) and ends when the store is dropped.
+    /// the connection is lost and ends when the store is dropped. Until it listens (at
+    /// first, and while it reconnects) the cache is suspended: notifications may be missed
+    /// meanwhile, so every lookup reads the store.
     fn listen_for_credential_changes(&self) {
         let Backend::Postgres(backend) = &*self.backend else {
             return;
         };
         let config = backend.config().clone();
+        self.credentials.suspend();
         let cache = Arc::downgrade(&self.credentials);
         tokio::spawn(async move {
             loop {
                 let Some(live) = cache.upgrade() else { return };
-                live.invalidate_all();
+                live.suspend();
                 drop(live);
                 let listened = listen_once(&config, &cache).await;
                 if cache.upgrade().is_none() {
@@ -274,6 +276,15 @@ async fn listen_once(
     client
         .batch_execute(&format!("LISTEN {CREDENTIALS_CHANNEL}"))
         .await?;
+    // Every change committed from here on is notified: what the cache may hold from
+    // before goes, and it caches again.
+    match cache.upgrade() {
+        Some(live) => live.resume(),
+        None => {
+            driver.abort();
+            return Ok(());
+        }
+    }
     loop {
         // Woken now and then to notice a dropped store.
         let next =

@@ -15,6 +15,11 @@
 //! state before the revocation) into the cache after it: every invalidation bumps a
 //! generation, and a lookup only inserts if the generation it saw before reading the store
 //! is still current.
+//!
+//! - **Suspended while deaf to other replicas**: on PostgreSQL the cache trusts nothing
+//!   until this replica listens for other replicas' changes, nor while it reconnects that
+//!   listener. A credential cached before the `LISTEN` took effect would miss a revocation
+//!   committed in between and stay trusted for the whole TTL.
 
 use crate::model::Credential;
 use hashlink::LruCache;
@@ -34,6 +39,8 @@ pub(crate) struct CredentialCache {
 struct Inner {
     entries: LruCache<String, Entry>,
     generation: u64,
+    /// Nothing is served from the cache or put into it (see the module's notes).
+    suspended: bool,
 }
 
 struct Entry {
@@ -51,6 +58,7 @@ impl CredentialCache {
             inner: Mutex::new(Inner {
                 entries: LruCache::new(capacity),
                 generation: 0,
+                suspended: false,
             }),
             ttl,
         }
@@ -65,6 +73,9 @@ impl CredentialCache {
     pub(crate) fn get(&self, secret_hash: &str) -> Result<Credential, Generation> {
         let mut inner = self.lock();
         let generation = Generation(inner.generation);
+        if inner.suspended {
+            return Err(generation);
+        }
         match inner.entries.get(secret_hash) {
             Some(entry) if entry.loaded_at.elapsed() < self.ttl => Ok(entry.credential.clone()),
             Some(_) => {
@@ -78,7 +89,7 @@ impl CredentialCache {
     /// Caches what a lookup read, unless an invalidation happened since it started.
     pub(crate) fn insert(&self, secret_hash: &str, credential: Credential, seen: Generation) {
         let mut inner = self.lock();
-        if inner.generation != seen.0 {
+        if inner.generation != seen.0 || inner.suspended {
             return;
         }
         inner.entries.insert(
@@ -101,6 +112,23 @@ impl CredentialCache {
     /// Forgets every credential: the next request of each token reads the store.
     pub(crate) fn invalidate_all(&self) {
         let mut inner = self.lock();
+        inner.generation += 1;
+        inner.entries.clear();
+    }
+
+    /// Forgets every credential and caches none until [`CredentialCache::resume`]: changes
+    /// made elsewhere cannot reach this cache meanwhile.
+    pub(crate) fn suspend(&self) {
+        let mut inner = self.lock();
+        inner.suspended = true;
+        inner.generation += 1;
+        inner.entries.clear();
+    }
+
+    /// Caches again, starting empty (a lookup begun while suspended puts nothing in).
+    pub(crate) fn resume(&self) {
+        let mut inner = self.lock();
+        inner.suspended = false;
         inner.generation += 1;
         inner.entries.clear();
     }
@@ -164,6 +192,30 @@ mod tests {
         cache.insert("a", credential("ta"), seen);
         assert!(cache.get("a").is_err());
         assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn a_suspended_cache_serves_and_keeps_nothing_until_resumed() {
+        let cache = CredentialCache::new(10, TTL);
+        let seen = cache.get("a").unwrap_err();
+        cache.insert("a", credential("ta"), seen);
+        cache.suspend();
+        assert!(
+            cache.get("a").is_err(),
+            "suspending forgets what was cached"
+        );
+        let during = cache.get("a").unwrap_err();
+        cache.insert("a", credential("ta"), during);
+        assert!(cache.get("a").is_err(), "nothing is cached while suspended");
+        // A lookup that began while suspended and ends after resuming read the store
+        // while changes could be missed: it is not kept either.
+        let begun = cache.get("a").unwrap_err();
+        cache.resume();
+        cache.insert("a", credential("ta"), begun);
+        assert!(cache.get("a").is_err());
+        let seen = cache.get("a").unwrap_err();
+        cache.insert("a", credential("ta"), seen);
+        assert_eq!(cache.get("a").unwrap().token.id, "ta");
     }
 
     #[test]
