@@ -766,7 +766,10 @@ impl Node {
             replication_lag_commits: status.as_ref().map(|s| s.pending_commits),
             replication_lag_ms: status.as_ref().map(|s| s.lag_ms),
             recovering: db.needs_rebuild(),
-            head_frame_no: db.log().and_then(|log| log.head().ok()),
+            // From the WAL index's header: reading the WAL itself (`DatabaseLog::head`)
+            // would buffer its frames for replicas, for every database a listing asks
+            // about.
+            head_frame_no: db.log().and_then(|log| log.committed_head()),
         })
     }
 

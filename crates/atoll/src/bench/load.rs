@@ -101,7 +101,17 @@ impl Server {
         // left out are unlimited: the churn organization never hits one.
         let plans = dir.join("plans.json");
         std::fs::write(&plans, r#"{"starter": {"quotas": {}, "default": true}}"#)?;
-        let child = Command::new(std::env::current_exe()?)
+        // `ATOLL_LOAD_WRAPPER=heaptrack`: the server runs under a profiler (which is how
+        // the growth of the `stats` regression was found, PERFORMANCE.md "Load test").
+        let mut command = match std::env::var("ATOLL_LOAD_WRAPPER") {
+            Ok(wrapper) => {
+                let mut command = Command::new(wrapper);
+                command.arg(std::env::current_exe()?);
+                command
+            }
+            Err(_) => Command::new(std::env::current_exe()?),
+        };
+        let child = command
             .args(["dev", "--data-dir"])
             .arg(dir.join("data"))
             .arg("--plans")
