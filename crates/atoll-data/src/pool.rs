@@ -20,7 +20,6 @@ use crate::database::Database;
 use crate::error::DataError;
 use crate::memory::CONNECTION_OVERHEAD_BYTES;
 use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -228,9 +227,8 @@ impl ConnectionPool {
             }
             evicted
         };
-        // Closing runs outside the lock (it may checkpoint), and after the answer when
-        // this thread is answering a request (`closing_after`).
-        close_evicted(evicted);
+        // Closing runs outside the lock (it may checkpoint).
+        drop(evicted);
     }
 
     /// Drops the idle connections of a database (its limits changed, or it is going away).
@@ -290,113 +288,5 @@ impl ConnectionPool {
     /// Bytes the idle connections hold, as counted against `--warm-memory`.
     pub fn idle_bytes(&self) -> u64 {
         self.lock().bytes
-    }
-}
-
-thread_local! {
-    /// Connections evicted on this thread while [`closing_after`] runs its work: closed
-    /// once that work's result is on its way.
-    static EVICTED: RefCell<Option<Vec<SandboxedConnection>>> = const { RefCell::new(None) };
-}
-
-/// Runs `work`; the connections its check-ins evict are handed back with its result, to
-/// be dropped (closed) once the result was sent. A cold open on a full warm set evicts a
-/// connection, and closing it (its page cache, schema and statements freed, its files
-/// closed) was about a fifth of such a request's time on the SQL thread, spent before the
-/// answer left (docs/PERFORMANCE.md). Closing still happens on the same thread, so a
-/// busy node cannot pile up connections waiting to be closed.
-pub fn closing_after<T>(work: impl FnOnce() -> T) -> (T, EvictedConnections) {
-    /// Ends the collection also when `work` panics (the connections are closed then).
-    struct Collecting;
-    impl Drop for Collecting {
-        fn drop(&mut self) {
-            EVICTED.with(|evicted| drop(evicted.borrow_mut().take()));
-        }
-    }
-    let collecting = Collecting;
-    EVICTED.with(|evicted| *evicted.borrow_mut() = Some(Vec::new()));
-    let result = work();
-    let evicted = EVICTED.with(|evicted| evicted.borrow_mut().take().unwrap_or_default());
-    drop(collecting);
-    (result, EvictedConnections(evicted))
-}
-
-/// Connections evicted from the pool, closed when this is dropped.
-#[must_use = "dropping it closes the connections: drop it once the answer is sent"]
-pub struct EvictedConnections(Vec<SandboxedConnection>);
-
-impl EvictedConnections {
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-/// Closes `evicted` now, or hands them to the [`closing_after`] this thread runs in.
-fn close_evicted(evicted: Vec<SandboxedConnection>) {
-    if evicted.is_empty() {
-        return;
-    }
-    let now = EVICTED.with(|collected| match collected.borrow_mut().as_mut() {
-        Some(collected) => {
-            collected.extend(evicted);
-            None
-        }
-        None => Some(evicted),
-    });
-    drop(now);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn connection(dir: &tempfile::TempDir, name: &str) -> SandboxedConnection {
-        crate::sandbox::open(
-            &dir.path().join(name),
-            Mode::ReadWrite,
-            &SandboxSettings::default(),
-            &Arc::new(AtomicBool::new(false)),
-            None,
-            |_| Ok(()),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn connections_evicted_while_answering_are_closed_after_the_answer() {
-        let dir = tempfile::tempdir().unwrap();
-        let (answer, evicted) = closing_after(|| {
-            close_evicted(vec![connection(&dir, "a"), connection(&dir, "b")]);
-            42
-        });
-        assert_eq!(answer, 42);
-        assert_eq!(evicted.len(), 2, "handed back, not closed during the work");
-        drop(evicted);
-        // Outside `closing_after`, an eviction closes at once: nothing is collected for
-        // a later answer (or kept open for good).
-        close_evicted(vec![connection(&dir, "c")]);
-        let ((), after) = closing_after(|| ());
-        assert!(after.is_empty());
-    }
-
-    #[test]
-    fn work_that_panics_leaves_nothing_collected_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            closing_after(|| {
-                close_evicted(vec![connection(&dir, "a")]);
-                panic!("a job failed");
-            })
-        }));
-        assert!(panicked.is_err());
-        // The next job on this thread starts with nothing collected, and an eviction
-        // outside any job still closes at once.
-        let ((), evicted) = closing_after(|| ());
-        assert!(evicted.is_empty());
-        EVICTED.with(|collected| assert!(collected.borrow().is_none()));
     }
 }

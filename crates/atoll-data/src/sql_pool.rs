@@ -162,10 +162,7 @@ impl SqlPool {
     ) -> Result<T, DataError> {
         let (done, result) = tokio::sync::oneshot::channel();
         self.spawn_for(tenant, move || {
-            let (answer, evicted) = crate::pool::closing_after(work);
-            let _ = done.send(answer);
-            // The connections `work` evicted from the warm set close after the answer.
-            drop(evicted);
+            let _ = done.send(work());
         });
         result
             .await
