@@ -261,6 +261,71 @@ mod tests {
         conn
     }
 
+    /// The engine clears a left-over WAL index's header instead of truncating the file
+    /// (`ATOLL PATCH (cold opens)`, vendor/README.md): an index that describes another
+    /// generation of the WAL, with valid checksums, must still be rebuilt from the WAL the
+    /// file has now, never trusted — and the file keeps its size.
+    #[test]
+    fn a_stale_wal_index_left_beside_a_file_is_rebuilt_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = dir.path().join("data-shm");
+        let count = |conn: &rusqlite::Connection| -> i64 {
+            conn.query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+                .unwrap()
+        };
+        {
+            let conn = wal_db(dir.path());
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )
+            .unwrap();
+            conn.execute_batch("CREATE TABLE t(x)").unwrap();
+            for i in 0..100 {
+                conn.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
+            }
+        }
+        // The index of the first WAL generation (100 commits in it), as the last
+        // connection left it.
+        let stale = std::fs::read(&shm).unwrap();
+        assert!(stale.len() >= 32768, "{} bytes", stale.len());
+        assert!(committed_in_index(&shm).is_some_and(|(_, frames)| frames > 100));
+        {
+            let conn = wal_db(dir.path());
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )
+            .unwrap();
+            assert_eq!(count(&conn), 100, "the first reader rebuilt the index");
+            // A second generation of the WAL, shorter than the first.
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .unwrap();
+            for i in 100..150 {
+                conn.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
+            }
+        }
+        assert!(std::fs::metadata(&shm).unwrap().len() >= 32768);
+        // The old index, checksums and all, put back beside the new WAL: trusted, it
+        // would point readers at frames of the first generation.
+        std::fs::write(&shm, &stale).unwrap();
+        let conn = wal_db(dir.path());
+        assert_eq!(count(&conn), 150);
+        let max: i64 = conn
+            .query_row("SELECT max(x) FROM t", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(max, 149);
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        let (_, frames) = committed_in_index(&shm).unwrap();
+        assert!(
+            frames < 100,
+            "the index describes the WAL of now: {frames} frames"
+        );
+    }
+
     #[test]
     fn reads_whole_transactions_and_continues_where_it_stopped() {
         let dir = tempfile::tempdir().unwrap();
