@@ -269,17 +269,21 @@ mod tests {
     fn a_stale_wal_index_left_beside_a_file_is_rebuilt_not_trusted() {
         let dir = tempfile::tempdir().unwrap();
         let shm = dir.path().join("data-shm");
-        let count = |conn: &rusqlite::Connection| -> i64 {
-            conn.query_row("SELECT count(*) FROM t", [], |row| row.get(0))
-                .unwrap()
-        };
-        {
-            let conn = wal_db(dir.path());
+        // As the node's connections: the last one to close leaves the WAL and its index.
+        let without_checkpoint_on_close = |conn: rusqlite::Connection| {
             conn.set_db_config(
                 rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
                 true,
             )
             .unwrap();
+            conn
+        };
+        let count = |conn: &rusqlite::Connection| -> i64 {
+            conn.query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+                .unwrap()
+        };
+        {
+            let conn = without_checkpoint_on_close(wal_db(dir.path()));
             conn.execute_batch("CREATE TABLE t(x)").unwrap();
             for i in 0..100 {
                 conn.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
@@ -291,12 +295,7 @@ mod tests {
         assert!(stale.len() >= 32768, "{} bytes", stale.len());
         assert!(committed_in_index(&shm).is_some_and(|(_, frames)| frames > 100));
         {
-            let conn = wal_db(dir.path());
-            conn.set_db_config(
-                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-                true,
-            )
-            .unwrap();
+            let conn = without_checkpoint_on_close(wal_db(dir.path()));
             assert_eq!(count(&conn), 100, "the first reader rebuilt the index");
             // A second generation of the WAL, shorter than the first.
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
