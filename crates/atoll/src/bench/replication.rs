@@ -15,7 +15,7 @@
 //!
 //! Client and servers share the machine: the figures are a floor.
 
-use crate::bench::topology_load::{free_port, node_args, wait_healthy, Process};
+use crate::bench::topology_load::{free_port, node_args, serve_args, Process};
 use anyhow::{bail, Context};
 use rand::Rng;
 use serde_json::{json, Value};
@@ -76,19 +76,8 @@ impl Target {
 
 async fn run_in(dir: &Path, args: &ReplicationArgs<'_>) -> anyhow::Result<()> {
     let storage = format!("file://{}", dir.join("storage").display());
-    let port = free_port()?;
-    let control = format!("http://127.0.0.1:{port}");
-    let _serve = Process::start(
-        vec![
-            "serve".into(),
-            "--database-url".into(),
-            args.database_url.into(),
-            "--registered-nodes".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--reconcile-interval-secs".into(),
-            "2".into(),
-        ],
+    let (_serve, control) = Process::start_listening(
+        || Ok(serve_args(args.database_url, free_port()?)),
         vec![
             (
                 "ATOLL_SECRETS_KEY",
@@ -98,19 +87,24 @@ async fn run_in(dir: &Path, args: &ReplicationArgs<'_>) -> anyhow::Result<()> {
             ("ATOLL_PASSWORD", PASSWORD.to_string()),
         ],
         dir.join("serve.log"),
-    )?;
-    wait_healthy(&control).await?;
+    )
+    .await?;
     let mut nodes = Vec::new();
     let mut urls = Vec::new();
     for (name, location) in [("east", EAST), ("west", WEST)] {
-        let port = free_port()?;
-        nodes.push(Process::start(
-            node_args(name, location, port, &dir.join(name), &storage, &control)?,
+        let (node, url) = Process::start_listening(
+            || {
+                let port = free_port()?;
+                Ok((
+                    node_args(name, location, port, &dir.join(name), &storage, &control)?,
+                    format!("http://127.0.0.1:{port}"),
+                ))
+            },
             Vec::new(),
             dir.join(format!("{name}.log")),
-        )?);
-        let url = format!("http://127.0.0.1:{port}");
-        wait_healthy(&url).await?;
+        )
+        .await?;
+        nodes.push(node);
         urls.push(url);
     }
     let (primary, replica) = (urls[0].clone(), urls[1].clone());

@@ -83,6 +83,84 @@ impl Process {
         Ok(())
     }
 
+    /// Starts a process that listens on ports [`free_port`] picks, and waits until it
+    /// answers `/health`. `args` makes the arguments and the URL to ask from fresh ports
+    /// each time: a port is free when picked but only bound a moment later by the process,
+    /// and in between another process's outgoing connection can take it, so a start that
+    /// ends for a taken address is tried again on other ports.
+    pub(crate) async fn start_listening(
+        args: impl Fn() -> anyhow::Result<(Vec<String>, String)>,
+        envs: Vec<(&'static str, String)>,
+        log: PathBuf,
+    ) -> anyhow::Result<(Process, String)> {
+        const ATTEMPTS: usize = 3;
+        let mut attempt = 1;
+        loop {
+            let (args, url) = args()?;
+            let mut process = Process::start(args, envs.clone(), log.clone())?;
+            match process.wait_healthy(&url).await {
+                Ok(()) => return Ok((process, url)),
+                Err(NotHealthy::PortTaken(why)) if attempt < ATTEMPTS => {
+                    eprintln!("{url}: {why}; starting again on other ports");
+                    attempt += 1;
+                }
+                Err(NotHealthy::PortTaken(why) | NotHealthy::Other(why)) => bail!(why),
+            }
+        }
+    }
+
+    /// Waits until `url` answers `/health`, failing at once (with the end of the log) if
+    /// the process ends first.
+    async fn wait_healthy(&mut self, url: &str) -> Result<(), NotHealthy> {
+        let log_start = std::fs::metadata(&self.log).map_or(0, |m| m.len());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let client = reqwest::Client::new();
+        loop {
+            let answered = client
+                .get(format!("{url}/health"))
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if answered {
+                return Ok(());
+            }
+            let exited = match self.child.as_mut().map(|child| child.try_wait()) {
+                Some(Ok(status)) => status,
+                _ => None,
+            };
+            if let Some(status) = exited {
+                self.child = None;
+                let tail = self.log_tail(log_start);
+                let why = format!(
+                    "{url} ended ({status}) before answering /health; the end of {}:\n{tail}",
+                    self.log.display()
+                );
+                return Err(if tail.contains("Address already in use") {
+                    NotHealthy::PortTaken(why)
+                } else {
+                    NotHealthy::Other(why)
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(NotHealthy::Other(format!(
+                    "{url} did not answer /health in 60 s; the end of {}:\n{}",
+                    self.log.display(),
+                    self.log_tail(log_start)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The last lines the process logged since `start` (a byte offset in the log).
+    fn log_tail(&self, start: u64) -> String {
+        let log = std::fs::read(&self.log).unwrap_or_default();
+        let written = String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default());
+        let lines: Vec<&str> = written.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
     /// SIGKILL: no shutdown, no flush.
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -127,24 +205,35 @@ pub(crate) fn node_args(
     ])
 }
 
+/// Why a started process is not serving.
+enum NotHealthy {
+    /// It ended because a port it was given was taken by then.
+    PortTaken(String),
+    Other(String),
+}
+
 pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-pub(crate) async fn wait_healthy(url: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !reqwest::get(format!("{url}/health"))
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        if Instant::now() > deadline {
-            bail!("{url} did not answer /health in 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
+/// The arguments of an `atoll serve` replica on `database_url` listening on `port`, and its
+/// URL.
+pub(crate) fn serve_args(database_url: &str, port: u16) -> (Vec<String>, String) {
+    (
+        vec![
+            "serve".into(),
+            "--database-url".into(),
+            database_url.into(),
+            "--registered-nodes".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--reconcile-interval-secs".into(),
+            "2".into(),
+        ],
+        format!("http://127.0.0.1:{port}"),
+    )
 }
 
 struct Db {
@@ -408,47 +497,45 @@ async fn run_in(
     let mut replicas = Vec::new();
     let mut replica_urls = Vec::new();
     for i in 1..=2 {
-        let port = free_port()?;
-        let url = format!("http://127.0.0.1:{port}");
-        let args = vec![
-            "serve".into(),
-            "--database-url".into(),
-            database_url.into(),
-            "--registered-nodes".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--reconcile-interval-secs".into(),
-            "2".into(),
-        ];
         let envs = vec![
             ("ATOLL_SECRETS_KEY", secrets_key.clone()),
             ("ATOLL_USERNAME", "root".to_string()),
             ("ATOLL_PASSWORD", PASSWORD.to_string()),
         ];
-        replicas.push(Process::start(args, envs, dir.join(format!("r{i}.log")))?);
         // The first replica sets the administrator up before the second starts.
-        wait_healthy(&url).await?;
+        let (replica, url) = Process::start_listening(
+            || Ok(serve_args(database_url, free_port()?)),
+            envs,
+            dir.join(format!("r{i}.log")),
+        )
+        .await?;
+        replicas.push(replica);
         replica_urls.push(url);
     }
     let control_planes = replica_urls.join(",");
     let mut nodes = Vec::new();
     let mut node_urls = Vec::new();
     for (name, location) in [("a1", EAST), ("a2", EAST), ("b1", WEST)] {
-        let port = free_port()?;
-        nodes.push(Process::start(
-            node_args(
-                name,
-                location,
-                port,
-                &dir.join(name),
-                &storage,
-                &control_planes,
-            )?,
+        let (node, url) = Process::start_listening(
+            || {
+                let port = free_port()?;
+                Ok((
+                    node_args(
+                        name,
+                        location,
+                        port,
+                        &dir.join(name),
+                        &storage,
+                        &control_planes,
+                    )?,
+                    format!("http://127.0.0.1:{port}"),
+                ))
+            },
             Vec::new(),
             dir.join(format!("{name}.log")),
-        )?);
-        let url = format!("http://127.0.0.1:{port}");
-        wait_healthy(&url).await?;
+        )
+        .await?;
+        nodes.push(node);
         node_urls.push((name, location, url));
     }
 
