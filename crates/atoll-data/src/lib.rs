@@ -286,6 +286,14 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     state.rate_limits.spawn_sweeper();
     state.node.spawn_idle_sweeper();
+    let short_of_descriptors = Arc::downgrade(&state.node);
+    listener::on_out_of_descriptors(move || {
+        let Some(node) = short_of_descriptors.upgrade() else {
+            return false;
+        };
+        tokio::task::spawn_blocking(move || node.pool.shed());
+        true
+    });
     let header_read_timeout = state.limits.header_read_timeout;
     let max_connections_per_address = state.limits.max_connections_per_address;
     let node = Arc::clone(&state.node);

@@ -25,6 +25,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// [`ConnectionPool::shed`] closes this share of the idle connections (1/8).
+const SHED_DIVISOR: usize = 8;
+
 pub struct ConnectionPool {
     max_idle: usize,
     /// Bytes the idle connections may hold together (`--warm-memory`).
@@ -191,10 +194,46 @@ impl ConnectionPool {
         mode: Mode,
         key: Option<&atoll_storage::encryption::EncryptionKey>,
     ) -> Result<SandboxedConnection, DataError> {
-        match self.checkout_idle(db, mode) {
-            Some(conn) => Ok(conn),
-            None => db.open_connection(mode, &self.sandbox, &self.shutdown, key),
+        if let Some(conn) = self.checkout_idle(db, mode) {
+            return Ok(conn);
         }
+        match db.open_connection(mode, &self.sandbox, &self.shutdown, key) {
+            // The warm set gives descriptors back for the open that needs them.
+            Err(_) if crate::warm_set::short_of_descriptors() && self.shed() > 0 => {
+                db.open_connection(mode, &self.sandbox, &self.shutdown, key)
+            }
+            opened => opened,
+        }
+    }
+
+    /// Closes an eighth of the idle connections (at least one), chosen as for the budget
+    /// (beyond a fair share first, then the least recently used), to give their file
+    /// descriptors back: the process is short of them, whatever took them (client
+    /// sockets, streams, uploads). Answers how many were closed. Closing may checkpoint:
+    /// call it where blocking is allowed.
+    pub fn shed(&self) -> usize {
+        let closed = {
+            let mut inner = self.lock();
+            let count = (inner.order.len() / SHED_DIVISOR).max(1);
+            let mut closed = Vec::with_capacity(count);
+            while closed.len() < count {
+                let Some(seq) = inner.victim(self.max_idle, self.memory_budget) else {
+                    break;
+                };
+                closed.extend(inner.take(seq));
+            }
+            closed
+        };
+        let count = closed.len();
+        drop(closed);
+        if count > 0 {
+            metrics::counter!("atoll_idle_connections_shed_total").increment(count as u64);
+            tracing::warn!(
+                closed = count,
+                "the process is short of file descriptors: closed idle database connections"
+            );
+        }
+        count
     }
 
     /// An idle connection to `db` for `mode`, if there is one (never opens a file).

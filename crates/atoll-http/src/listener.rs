@@ -86,6 +86,30 @@ pub fn default_max_connections_per_address() -> usize {
     ) as usize
 }
 
+/// Gives file descriptors back when the process has none left; answers `false` once it
+/// never can again (what it frees is gone), and is then forgotten.
+type DescriptorHook = Box<dyn Fn() -> bool + Send + Sync>;
+
+static OUT_OF_DESCRIPTORS: Mutex<Vec<DescriptorHook>> = Mutex::new(Vec::new());
+
+/// Registers what gives descriptors back when `accept` fails for lack of them (a data
+/// node's warm set closes idle database connections: `atoll_data`'s `ConnectionPool::shed`).
+/// Without it a node whose warm set filled the open-files limit would refuse every new
+/// client until connections went unused for long enough to be closed.
+pub fn on_out_of_descriptors(hook: impl Fn() -> bool + Send + Sync + 'static) {
+    OUT_OF_DESCRIPTORS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Box::new(hook));
+}
+
+fn out_of_descriptors() {
+    OUT_OF_DESCRIPTORS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|hook| hook());
+}
+
 /// The process's open-files soft limit; `None`: unlimited.
 pub fn open_files_limit() -> Option<u64> {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current
@@ -247,6 +271,11 @@ pub async fn serve_router(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
+                    if rustix::io::Errno::from_io_error(&error)
+                        .is_some_and(|e| e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE)
+                    {
+                        out_of_descriptors();
+                    }
                     // Out of file descriptors and the like: wait instead of spinning.
                     tracing::warn!(%error, "cannot accept a connection");
                     tokio::time::sleep(Duration::from_millis(100)).await;
