@@ -11,14 +11,15 @@
 //!   (`memory::CONNECTION_OVERHEAD_BYTES`); by default a sixteenth of the machine's memory
 //!   (or of the cgroup's limit when lower) — 1.5 GiB on a 24 GiB machine;
 //! - **open files**: an idle connection holds up to [`FILES_PER_IDLE_CONNECTION`] file
-//!   descriptors; by default three quarters of the process's open-files limit go to the
-//!   warm set, the rest to sockets, uploads, object storage and connections in use. The
-//!   warm set is the one holder of descriptors that can give them back at once, so it
-//!   yields when the process runs short, whoever took them: a cold open that fails short
-//!   of descriptors, or an `accept` that does, closes an eighth of the idle connections
-//!   (`ConnectionPool::shed`) and the open is tried again. (It was half until measured:
-//!   over 10,000 databases the rest of the process held ~30 descriptors at 64 clients, and
-//!   three quarters took the uniform spread figure 1.5× higher, PERFORMANCE.md.)
+//!   descriptors; by default half of the process's open-files limit goes to the warm set,
+//!   the rest to sockets, uploads, object storage and connections in use. The warm set is
+//!   the one holder of descriptors that can give them back at once, so it yields when the
+//!   process runs short, whoever took them: a cold open that fails short of descriptors,
+//!   or an `accept` that does, closes an eighth of the idle connections
+//!   (`ConnectionPool::shed`) and the open is tried again. Why half and not more, though
+//!   the rest of the process holds few (PERFORMANCE.md, "A larger share of the open files
+//!   for the warm set"): three quarters made the spread over 10,000 databases 1.4–1.6×
+//!   faster at 64 clients, and left ~40 MiB more resident at rest after 100,000.
 //!
 //! Both are node settings (`--warm-memory`, `--warm-files`, OPERATIONS.md); the least
 //! recently used connection goes first, within the fair shares of `pool`.
@@ -28,8 +29,8 @@
 pub const FILES_PER_IDLE_CONNECTION: u64 = 3;
 /// The share of the machine's memory the warm set may hold by default (1/16).
 const MEMORY_DIVISOR: u64 = 16;
-/// The share of the open-files limit the warm set may hold by default (3/4).
-const FILES_SHARE: (u64, u64) = (3, 4);
+/// The share of the open-files limit the warm set may hold by default (1/2).
+const FILES_SHARE: (u64, u64) = (1, 2);
 /// Descriptors the process must have free for a cold open to be worth trying (the
 /// database, its WAL, its WAL index, a temporary file), with some to spare.
 const DESCRIPTOR_HEADROOM: usize = 8;

@@ -1,7 +1,7 @@
 //! The warm set gives file descriptors back when the process runs short of them
-//! (`warm_set.rs`): it may hold three quarters of the open-files limit, so when something
-//! else takes the rest — client sockets, streams, uploads — a cold open or a new client
-//! must not fail while idle connections hold descriptors that could be closed.
+//! (`warm_set.rs`): it may hold half of the open-files limit (more with `--warm-files`), so
+//! when something else takes the rest — client sockets, streams, uploads — a cold open or
+//! a new client must not fail while idle connections hold descriptors that could be closed.
 //!
 //! A test binary of its own, with one test: it lowers the process's open-files limit.
 
