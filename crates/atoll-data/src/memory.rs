@@ -114,10 +114,11 @@ fn db_status(conn: &rusqlite::Connection, op: std::ffi::c_int) -> u64 {
 }
 
 /// What an idle connection holds besides its [`HeapReading`]: the engine's
-/// connection object and its lookaside (48 KiB), the registered functions and virtual
-/// table modules of every connection, the Rust side (sandbox control, statement cache
-/// entries) and the kernel's share (open files, the shared-memory mapping of its WAL
-/// index). Measured with `atoll bench --only spread` (PERFORMANCE.md, "Many tenants at
-/// once": 2,001 idle connections to small databases gave back 111 KiB of resident memory
-/// each when closed, of which ~31 KiB was their heap).
-pub const CONNECTION_OVERHEAD_BYTES: u64 = 80 * 1024;
+/// connection object and its lookaside (~14 KiB, `vendor/README.md`), the registered
+/// functions and virtual table modules of every connection, the Rust side (sandbox
+/// control, statement cache entries) and the kernel's share (open files, the shared-memory
+/// mapping of its WAL index). Measured with `atoll bench --only spread` (PERFORMANCE.md,
+/// "Many tenants at once", "A smaller lookaside"): 3,333 idle connections to small
+/// databases gave back 65–66 KiB of resident memory each when closed, of which ~31 KiB
+/// was their heap; rounded up.
+pub const CONNECTION_OVERHEAD_BYTES: u64 = 40 * 1024;

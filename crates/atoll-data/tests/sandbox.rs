@@ -807,9 +807,12 @@ async fn one_tenant_cycling_its_databases_keeps_its_neighbours_warm() {
 #[tokio::test]
 async fn the_warm_set_is_bounded_by_its_memory_budget() {
     let per_connection = atoll_data::memory::CONNECTION_OVERHEAD_BYTES;
+    // A connection to a small database: the fixed part and some 20-32 KiB of heap.
+    let about_one = per_connection + 32 * 1024;
+    let budget = 8 * about_one + about_one / 2;
     let mut settings = NodeSettings::default();
     settings.sandbox.max_idle_connections = 500;
-    settings.sandbox.warm_memory_bytes = 8 * per_connection + per_connection / 2;
+    settings.sandbox.warm_memory_bytes = budget;
     let node = start_node_with_settings(DataLimits::default(), settings).await;
     let in_org = |org: &'static str| {
         move |config: &mut atoll_types::node::DatabaseConfig| {
@@ -832,14 +835,12 @@ async fn the_warm_set_is_bounded_by_its_memory_budget() {
         db.query(sql("SELECT 1")).await;
     }
     let (idle, bytes) = (node.node.pool.idle_count(), node.node.pool.idle_bytes());
-    assert!(
-        bytes <= 8 * per_connection + per_connection / 2,
-        "{bytes} bytes held"
-    );
+    assert!(bytes <= budget, "{bytes} bytes held");
     assert!(
         bytes >= idle as u64 * per_connection,
         "{bytes} bytes for {idle}"
     );
-    assert!((4..=8).contains(&idle), "{idle} idle connections");
+    // Fewer than the 22 databases queried: the budget, not the count of 500, bound it.
+    assert!((4..=12).contains(&idle), "{idle} idle connections");
     assert_eq!(node.node.pool.idle_count_of("org-quiet"), 2);
 }
