@@ -187,6 +187,15 @@ impl Node {
             .map(|s| s.new_log(id, &dir.join("data")))
     }
 
+    /// Makes every database forget the tokens it verified at least `older_than` ago
+    /// (`Database::forget_verified_tokens`); answers how many forgot any.
+    pub fn forget_verified_tokens(&self, older_than: Duration) -> usize {
+        self.databases()
+            .iter()
+            .filter(|db| db.forget_verified_tokens(older_than))
+            .count()
+    }
+
     /// Every database it holds.
     pub fn databases(&self) -> Vec<Arc<Database>> {
         self.registry
@@ -951,20 +960,24 @@ pub const UNUSED_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 impl Node {
     /// Every ten seconds, for as long as the node lives, closes the pooled connections
     /// unused for [`UNUSED_CONNECTION_LIFETIME`] (on a blocking thread: closing may
-    /// checkpoint), and when it closed any, hands the freed memory back to the system.
+    /// checkpoint), every minute makes the databases forget the tokens they no longer
+    /// trust ([`Node::forget_verified_tokens`]), and when either freed anything, hands the
+    /// freed memory back to the system.
     pub fn spawn_idle_sweeper(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_secs(10));
             ticks.tick().await;
-            loop {
+            for tick in 1u64.. {
                 ticks.tick().await;
                 let Some(node) = node.upgrade() else {
                     return;
                 };
                 let swept = tokio::task::spawn_blocking(move || {
                     let closed = node.pool.close_unused(UNUSED_CONNECTION_LIFETIME);
-                    if closed > 0 {
+                    let forgot = tick.is_multiple_of(6)
+                        && node.forget_verified_tokens(crate::database::VERIFIED_TOKEN_TTL) > 0;
+                    if closed > 0 || forgot {
                         // A burst is over: what it allocated is free now, give it back.
                         crate::memory::release_free_memory();
                     }

@@ -116,10 +116,12 @@ pub(super) async fn run(bench: &Arc<Bench>, main: &Org, args: &BenchArgs) -> any
             open_files()
         );
         // At rest: what the node's idle sweeper does once connections have gone unused
-        // (`UNUSED_CONNECTION_LIFETIME`), done at once.
+        // (`UNUSED_CONNECTION_LIFETIME`) and tokens are no longer trusted
+        // (`VERIFIED_TOKEN_TTL`), done at once.
         let node = Arc::clone(&bench.node);
         tokio::task::spawn_blocking(move || {
             node.pool.close_unused(Duration::ZERO);
+            node.forget_verified_tokens(Duration::ZERO);
             atoll_data::memory::release_free_memory();
         })
         .await?;
