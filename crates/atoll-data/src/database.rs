@@ -542,17 +542,7 @@ fn token_digest(token: &str) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn claims() -> Claims {
-        Claims {
-            a: "rw".into(),
-            id: Some("db".into()),
-            gid: None,
-            p: None,
-            iat: 0,
-            exp: None,
-        }
-    }
+    use crate::jwt::tests::claims;
 
     #[test]
     fn verified_tokens_are_forgotten_once_older_than_asked_and_their_list_freed() {

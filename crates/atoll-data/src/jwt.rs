@@ -146,10 +146,11 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, JwtError
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn claims() -> Claims {
+    /// Claims of a read-write database token (for tests of what keeps them, too).
+    pub(crate) fn claims() -> Claims {
         Claims {
             a: "rw".into(),
             id: Some("db".into()),
