@@ -6,9 +6,10 @@
 //! `iat`, and `exp` (absent: never expires). The header carries the signing key's `kid`.
 //! Platform API tokens share nothing with these.
 
+use atoll_types::node::TokenKey;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,9 +76,10 @@ pub fn decode_signing_key(encoded: &str) -> Option<SigningKey> {
     Some(SigningKey::from_bytes(&bytes))
 }
 
-pub fn decode_verifying_key(encoded: &str) -> Option<VerifyingKey> {
-    let bytes: [u8; 32] = URL_SAFE_NO_PAD.decode(encoded).ok()?.try_into().ok()?;
-    VerifyingKey::from_bytes(&bytes).ok()
+/// The 32 bytes of a public key as a [`TokenKey`] carries it (whether they are a point of
+/// the curve is seen when a signature is checked).
+pub fn decode_public_key(encoded: &str) -> Option<[u8; 32]> {
+    URL_SAFE_NO_PAD.decode(encoded).ok()?.try_into().ok()
 }
 
 pub fn sign(claims: &Claims, key: &SigningKey, kid: &str) -> String {
@@ -96,9 +98,9 @@ pub fn sign(claims: &Claims, key: &SigningKey, kid: &str) -> String {
     )
 }
 
-/// Verifies `token` against `keys` (`(kid, key)` pairs) at time `now` (Unix seconds).
-/// The header's `kid` picks the key; a token without one is tried against each.
-pub fn verify(token: &str, keys: &[(String, VerifyingKey)], now: i64) -> Result<Claims, JwtError> {
+/// Verifies `token` against `keys` (a database's configuration's) at time `now` (Unix
+/// seconds). The header's `kid` picks the key; a token without one is tried against each.
+pub fn verify(token: &str, keys: &[TokenKey], now: i64) -> Result<Claims, JwtError> {
     let mut parts = token.split('.');
     let (Some(header_b64), Some(payload_b64), Some(signature_b64), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -118,10 +120,9 @@ pub fn verify(token: &str, keys: &[(String, VerifyingKey)], now: i64) -> Result<
     let signing_input = &token[..header_b64.len() + 1 + payload_b64.len()];
     let verified = keys
         .iter()
-        .filter(|(kid, _)| header.kid.as_ref().is_none_or(|k| k == kid))
-        .any(|(_, key)| {
-            crate::verified_signatures::verify(key, signing_input.as_bytes(), &signature)
-        });
+        .filter(|key| header.kid.as_ref().is_none_or(|kid| *kid == key.kid))
+        .filter_map(|key| decode_public_key(&key.public_key))
+        .any(|key| crate::verified_signatures::verify(&key, signing_input.as_bytes(), &signature));
     if !verified {
         let names_a_database = decode_json::<Claims>(payload_b64)
             .is_ok_and(|claims| claims.id.is_some() || claims.gid.is_some());
@@ -165,7 +166,10 @@ pub(crate) mod tests {
     fn round_trip_and_failures() {
         let key = generate_key();
         let other = generate_key();
-        let keys = vec![("k1".to_string(), key.verifying_key())];
+        let keys = vec![TokenKey {
+            kid: "k1".into(),
+            public_key: encode_key(key.verifying_key().as_bytes()),
+        }];
         let token = sign(&claims(), &key, "k1");
         assert_eq!(verify(&token, &keys, 50), Ok(claims()));
         assert_eq!(verify(&token, &keys, 100), Err(JwtError::Expired));
@@ -210,7 +214,10 @@ pub(crate) mod tests {
             key.to_bytes()
         );
         let public = encode_key(key.verifying_key().as_bytes());
-        assert_eq!(decode_verifying_key(&public).unwrap(), key.verifying_key());
-        assert!(decode_verifying_key("short").is_none());
+        assert_eq!(
+            &decode_public_key(&public).unwrap(),
+            key.verifying_key().as_bytes()
+        );
+        assert!(decode_public_key("short").is_none());
     }
 }
