@@ -10,6 +10,7 @@
 
 use atoll_types::node::{DatabaseUsage, QueryStats, UsageBatch};
 use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -20,7 +21,24 @@ pub struct Meters {
     pending: Mutex<HashMap<String, DatabaseUsage>>,
     sealed: Mutex<Option<UsageBatch>>,
     /// Per database, the heaviest statements by text (in memory: reset by a restart).
-    queries: Mutex<HashMap<String, HashMap<String, QueryStats>>>,
+    /// A list rather than a map by text: most databases run a handful of statements, and
+    /// a map of one entry (its table, and the text stored as key and in the figures) was
+    /// ~490 bytes per database, ~47 MiB at rest over 100,000 (PERFORMANCE.md, "What a
+    /// node holds at rest").
+    queries: Mutex<HashMap<String, Vec<StatementStats>>>,
+}
+
+/// One statement text's figures, found by the hash of its text first (a lookup compares
+/// integers, and a text only when its hash matches).
+struct StatementStats {
+    hash: u64,
+    stats: QueryStats,
+}
+
+/// The hash of a statement text: fixed keys, as it is never exposed and a collision costs
+/// one comparison of texts.
+fn text_hash(sql: &str) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(sql)
 }
 
 /// Distinct statement texts remembered per database; the lightest goes first.
@@ -45,34 +63,44 @@ impl Meters {
 
     /// Adds a statement's rows to the statistics of its text.
     pub fn record_query(&self, db_id: &str, sql: &str, rows_read: u64, rows_written: u64) {
+        let hash = text_hash(sql);
         let mut queries = self.queries.lock().unwrap_or_else(|p| p.into_inner());
         // Runs for every statement: the usual case (a known database and text) allocates
         // nothing.
-        if let Some(stats) = queries
-            .get_mut(db_id)
-            .and_then(|by_text| by_text.get_mut(sql))
-        {
-            stats.rows_read += rows_read;
-            stats.rows_written += rows_written;
-            stats.count += 1;
-            return;
-        }
-        let by_text = queries.entry(db_id.to_string()).or_default();
-        if !by_text.contains_key(sql) && by_text.len() >= MAX_QUERIES_PER_DATABASE {
-            if let Some(lightest) = by_text
-                .iter()
-                .min_by_key(|(_, q)| q.rows_read + q.rows_written)
-                .map(|(k, _)| k.clone())
-            {
-                by_text.remove(&lightest);
+        let statements = match queries.get_mut(db_id) {
+            Some(statements) => statements,
+            // Room for one: most databases never run a second text.
+            None => queries
+                .entry(db_id.to_string())
+                .or_insert_with(|| Vec::with_capacity(1)),
+        };
+        let known = statements
+            .iter()
+            .position(|s| s.hash == hash && s.stats.query == sql);
+        let index = match known {
+            Some(index) => index,
+            None => {
+                if statements.len() >= MAX_QUERIES_PER_DATABASE {
+                    if let Some(lightest) = statements
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, s)| s.stats.rows_read + s.stats.rows_written)
+                        .map(|(index, _)| index)
+                    {
+                        statements.swap_remove(lightest);
+                    }
+                }
+                statements.push(StatementStats {
+                    hash,
+                    stats: QueryStats {
+                        query: sql.to_string(),
+                        ..Default::default()
+                    },
+                });
+                statements.len() - 1
             }
-        }
-        let stats = by_text
-            .entry(sql.to_string())
-            .or_insert_with(|| QueryStats {
-                query: sql.to_string(),
-                ..Default::default()
-            });
+        };
+        let stats = &mut statements[index].stats;
         stats.rows_read += rows_read;
         stats.rows_written += rows_written;
         stats.count += 1;
@@ -83,7 +111,7 @@ impl Meters {
         let queries = self.queries.lock().unwrap_or_else(|p| p.into_inner());
         let mut top: Vec<QueryStats> = queries
             .get(db_id)
-            .map(|q| q.values().cloned().collect())
+            .map(|statements| statements.iter().map(|s| s.stats.clone()).collect())
             .unwrap_or_default();
         top.sort_by(|a, b| {
             (b.rows_read + b.rows_written)
@@ -168,6 +196,42 @@ impl Meters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statements_are_counted_by_text_and_the_lightest_gives_way() {
+        let meters = Meters::new();
+        meters.record_query("a", "SELECT 1", 1, 0);
+        meters.record_query("a", "SELECT 1", 2, 0);
+        meters.record_query("a", "INSERT", 0, 5);
+        meters.record_query("b", "SELECT 1", 7, 0);
+        let top = meters.top_queries("a", 10);
+        let figures: Vec<_> = top
+            .iter()
+            .map(|q| (q.query.as_str(), q.rows_read, q.rows_written, q.count))
+            .collect();
+        assert_eq!(figures, [("INSERT", 0, 5, 1), ("SELECT 1", 3, 0, 2)]);
+        assert_eq!(meters.top_queries("a", 1).len(), 1);
+        assert_eq!(meters.top_queries("b", 10)[0].rows_read, 7);
+        // Full: a new text takes the place of the lightest, never of a heavier one.
+        for i in 2..MAX_QUERIES_PER_DATABASE {
+            meters.record_query("a", &format!("SELECT {i}"), 10 + i as u64, 0);
+        }
+        meters.record_query("a", "SELECT 'new'", 1_000, 0);
+        let texts: Vec<String> = meters
+            .top_queries("a", usize::MAX)
+            .into_iter()
+            .map(|q| q.query)
+            .collect();
+        assert_eq!(texts.len(), MAX_QUERIES_PER_DATABASE);
+        assert_eq!(texts[0], "SELECT 'new'");
+        assert!(
+            !texts.contains(&"SELECT 1".to_string()),
+            "the lightest stays: {texts:?}"
+        );
+        assert!(texts.contains(&"INSERT".to_string()));
+        meters.forget("a");
+        assert!(meters.top_queries("a", 10).is_empty());
+    }
 
     #[test]
     fn batches_are_handed_out_until_acknowledged() {
