@@ -81,7 +81,6 @@ pub struct LogStatus {
 pub struct DatabaseLog {
     id: String,
     file: PathBuf,
-    state_path: PathBuf,
     /// One round at a time.
     round: Mutex<()>,
     state: Mutex<LogState>,
@@ -115,11 +114,17 @@ pub struct DatabaseLog {
     /// The node's lease on writing: without it, commits are refused as when fenced
     /// (another node may hold the database since a failover).
     lease: Arc<crate::lease::Lease>,
-    /// Where replicas' reads of the unstored tail of the WAL got to (`read_tail`).
-    tail: Mutex<Option<TailCursor>>,
+    /// Where replicas' reads of the unstored tail of the WAL got to (`read_tail`). Boxed:
+    /// only a primary with replicas has one, and a node holds 100,000 logs.
+    tail: Mutex<Option<Box<TailCursor>>>,
     /// Raised by every commit (just before it lands: readers of the tail look again a
     /// moment later if they find nothing yet).
     commit_signal: tokio::sync::Notify,
+}
+
+/// Where a database's log keeps its [`LogState`]: beside its file.
+fn state_path(file: &Path) -> PathBuf {
+    file.with_file_name("log.json")
 }
 
 /// The frames of the WAL after the stored head, read once for every replica: the cursor
@@ -158,8 +163,7 @@ impl DatabaseLog {
         backlog: Arc<Backlog>,
         lease: Arc<crate::lease::Lease>,
     ) -> DatabaseLog {
-        let state_path = file.with_file_name("log.json");
-        let state = match std::fs::read(&state_path) {
+        let state = match std::fs::read(state_path(file)) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::warn!(database_id = id, error = %e, "unreadable log.json: starting a new generation");
                 LogState {
@@ -179,7 +183,6 @@ impl DatabaseLog {
         DatabaseLog {
             id: id.to_string(),
             file: file.to_path_buf(),
-            state_path,
             round: Mutex::new(()),
             state: Mutex::new(state),
             commit_times: Mutex::default(),
@@ -289,19 +292,19 @@ impl DatabaseLog {
     /// Reads what was committed since the cursor last read. When the WAL was restarted
     /// (everything in it had been stored and checkpointed), the cursor starts again from
     /// the shipper's own position, with the shipper held still meanwhile.
-    fn advance_tail(&self, tail: &mut Option<TailCursor>) -> Result<(), StorageError> {
+    fn advance_tail(&self, tail: &mut Option<Box<TailCursor>>) -> Result<(), StorageError> {
         let path = wal_path(&self.file);
         for attempt in 0..2 {
             if tail.is_none() || attempt > 0 {
                 let _round = lock(&self.round);
                 let state = lock(&self.state).clone();
-                *tail = Some(TailCursor {
+                *tail = Some(Box::new(TailCursor {
                     frame_no: state.durable_frame_no,
                     checksum: state.durable_checksum,
                     position: state.wal,
                     buffer: VecDeque::new(),
                     buffer_bytes: 0,
-                });
+                }));
             }
             let cursor = tail.as_mut().expect("set above");
             loop {
@@ -546,7 +549,9 @@ impl DatabaseLog {
     }
 
     fn persist(&self, state: &LogState) -> Result<(), StorageError> {
-        let tmp = self.state_path.with_extension("json.tmp");
+        // Derived rather than kept: one path less per database in memory.
+        let state_path = state_path(&self.file);
+        let tmp = state_path.with_extension("json.tmp");
         let bytes = serde_json::to_vec(state).map_err(|e| StorageError::Internal(e.to_string()))?;
         {
             use std::io::Write;
@@ -554,7 +559,7 @@ impl DatabaseLog {
             file.write_all(&bytes)?;
             file.sync_all()?;
         }
-        std::fs::rename(&tmp, &self.state_path)?;
+        std::fs::rename(&tmp, &state_path)?;
         Ok(())
     }
 
@@ -892,7 +897,7 @@ pub fn first_generation(ctx: &ShipContext<'_>, id: &str, file: &Path) -> Result<
     let mut state = LogState::default();
     store_generation(ctx, id, file, now_ms(), &mut state)?;
     let bytes = serde_json::to_vec(&state).map_err(|e| StorageError::Internal(e.to_string()))?;
-    std::fs::write(file.with_file_name("log.json"), bytes)?;
+    std::fs::write(state_path(file), bytes)?;
     Ok(())
 }
 
