@@ -11,15 +11,17 @@
 //!   (`memory::CONNECTION_OVERHEAD_BYTES`); by default a sixteenth of the machine's memory
 //!   (or of the cgroup's limit when lower) — 1.5 GiB on a 24 GiB machine;
 //! - **open files**: an idle connection holds up to [`FILES_PER_IDLE_CONNECTION`] file
-//!   descriptors; by default half of the process's open-files limit goes to the warm set,
-//!   the rest to sockets, uploads, object storage and connections in use. The warm set is
+//!   descriptors; by default three quarters of the process's open-files limit go to the
+//!   warm set, the rest (at least [`RESERVED_FILES`] when the limit allows, never less
+//!   than half) to sockets, uploads, object storage and connections in use. The warm set is
 //!   the one holder of descriptors that can give them back at once, so it yields when the
 //!   process runs short, whoever took them: a cold open that fails short of descriptors,
 //!   or an `accept` that does, closes an eighth of the idle connections
-//!   (`ConnectionPool::shed`) and the open is tried again. Why half and not more, though
-//!   the rest of the process holds few (PERFORMANCE.md, "A larger share of the open files
-//!   for the warm set"): three quarters made the spread over 10,000 databases 1.4–1.6×
-//!   faster at 64 clients, and left ~40 MiB more resident at rest after 100,000.
+//!   (`ConnectionPool::shed`) and the open is tried again. Three quarters rather than the
+//!   half it was (PERFORMANCE.md, "A larger share of the open files for the warm set"):
+//!   the spread over 10,000 databases was 1.4–1.6× faster at 64 clients, and once a
+//!   database's own state at rest shrank (~2 KiB less each) the extra warm connections
+//!   no longer pushed a node of 100,000 databases past 800 MiB at rest.
 //!
 //! Both are node settings (`--warm-memory`, `--warm-files`, OPERATIONS.md); the least
 //! recently used connection goes first, within the fair shares of `pool`.
@@ -29,8 +31,12 @@
 pub const FILES_PER_IDLE_CONNECTION: u64 = 3;
 /// The share of the machine's memory the warm set may hold by default (1/16).
 const MEMORY_DIVISOR: u64 = 16;
-/// The share of the open-files limit the warm set may hold by default (1/2).
-const FILES_SHARE: (u64, u64) = (1, 2);
+/// The share of the open-files limit the warm set may hold by default (3/4).
+const FILES_SHARE: (u64, u64) = (3, 4);
+/// Descriptors left to the rest of the process (sockets, uploads, object storage,
+/// connections in use) when the limit allows: with a small limit three quarters would
+/// leave too few, and the warm set gets half instead.
+const RESERVED_FILES: u64 = 4096;
 /// Descriptors the process must have free for a cold open to be worth trying (the
 /// database, its WAL, its WAL index, a temporary file), with some to spare.
 const DESCRIPTOR_HEADROOM: usize = 8;
@@ -53,7 +59,7 @@ impl WarmBudget {
     pub fn of_machine() -> WarmBudget {
         WarmBudget {
             memory_bytes: machine_memory() / MEMORY_DIVISOR,
-            files: open_files_limit() / FILES_SHARE.1 * FILES_SHARE.0,
+            files: warm_files(open_files_limit()),
         }
     }
 
@@ -63,6 +69,14 @@ impl WarmBudget {
             .unwrap_or(usize::MAX)
             .max(1)
     }
+}
+
+/// The warm set's share of an open-files limit of `limit`: [`FILES_SHARE`] of it, but no
+/// more than leaves [`RESERVED_FILES`] to the rest, and never less than half.
+fn warm_files(limit: u64) -> u64 {
+    (limit / FILES_SHARE.1 * FILES_SHARE.0)
+        .min(limit.saturating_sub(RESERVED_FILES))
+        .max(limit / 2)
 }
 
 /// The machine's memory, or its cgroup's limit when that is lower (a container).
@@ -125,6 +139,19 @@ mod tests {
             budget.max_connections() as u64,
             budget.files / FILES_PER_IDLE_CONNECTION
         );
+    }
+
+    #[test]
+    fn the_warm_set_takes_three_quarters_of_the_files_and_leaves_the_rest_enough() {
+        // A large limit: three quarters, the rest far more than the reserve.
+        assert_eq!(warm_files(20_000), 15_000);
+        assert_eq!(warm_files(1 << 20), 786_432);
+        // Three quarters would leave less than the reserve: the reserve is kept...
+        assert_eq!(warm_files(12_000), 12_000 - RESERVED_FILES);
+        // ...but the warm set never gets less than half.
+        assert_eq!(warm_files(8_192), 4_096);
+        assert_eq!(warm_files(1_024), 512);
+        assert_eq!(warm_files(0), 0);
     }
 
     #[test]

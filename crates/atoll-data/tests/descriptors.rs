@@ -1,5 +1,5 @@
 //! The warm set gives file descriptors back when the process runs short of them
-//! (`warm_set.rs`): it may hold half of the open-files limit (more with `--warm-files`), so
+//! (`warm_set.rs`): it may hold three quarters of the open-files limit (`--warm-files`), so
 //! when something else takes the rest — client sockets, streams, uploads — a cold open or
 //! a new client must not fail while idle connections hold descriptors that could be closed.
 //!

@@ -325,7 +325,8 @@ pub struct DbLimitArgs {
     #[arg(long, env = "ATOLL_WARM_MEMORY", default_value_t = WarmBudget::of_machine().memory_bytes)]
     pub(crate) warm_memory: u64,
     /// File descriptors the node's idle database connections may hold together (three
-    /// each at most). Default: half of the process's open-files limit; idle
+    /// each at most). Default: three quarters of the process's open-files limit (at least
+    /// 4,096 left to the rest when the limit allows, never under half); idle
     /// connections are closed early when the process runs short of descriptors.
     #[arg(long, env = "ATOLL_WARM_FILES", default_value_t = WarmBudget::of_machine().files)]
     pub(crate) warm_files: u64,
