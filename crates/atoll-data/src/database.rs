@@ -93,9 +93,10 @@ pub struct Database {
 impl Database {
     pub(crate) fn new(
         dir: PathBuf,
-        config: DatabaseConfig,
+        mut config: DatabaseConfig,
         log: Option<Arc<DatabaseLog>>,
     ) -> Database {
+        crate::shared_credentials::share(&mut config);
         // A hand-over outlives a restart: the database stays out of service until the
         // control plane resumes or releases it.
         let handed_over_at = std::fs::read_to_string(dir.join(HAND_OVER_MARKER))
@@ -275,7 +276,8 @@ impl Database {
 
     /// Installs a new configuration. Its keys may differ (a rotation), so every token
     /// verified under the old ones is verified again.
-    pub(crate) fn set_config(&self, config: DatabaseConfig) {
+    pub(crate) fn set_config(&self, mut config: DatabaseConfig) {
+        crate::shared_credentials::share(&mut config);
         // Before its keys: a transfer's new owner never finds the old history served
         // (`transfer_history`).
         if let (Some(log), Some(since)) = (&self.log, config.history_starts_at_ms) {

@@ -41,6 +41,7 @@ pub mod quarantine;
 pub mod registration;
 pub mod replication;
 pub mod sandbox;
+pub mod shared_credentials;
 pub mod sql_pool;
 pub mod sync;
 pub mod transfer_history;

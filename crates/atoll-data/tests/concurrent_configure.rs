@@ -27,7 +27,7 @@ fn concurrent_configures_of_one_database_all_succeed() {
         allow_attach: false,
         allowed_ips: vec![],
         keys: vec![],
-        external_keys: Vec::new(),
+        external_keys: Default::default(),
         client_ca: None,
         durability: None,
         pitr_retention_days: None,

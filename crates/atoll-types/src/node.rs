@@ -3,6 +3,7 @@
 //! `atoll dev`, over HTTP with a shared node secret for `atoll node`).
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Where a database is in its life, as the data plane enforces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +29,7 @@ pub struct TokenKey {
 
 /// A public key of an organization's key set (JWKS): its JWK members that verification
 /// needs, normalized by the control plane (`atoll_data::external_jwt::parse_key_set`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ExternalKey {
     /// The key set's name in its organization.
     pub set: String,
@@ -37,7 +38,7 @@ pub struct ExternalKey {
 
 /// The public members of a JSON Web Key (RFC 7517, 7518, 8037) that verifying a
 /// signature needs; nothing private is ever kept.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Jwk {
     /// `RSA`, `EC` or `OKP`.
     pub kty: String,
@@ -89,14 +90,15 @@ pub struct DatabaseConfig {
     pub keys: Vec<TokenKey>,
     /// Public keys of its organization's key sets (JWKS, "bring your own auth
     /// provider"): end users' JWTs signed by one of them may query the database as their
-    /// claims allow.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub external_keys: Vec<ExternalKey>,
+    /// claims allow. Shared (`Arc`), as every database of the organization carries the
+    /// same: a node keeps one copy of each distinct value (`atoll_data::shared_credentials`).
+    #[serde(default, skip_serializing_if = "slice_is_empty")]
+    pub external_keys: Arc<[ExternalKey]>,
     /// Its organization's certificate authority for TLS client certificates (PEM), once
     /// the organization has one: a client certificate it issued for this database is an
-    /// alternative to a token on TLS listeners.
+    /// alternative to a token on TLS listeners. Shared as `external_keys` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_ca: Option<String>,
+    pub client_ca: Option<Arc<str>>,
     /// How its commits are acknowledged; `None`: the node's `--durability`.
     #[serde(default)]
     pub durability: Option<Durability>,
@@ -120,6 +122,10 @@ pub struct DatabaseConfig {
     /// key, which every request carries in `x-turso-encryption-key`; docs/ENCRYPTION.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<DatabaseEncryption>,
+}
+
+fn slice_is_empty<T>(slice: &Arc<[T]>) -> bool {
+    slice.is_empty()
 }
 
 /// How a database is encrypted with its customer's key.

@@ -5,6 +5,7 @@ use super::DataPlane;
 use crate::error::ApiError;
 use atoll_meta::{Database, DatabaseState, Group, Organization, Store};
 use atoll_types::node::{self as wire, DatabaseConfig, ExternalKey, Jwk, TokenKey};
+use std::sync::Arc;
 
 /// What the node must know of a database: its flags (with its organization's quota
 /// blocks), its state and the public halves of the database's and the group's signing keys.
@@ -78,18 +79,22 @@ pub fn node_config(
 
 /// What every database configuration of an organization carries of the organization: the
 /// public keys of its key sets (JWKS) and its client-certificate CA.
+/// Shared: every configuration pushed for the organization's databases holds the same.
 #[derive(Debug, Clone, Default)]
 pub struct OrgCredentials {
-    pub external_keys: Vec<ExternalKey>,
+    pub external_keys: Arc<[ExternalKey]>,
     /// PEM certificate.
-    pub client_ca: Option<String>,
+    pub client_ca: Option<Arc<str>>,
 }
 
 /// The organization's [`OrgCredentials`] as the store holds them.
 pub async fn org_credentials(store: &Store, org_id: &str) -> Result<OrgCredentials, ApiError> {
     Ok(OrgCredentials {
-        external_keys: org_external_keys(store, org_id).await?,
-        client_ca: store.org_client_ca(org_id).await?.map(|ca| ca.certificate),
+        external_keys: org_external_keys(store, org_id).await?.into(),
+        client_ca: store
+            .org_client_ca(org_id)
+            .await?
+            .map(|ca| ca.certificate.into()),
     })
 }
 

@@ -34,7 +34,7 @@ async fn stray_database(app: &TestApp) -> String {
         allow_attach: false,
         allowed_ips: Vec::new(),
         keys: Vec::new(),
-        external_keys: Vec::new(),
+        external_keys: Default::default(),
         client_ca: None,
         durability: None,
         pitr_retention_days: None,

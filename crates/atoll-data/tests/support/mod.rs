@@ -195,7 +195,7 @@ fn config_with_key(name: &str, key: &SigningKey) -> DatabaseConfig {
             kid: format!("{name}-key"),
             public_key: jwt::encode_key(key.verifying_key().as_bytes()),
         }],
-        external_keys: Vec::new(),
+        external_keys: Default::default(),
         client_ca: None,
         durability: None,
         pitr_retention_days: None,

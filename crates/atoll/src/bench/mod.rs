@@ -1383,7 +1383,7 @@ async fn create_node_database(
         allow_attach: false,
         allowed_ips: vec![],
         keys: vec![],
-        external_keys: Vec::new(),
+        external_keys: Default::default(),
         client_ca: None,
         durability: None,
         pitr_retention_days: None,
