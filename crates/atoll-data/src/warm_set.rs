@@ -18,8 +18,9 @@
 //!   process runs short, whoever took them: a cold open that fails short of descriptors,
 //!   or an `accept` that does, closes an eighth of the idle connections
 //!   (`ConnectionPool::shed`) and the open is tried again. Three quarters rather than the
-//!   half it was (PERFORMANCE.md, "A larger share of the open files for the warm set"):
-//!   the spread over 10,000 databases was 1.4–1.6× faster at 64 clients, and once a
+//!   half it was (PERFORMANCE.md, "The warm set's default share of open files"): requests
+//!   spread uniformly over 10,000 databases were ~1.2× faster at 64 clients (1.4–1.6×
+//!   before the engine's smaller lookaside made a cold open cheaper), and once a
 //!   database's own state at rest shrank (~2 KiB less each) the extra warm connections
 //!   no longer pushed a node of 100,000 databases past 800 MiB at rest.
 //!
