@@ -36,14 +36,39 @@ pub use atoll_storage::PAGE_SIZE;
 ///   busy database has one connection per concurrent request, each with its own cache: at
 ///   2 MiB, 64 concurrent clients of one database left the process at 166–180 MiB, at
 ///   512 KiB 71–92 MiB, with the same throughput (PERFORMANCE.md, issue 16).
-/// - `mmap_size = 0`: memory-mapped reads would count every touched page of every open
-///   database in the process's RSS and buy little for small point queries on pages the
-///   cache holds anyway.
 /// - `journal_size_limit`: a WAL grown by one large write is truncated back to 64 MiB at
 ///   the next checkpoint rather than keeping its peak size on disk.
+/// - no memory-mapped reads (`mmap_size` 0): they would count every touched page of every
+///   open database in the process's RSS and buy little for small point queries on pages
+///   the cache holds anyway. That is the engine's default (`SQLITE_DEFAULT_MMAP_SIZE`),
+///   which tenants may not change (`sandbox`), so no statement sets it: each one is parsed
+///   and run at every cold open (a test checks the default).
 pub const CONNECTION_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-     PRAGMA mmap_size = 0; \
      PRAGMA journal_size_limit = 67108864;";
+
+/// Sets up a new connection to a tenant's database (before the sandbox's own settings):
+/// its statement cache, [`CONNECTION_PRAGMAS`], a page cache of `page_cache_bytes`, and
+/// when the database is `shipped` to object storage, no checkpoints but the shipper's.
+/// The node's connections and the SQL fuzzer's (`atoll fuzz-sql`) both open this way.
+pub fn configure_connection(
+    conn: &rusqlite::Connection,
+    page_cache_bytes: u64,
+    shipped: bool,
+) -> rusqlite::Result<()> {
+    conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
+    conn.execute_batch(CONNECTION_PRAGMAS)?;
+    // Negative: a size in KiB rather than in pages.
+    let cache_kib = (page_cache_bytes / 1024).max(1);
+    conn.pragma_update(None, "cache_size", -(cache_kib as i64))?;
+    if shipped {
+        // Only the shipper checkpoints, after shipping (`atoll_storage::shipper`): a
+        // checkpoint here could copy frames into the file that object storage never got,
+        // and a reset WAL would lose them.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        crate::engine::disable_automatic_checkpoints(conn)?;
+    }
+    Ok(())
+}
 
 /// The file in a database's directory that says it is handed over (its content: since when,
 /// in ms).
@@ -415,18 +440,8 @@ impl Database {
         }
         let log = self.log.clone();
         sandbox::open(&file, mode, settings, shutdown, key, |conn| {
-            conn.set_prepared_statement_cache_capacity(crate::hrana::STATEMENT_CACHE_CAPACITY);
-            // See `CONNECTION_PRAGMAS`.
-            conn.execute_batch(CONNECTION_PRAGMAS)?;
-            // Negative: a size in KiB rather than in pages.
-            let cache_kib = (settings.page_cache_bytes / 1024).max(1);
-            conn.pragma_update(None, "cache_size", -(cache_kib as i64))?;
+            configure_connection(conn, settings.page_cache_bytes, log.is_some())?;
             if let Some(log) = log {
-                // Only the shipper checkpoints, after shipping (`atoll_storage::shipper`): a
-                // checkpoint here could copy frames into the file that object storage
-                // never got, and a reset WAL would lose them.
-                conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-                conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
                 if mode != Mode::ReadOnly {
                     // Commit times for point-in-time restore, in commit order (the hook
                     // runs under the write lock).

@@ -22,6 +22,7 @@ pub mod crash_journal;
 pub mod database;
 pub mod dump;
 pub mod encryption;
+pub mod engine;
 pub mod error;
 pub mod export;
 pub mod external_jwt;

@@ -8,9 +8,9 @@
 //! locks while it walks them, so it runs only after the idle sweeper closed connections,
 //! that is when a burst has ended, never per request; and the thresholds glibc would
 //! otherwise raise on its own are pinned at start ([`pin_allocator_thresholds`]). This
-//! module, `atoll_storage::wal_insert` and `atoll_storage::encryption::engine` hold the workspace's only `unsafe` (with the
-//! engine's per-statement memory budget and a connection's heap below, other calls into
-//! the engine).
+//! module, `engine`, `atoll_storage::wal_insert` and `atoll_storage::encryption::engine`
+//! hold the workspace's only `unsafe` (with the engine's per-statement memory budget and a
+//! connection's heap below, other calls into the engine).
 #![allow(unsafe_code)]
 
 /// The free memory glibc may keep at the top of an arena before it gives it back: its

@@ -619,11 +619,7 @@ pub fn open(
     conn.set_limit(Limit::SQLITE_LIMIT_WORKER_THREADS, 0);
     setup(&conn)?;
     let temp_pages = (settings.max_temp_bytes / crate::database::PAGE_SIZE).max(1);
-    conn.pragma_update(
-        Some(rusqlite::DatabaseName::Temp),
-        "max_page_count",
-        temp_pages,
-    )?;
+    crate::engine::limit_temporary_database(&conn, temp_pages);
     if mode == Mode::ReadOnly {
         conn.pragma_update(None, "query_only", true)?;
     }
@@ -660,6 +656,51 @@ mod tests {
 
     fn verdict(mode: Mode, name: &str, value: Option<&str>) -> bool {
         matches!(pragma_verdict(mode, name, value), Verdict::Allow)
+    }
+
+    /// A tenant's connection as the node opens it, read back from the engine: the settings
+    /// no statement states at each open any more (the engine's defaults, C calls instead
+    /// of pragmas) still hold, and the temporary database is bounded but opened only once
+    /// something uses it (before, setting its bound opened it at every open).
+    #[test]
+    fn a_tenant_connection_keeps_its_settings_and_opens_its_bounded_temporary_database_on_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SandboxSettings {
+            max_temp_bytes: 1 << 20,
+            ..SandboxSettings::default()
+        };
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let path = dir.path().join("data");
+        let sandboxed = open(&path, Mode::ReadWrite, &settings, &shutdown, None, |conn| {
+            crate::database::configure_connection(conn, settings.page_cache_bytes, true)
+        })
+        .unwrap();
+        let (conn, control) = (&sandboxed.conn, &sandboxed.control);
+        let read = |sql: &str| -> i64 {
+            control
+                .trusted(|| conn.query_row(sql, [], |row| row.get(0)))
+                .unwrap()
+        };
+        let databases = || -> Vec<String> {
+            control.trusted(|| {
+                let mut list = conn.prepare("PRAGMA database_list").unwrap();
+                let names = list.query_map([], |row| row.get(1)).unwrap();
+                names.collect::<Result<_, _>>().unwrap()
+            })
+        };
+        let journal: String = control
+            .trusted(|| conn.query_row("PRAGMA journal_mode", [], |row| row.get(0)))
+            .unwrap();
+        assert_eq!(journal, "wal");
+        assert_eq!(read("PRAGMA mmap_size"), 0);
+        assert_eq!(read("PRAGMA synchronous"), 1);
+        assert_eq!(read("PRAGMA journal_size_limit"), 64 << 20);
+        assert_eq!(read("PRAGMA wal_autocheckpoint"), 0);
+        assert_eq!(databases(), ["main"]);
+
+        conn.execute_batch("CREATE TEMP TABLE scratch (x)").unwrap();
+        assert_eq!(databases(), ["main", "temp"]);
+        assert_eq!(read("PRAGMA temp.max_page_count"), (1 << 20) / 4096);
     }
 
     #[test]

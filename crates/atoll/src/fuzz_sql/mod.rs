@@ -22,7 +22,6 @@ use clap::Args;
 use grammar::{Function, Generator, SchemaRow, Statement, SCHEMA_QUERY};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rusqlite::config::DbConfig;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -74,8 +73,7 @@ const HANG_AFTER: Duration = Duration::from_secs(60);
 const HANG_EXIT_CODE: i32 = 3;
 
 /// The node's own connection settings: cases are opened as the node opens a database.
-use atoll_data::database::CONNECTION_PRAGMAS;
-use atoll_data::hrana::STATEMENT_CACHE_CAPACITY;
+use atoll_data::database::configure_connection;
 
 /// Each case's database has a size limit (as a database created with `size_limit`), which
 /// also bounds the disk a case can fill.
@@ -220,14 +218,7 @@ fn open_case(
     storage: bool,
 ) -> Result<SandboxedConnection> {
     sandbox::open(db, Mode::ReadWrite, settings, shutdown, None, |conn| {
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-        conn.execute_batch(CONNECTION_PRAGMAS)?;
-        let cache_kib = (settings.page_cache_bytes / 1024).max(1);
-        conn.pragma_update(None, "cache_size", -(cache_kib as i64))?;
-        if storage {
-            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-            conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
-        }
+        configure_connection(conn, settings.page_cache_bytes, storage)?;
         let pages = (SIZE_LIMIT_BYTES / atoll_data::database::PAGE_SIZE).max(1);
         conn.pragma_update(None, "max_page_count", pages)?;
         Ok(())
