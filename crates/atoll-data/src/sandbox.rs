@@ -579,6 +579,11 @@ pub struct SandboxedConnection {
     pub control: Arc<Control>,
     /// What it holds of the engine's heap, for the warm set's budget (`pool`).
     pub(crate) heap: crate::memory::HeapReading,
+    /// The bound of the database's pages last set on it and in force as asked (`None`:
+    /// none yet, or the engine kept a larger one because the file was larger), so that a
+    /// request sets it again only when the database's size limit changed
+    /// (`hrana::exec::apply_page_limit`).
+    pub(crate) max_pages: std::cell::Cell<Option<u64>>,
 }
 
 /// How often (in virtual-machine instructions) a running statement checks whether it must
@@ -643,6 +648,7 @@ pub fn open(
         conn,
         control,
         heap: Default::default(),
+        max_pages: std::cell::Cell::new(None),
     })
 }
 

@@ -958,6 +958,45 @@ async fn size_limit_surfaces_as_sqlite_full() {
     assert_eq!(results[3]["error"]["code"], "SQLITE_FULL");
 }
 
+/// The size limit is set on a connection again only when it changed (not at every
+/// request): a stream's connection, which the pool does not drop when the database is
+/// reconfigured, takes the new limit at its next request, lowered and raised; a limit
+/// lowered below what the file already holds keeps it from growing.
+#[tokio::test]
+async fn a_size_limit_changed_under_an_open_stream_binds_its_next_request() {
+    let node = start_node().await;
+    let db = node.create_db_with("resized", |c| c.size_limit = Some(1 << 20));
+    let mut baton = Value::Null;
+    let created = on_stream(&db, &mut baton, "CREATE TABLE t (x)").await;
+    assert_eq!(created["type"], "ok", "{created}");
+    let grown = on_stream(&db, &mut baton, "INSERT INTO t VALUES (zeroblob(200000))").await;
+    assert_eq!(grown["type"], "ok", "{grown}");
+
+    node.configure(&db, |c| c.size_limit = Some(64 * 1024));
+    let refused = on_stream(&db, &mut baton, "INSERT INTO t VALUES (zeroblob(200000))").await;
+    assert_eq!(refused["error"]["code"], "SQLITE_FULL", "{refused}");
+    // The file (~50 pages) is already over the new 16: it may not grow by another page.
+    let held = on_stream(&db, &mut baton, "INSERT INTO t VALUES (zeroblob(10000))").await;
+    assert_eq!(held["error"]["code"], "SQLITE_FULL", "{held}");
+
+    node.configure(&db, |c| c.size_limit = Some(4 << 20));
+    let raised = on_stream(&db, &mut baton, "INSERT INTO t VALUES (zeroblob(200000))").await;
+    assert_eq!(raised["type"], "ok", "{raised}");
+}
+
+/// Runs `stmt` on the stream of `baton` (a new one when null), keeping it open; answers
+/// its result.
+async fn on_stream(db: &TestDb, baton: &mut Value, stmt: &str) -> Value {
+    let answer = db
+        .pipeline(
+            "v2",
+            json!({"baton": baton, "requests": [{"type": "execute", "stmt": sql(stmt)}]}),
+        )
+        .await;
+    *baton = answer["baton"].clone();
+    answer["results"][0].clone()
+}
+
 #[tokio::test]
 async fn attach_needs_the_token_grant_and_the_targets_consent() {
     let node = start_node().await;

@@ -162,7 +162,7 @@ impl<'a> Run<'a> {
         let conn = &client.sandboxed.conn;
         let control = &*client.sandboxed.control;
         let config = caller.db.config();
-        control.trusted(|| apply_page_limit(conn, &config))?;
+        apply_page_limit(&client.sandboxed, &config)?;
         let settings = caller.node.sandbox();
         Ok(Run {
             caller,
@@ -960,20 +960,32 @@ fn takes_write_lock(sql: &str) -> bool {
     text.contains("IMMEDIATE") || text.contains("EXCLUSIVE")
 }
 
-fn apply_page_limit(conn: &Connection, config: &DatabaseConfig) -> Result<(), HranaError> {
+fn apply_page_limit(
+    sandboxed: &SandboxedConnection,
+    config: &DatabaseConfig,
+) -> Result<(), HranaError> {
     let pages = config
         .size_limit
         .map_or(UNLIMITED_PAGES, |limit| (limit / PAGE_SIZE).max(1));
-    // Runs at the start of every request: through the statement cache, the pragma is
-    // compiled once per connection and limit.
-    let applied = conn
-        .prepare_cached(&format!("PRAGMA max_page_count = {pages}"))
-        .and_then(|mut stmt| {
-            let mut rows = stmt.query([])?;
-            rows.next()?;
-            Ok(())
-        });
-    applied.map_err(|e| HranaError::Data(e.into()))
+    // Set at the start of every request whose database's limit changed since it was last
+    // set on this connection; otherwise the pragma (a read transaction of its own) is
+    // skipped. The engine keeps a larger bound than asked when the file is already
+    // larger: that one is set again at every request until the file fits.
+    if sandboxed.max_pages.get() == Some(pages) {
+        return Ok(());
+    }
+    let conn = &sandboxed.conn;
+    let in_force: u64 = sandboxed
+        .control
+        .trusted(|| {
+            conn.prepare_cached(&format!("PRAGMA max_page_count = {pages}"))
+                .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+        })
+        .map_err(|e| HranaError::Data(e.into()))?;
+    sandboxed
+        .max_pages
+        .set((in_force == pages).then_some(pages));
+    Ok(())
 }
 
 /// A URI that opens `path` read-only, for ATTACH.
