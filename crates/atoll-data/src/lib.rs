@@ -45,6 +45,7 @@ pub mod sandbox;
 pub mod shared_credentials;
 pub mod sql_pool;
 pub mod sync;
+pub mod thread_clock;
 pub mod transfer_history;
 pub mod upload;
 pub mod verified_signatures;

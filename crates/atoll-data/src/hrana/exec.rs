@@ -1155,8 +1155,13 @@ impl ClientConnection {
     }
 
     /// Runs `work` with a budget of running time (see [`Control::within_budget`]).
-    pub(crate) fn within_budget<T>(&self, budget: Duration, work: impl FnOnce() -> T) -> (T, bool) {
-        self.sandboxed.control.within_budget(budget, work)
+    pub(crate) fn within_budget<T>(
+        &self,
+        cpu: Duration,
+        wall: Duration,
+        work: impl FnOnce() -> T,
+    ) -> (T, bool) {
+        self.sandboxed.control.within_budget(cpu, wall, work)
     }
 
     pub(crate) fn mode(&self) -> Mode {

@@ -173,8 +173,12 @@ async fn pipeline(
     ))
 }
 
-/// How long a read may run on the async worker that received it (`serve_inline`).
+/// How much CPU time a read may use on the async worker that received it (`serve_inline`).
 const INLINE_BUDGET: Duration = Duration::from_micros(500);
+/// How long by the clock it may hold the worker: a read that waits (pages from a disk)
+/// rather than computes. Far above [`INLINE_BUDGET`] because the clock also runs while
+/// the worker waits for a core, which on a busy node takes milliseconds.
+const INLINE_WALL_LIMIT: Duration = Duration::from_millis(20);
 /// After one of a database's reads ran over [`INLINE_BUDGET`], its requests go to the SQL
 /// threads for this long.
 const INLINE_PAUSE: Duration = Duration::from_secs(10);
@@ -184,7 +188,8 @@ const INLINE_PAUSE: Duration = Duration::from_secs(10);
 /// connection: no trip to an SQL thread and back, which on a small machine is most of a
 /// point select's time (docs/PERFORMANCE.md). Tenant SQL still runs in its sandbox; what
 /// keeps a worker from being held is a budget: a statement still running after
-/// [`INLINE_BUDGET`] is interrupted, its result thrown away (it only read, and an
+/// [`INLINE_BUDGET`] of the worker's CPU time (or [`INLINE_WALL_LIMIT`] by the clock) is
+/// interrupted, its result thrown away (it only read, and an
 /// interrupted statement is not metered), and the request runs on an SQL thread as any
 /// other; the database's reads then stay off the workers for [`INLINE_PAUSE`]. A lock held
 /// by another connection is not waited for here either (`SQLITE_BUSY` sends the request
@@ -204,7 +209,7 @@ fn serve_inline(
     let sql = execute.stmt.sql.as_deref()?;
     let conn = ClientConnection::new(caller.node.pool.checkout_idle(&caller.db, caller.mode())?);
     let served = if conn.is_read_only(sql) {
-        let (outcome, overran) = conn.within_budget(INLINE_BUDGET, || {
+        let (outcome, overran) = conn.within_budget(INLINE_BUDGET, INLINE_WALL_LIMIT, || {
             let run = Run::start_waiting(caller, &conn, Duration::ZERO)?;
             run.authorize(sql)?;
             run.execute(&execute.stmt, sql)
