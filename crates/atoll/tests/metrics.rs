@@ -18,14 +18,32 @@ async fn metrics_count_requests_statements_and_store_operations() {
     .await;
     let client = reqwest::Client::new();
     let (db_url, jwt) = server.database_with_token("counted").await;
-    let queried = client
-        .post(format!("{db_url}v2/pipeline"))
-        .bearer_auth(jwt)
-        .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": "SELECT 1"}}, {"type": "close"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(queried.status(), 200);
+    let query = |sql: &str| {
+        client
+            .post(format!("{db_url}v2/pipeline"))
+            .bearer_auth(&jwt)
+            .json(&json!({"requests": [{"type": "execute", "stmt": {"sql": sql}}, {"type": "close"}]}))
+            .send()
+    };
+    // The first opens a connection on an SQL thread; the second finds it idle and is
+    // answered on the async worker.
+    for _ in 0..2 {
+        assert_eq!(query("SELECT 1").await.unwrap().status(), 200);
+    }
+    // Far more than the inline budget of CPU time: interrupted there, answered whole by
+    // an SQL thread.
+    let heavy = query(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) \
+         SELECT count(*) FROM c",
+    )
+    .await
+    .unwrap();
+    assert_eq!(heavy.status(), 200);
+    let heavy: serde_json::Value = heavy.json().await.unwrap();
+    assert_eq!(
+        heavy["results"][0]["response"]["result"]["rows"][0][0]["value"], "300000",
+        "{heavy}"
+    );
 
     let response = client
         .get(format!("http://{metrics_listen}/metrics"))
@@ -47,6 +65,13 @@ async fn metrics_count_requests_statements_and_store_operations() {
     ] {
         assert!(text.contains(expected), "{expected} missing from:\n{text}");
     }
+    let counted = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+    };
+    assert!(counted("atoll_sql_inline_reads_total") >= 1);
+    assert_eq!(counted("atoll_sql_inline_overruns_total"), 1);
     // Route templates only: the names in URLs never become labels.
     assert!(!text.contains("counted"), "{text}");
     // Metrics stay off the public listeners.

@@ -215,6 +215,7 @@ fn serve_inline(
             run.execute(&execute.stmt, sql)
         });
         if overran {
+            metrics::counter!("atoll_sql_inline_overruns_total").increment(1);
             caller.db.pause_inline(INLINE_PAUSE);
         }
         match outcome {
@@ -226,7 +227,9 @@ fn serve_inline(
         None
     };
     conn.give_back(&caller.node, caller.db.id());
-    Some(served?.map(|outcome| {
+    let served = served?;
+    metrics::counter!("atoll_sql_inline_reads_total").increment(1);
+    Some(served.map(|outcome| {
         let execute = match outcome {
             Ok(result) => proto::StreamResult::Ok {
                 response: proto::StreamResponse::Execute(proto::ExecuteStreamResp { result }),
