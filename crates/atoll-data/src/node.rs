@@ -777,8 +777,12 @@ impl Node {
             recovering: db.needs_rebuild(),
             // From the WAL index's header: reading the WAL itself (`DatabaseLog::head`)
             // would buffer its frames for replicas, for every database a listing asks
-            // about.
-            head_frame_no: db.log().and_then(|log| log.committed_head()),
+            // about. A database no connection holds has no index in memory
+            // (`atoll_storage::wal_index`); its WAL is read then, which for a database at
+            // rest is what the shipper left of it (little or nothing unshipped).
+            head_frame_no: db
+                .log()
+                .and_then(|log| log.committed_head().or_else(|| log.head().ok())),
         })
     }
 

@@ -635,7 +635,11 @@ pub fn open(
 ) -> Result<SandboxedConnection, DataError> {
     let conn = match key {
         Some(key) => atoll_storage::encryption::open(path, rusqlite::OpenFlags::default(), key)?,
-        None => Connection::open(path)?,
+        None => Connection::open_with_flags_and_vfs(
+            path,
+            rusqlite::OpenFlags::default(),
+            atoll_storage::wal_index::VFS,
+        )?,
     };
     // A dump loads into a new file that is checked whole before it is installed (as an
     // upload is), and `sqlite3 .dump` writes virtual tables through `writable_schema`:

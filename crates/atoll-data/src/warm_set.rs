@@ -27,9 +27,10 @@
 //! Both are node settings (`--warm-memory`, `--warm-files`, OPERATIONS.md); the least
 //! recently used connection goes first, within the fair shares of `pool`.
 
-/// File descriptors one idle connection may hold: the database file, its WAL, and its
-/// WAL index (shared by the connections of one database, counted for each).
-pub const FILES_PER_IDLE_CONNECTION: u64 = 3;
+/// File descriptors one idle connection may hold: the database file and its WAL. Its WAL
+/// index is in the process's memory, not a `-shm` file (`atoll_storage::wal_index`); it
+/// was three before (PERFORMANCE.md, "The WAL index in the node's memory").
+pub const FILES_PER_IDLE_CONNECTION: u64 = 2;
 /// The share of the machine's memory the warm set may hold by default (1/16).
 const MEMORY_DIVISOR: u64 = 16;
 /// The share of the open-files limit the warm set may hold by default (3/4).
@@ -39,7 +40,7 @@ const FILES_SHARE: (u64, u64) = (3, 4);
 /// leave too few, and the warm set gets half instead.
 const RESERVED_FILES: u64 = 4096;
 /// Descriptors the process must have free for a cold open to be worth trying (the
-/// database, its WAL, its WAL index, a temporary file), with some to spare.
+/// database, its WAL, a temporary file), with some to spare.
 const DESCRIPTOR_HEADROOM: usize = 8;
 /// When the machine's memory cannot be read.
 const FALLBACK_MEMORY: u64 = 4 << 30;

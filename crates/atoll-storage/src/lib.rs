@@ -28,6 +28,7 @@ pub mod retention;
 pub mod segment;
 pub mod shipper;
 pub mod wal;
+pub mod wal_index;
 pub mod wal_insert;
 
 pub use error::StorageError;

@@ -371,16 +371,13 @@ impl DatabaseLog {
     /// position, or all of them when the WAL was restarted since (a restart happens only
     /// once everything in it was stored). The shipper's state is read on both sides of the
     /// index, so a round that moved meanwhile is never mixed with the index of another.
+    /// `None` when no connection of the process has the database open (its index lives
+    /// in the process's memory, `wal_index`): [`DatabaseLog::head`] reads the WAL instead.
     pub fn committed_head(&self) -> Option<u64> {
-        let shm = {
-            let mut name = self.file.file_name().unwrap_or_default().to_os_string();
-            name.push("-shm");
-            self.file.with_file_name(name)
-        };
         let position = |state: &LogState| (state.durable_frame_no, state.wal);
         for _ in 0..3 {
             let before = position(&lock(&self.state));
-            let (salts, committed) = wal::committed_in_index(&shm)?;
+            let (salts, committed) = wal::committed_in_index(&self.file)?;
             if position(&lock(&self.state)) != before {
                 continue;
             }

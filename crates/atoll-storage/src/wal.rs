@@ -192,30 +192,40 @@ pub fn read_committed(
     })
 }
 
-/// What SQLite's WAL index (the `-shm` file) says of the WAL now: its salts and the number
-/// of frames committed in it (`mxFrame`). The index header is kept twice and a reader
-/// takes it only when both copies agree, as SQLite's own readers do (`walIndexTryHdr`):
-/// its layout (`walformat.html`: `iChange` at 8, `isInit` at 12, `mxFrame` at 16 in
-/// native order, the WAL's salts at 32 as the WAL header holds them) is part of SQLite's
-/// file format. `None` when there is no index or it is being rewritten.
-pub fn committed_in_index(shm: &Path) -> Option<((u32, u32), u64)> {
-    const COPY: usize = 48;
-    let mut header = [0u8; 2 * COPY];
+/// What SQLite's WAL index says of the WAL of the database file `database` now: its salts
+/// and the number of frames committed in it (`mxFrame`). The index is the one a
+/// connection of this process has mapped (`wal_index`); `None` when none has, or while it
+/// is being rewritten.
+pub fn committed_in_index(database: &Path) -> Option<((u32, u32), u64)> {
     for _ in 0..3 {
-        let mut file = std::fs::File::open(shm).ok()?;
-        if !read_full(&mut file, &mut header).ok()? {
-            return None;
-        }
-        let (first, second) = header.split_at(COPY);
-        if first == second && first[12] == 1 {
-            let frames = u32::from_ne_bytes([first[16], first[17], first[18], first[19]]);
-            return Some((
-                (be32(&first[32..36]), be32(&first[36..40])),
-                u64::from(frames),
-            ));
+        let header: [u8; 2 * INDEX_HEADER_COPY] = crate::wal_index::read(database)?;
+        if let Some(found) = index_header(&header) {
+            return Some(found);
         }
     }
     None
+}
+
+/// Bytes of one copy of the WAL index header (`WalIndexHdr`).
+const INDEX_HEADER_COPY: usize = 48;
+
+/// The salts and committed frames of a WAL index that starts with `index`. The header is
+/// kept twice and a reader takes it only when both copies agree, as SQLite's own readers
+/// do (`walIndexTryHdr`): its layout (`walformat.html`: `iChange` at 8, `isInit` at 12,
+/// `mxFrame` at 16 in native order, the WAL's salts at 32 as the WAL header holds them)
+/// is part of SQLite's file format.
+fn index_header(index: &[u8]) -> Option<((u32, u32), u64)> {
+    let (first, second) = index
+        .get(..2 * INDEX_HEADER_COPY)?
+        .split_at(INDEX_HEADER_COPY);
+    if first != second || first[12] != 1 {
+        return None;
+    }
+    let frames = u32::from_ne_bytes([first[16], first[17], first[18], first[19]]);
+    Some((
+        (be32(&first[32..36]), be32(&first[36..40])),
+        u64::from(frames),
+    ))
 }
 
 /// Fills `buf`, or answers `false` at the end of the file (a partial read is the end too).
@@ -293,7 +303,7 @@ mod tests {
         // connection left it.
         let stale = std::fs::read(&shm).unwrap();
         assert!(stale.len() >= 32768, "{} bytes", stale.len());
-        assert!(committed_in_index(&shm).is_some_and(|(_, frames)| frames > 100));
+        assert!(index_header(&stale).is_some_and(|(_, frames)| frames > 100));
         {
             let conn = without_checkpoint_on_close(wal_db(dir.path()));
             assert_eq!(count(&conn), 100, "the first reader rebuilt the index");
@@ -318,7 +328,7 @@ mod tests {
             .query_row("PRAGMA integrity_check", [], |row| row.get(0))
             .unwrap();
         assert_eq!(check, "ok");
-        let (_, frames) = committed_in_index(&shm).unwrap();
+        let (_, frames) = committed_in_index(&dir.path().join("data")).unwrap();
         assert!(
             frames < 100,
             "the index describes the WAL of now: {frames} frames"
