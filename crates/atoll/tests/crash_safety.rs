@@ -206,8 +206,17 @@ impl Server {
         }
     }
 
-    /// The store and the disk agree, and every database file is intact (see the top).
-    fn assert_consistent(&self) {
+    /// The store and the disk agree, and every database file is intact (see the top). The
+    /// node holds its databases' files for itself while it runs (OPERATIONS.md, "Files and
+    /// secrets"), so the server is killed for the check — one more crash for the files to
+    /// survive — and started again after it.
+    async fn assert_consistent(&mut self) {
+        self.kill();
+        self.assert_files_consistent();
+        self.restart().await;
+    }
+
+    fn assert_files_consistent(&self) {
         let meta = rusqlite::Connection::open(self.dir.join("meta.db")).unwrap();
         let rows: Vec<(String, String)> = meta
             .prepare("SELECT id, state FROM databases")
@@ -401,7 +410,7 @@ async fn killed_during_a_single_upload() {
     std::fs::remove_dir_all(server.dir.join("files")).unwrap();
 
     server.restart().await;
-    server.assert_consistent();
+    server.assert_consistent().await;
     assert_eq!(server.count(&kept, "kept").await, 20);
     // The target is still waiting for its upload, which now goes through whole.
     assert!(server.execute(&target, "SELECT 1").await.is_err());
@@ -415,7 +424,7 @@ async fn killed_during_a_single_upload() {
         .unwrap();
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
     assert_eq!(server.count(&target, "t").await, 2000);
-    server.assert_consistent();
+    server.assert_consistent().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -449,7 +458,7 @@ async fn killed_during_a_chunked_upload() {
     assert_eq!(status, 200, "{body}");
     server.kill();
     server.restart().await;
-    server.assert_consistent();
+    server.assert_consistent().await;
     assert_eq!(server.count(&kept, "kept").await, 20);
     assert!(server.execute(&target, "SELECT 1").await.is_err());
     // Uploads in progress do not survive a restart: the client is told to start again.
@@ -491,7 +500,7 @@ async fn killed_during_a_chunked_upload() {
     server.kill();
     let acknowledged = finalize.await.unwrap().is_ok_and(|status| status == 200);
     server.restart().await;
-    server.assert_consistent();
+    server.assert_consistent().await;
     assert_eq!(server.count(&kept, "kept").await, 20);
     match server.execute(&target, "SELECT count(*) FROM t").await {
         Ok(result) => assert_eq!(result["rows"][0][0]["value"], "2500"),
@@ -510,7 +519,7 @@ async fn killed_during_a_chunked_upload() {
             assert_eq!(server.count(&target, "t").await, 2500);
         }
     }
-    server.assert_consistent();
+    server.assert_consistent().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,7 +561,7 @@ async fn killed_during_many_creates() {
     );
 
     server.restart().await;
-    server.assert_consistent();
+    server.assert_consistent().await;
     assert_eq!(server.count(&kept, "kept").await, 20);
     for name in &acknowledged {
         let db = server.database(name).await;
@@ -580,7 +589,7 @@ async fn killed_during_many_creates() {
             other => panic!("{name}: {other}"),
         }
     }
-    server.assert_consistent();
+    server.assert_consistent().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,7 +640,7 @@ async fn killed_during_a_group_delete() {
     let left = std::fs::read_dir(server.dbs_dir()).unwrap().count();
 
     server.restart().await;
-    server.assert_consistent();
+    server.assert_consistent().await;
     assert_eq!(server.count(&kept, "kept").await, 20);
     let (status, _) = server
         .api(reqwest::Method::GET, "/v1/groups/doomed", None)
@@ -658,5 +667,5 @@ async fn killed_during_a_group_delete() {
         .create_database("doomed-0", json!({"group": "doomed"}))
         .await
         .unwrap();
-    server.assert_consistent();
+    server.assert_consistent().await;
 }
