@@ -1,6 +1,7 @@
 //! One database on this node: its configuration and its files.
 //!
-//! Layout: `<data-dir>/dbs/<uuid>/data` (the SQLite file, with `data-wal` and `data-shm`)
+//! Layout: `<data-dir>/dbs/<uuid>/data` (the SQLite file, with `data-wal`; no `data-shm`:
+//! the WAL index is in the node's memory, `atoll_storage::wal_index`)
 //! and `<data-dir>/dbs/<uuid>/config.json` (the last configuration the control plane sent),
 //! so a node restarts without its control plane.
 

@@ -5,7 +5,7 @@
 //! through the store and the node directly like `rss_peak`'s. For each scale of
 //! `--spread-databases` (ascending; each adds databases to the previous):
 //! - every new database is queried once (a tenant's database has been used before: its
-//!   WAL and shared-memory files exist), then the node's idle connections are closed;
+//!   WAL exists), then the node's idle connections are closed;
 //! - `spread_first_query`: the first query to databases with no open connection (as after
 //!   an hour without a request), one connection, one after another, against a warm
 //!   database's latency;
