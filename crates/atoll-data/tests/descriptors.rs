@@ -30,12 +30,12 @@ fn set_open_files_limit(limit: u64) {
 
 /// With the warm set's own budget out of the way (the files a connection holds are only
 /// bounded by the process's limit here), queries to 120 databases need 240 descriptors
-/// for their idle connections (two each: the database and its WAL) against ~130 free: each
-/// open that finds none free closes an eighth of the idle connections and succeeds. Then, with every descriptor taken, a new
-/// client is still served: `accept` fails short of descriptors, the listener asks the
-/// warm set to give some back, and accepts again. Before, the 44th database's open failed
-/// (`SQLITE_CANTOPEN`), and the new client waited until idle connections went unused for
-/// 30 s.
+/// for their idle connections (two each: the database and its WAL) against ~130 free:
+/// each open that finds none free closes an eighth of the idle connections and succeeds.
+/// Then, with every descriptor taken, a new client is still served: `accept` fails short
+/// of descriptors, the listener asks the warm set to give some back, and accepts again.
+/// Before, the 44th database's open failed (`SQLITE_CANTOPEN`; three descriptors a
+/// connection then), and the new client waited until idle connections went unused for 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_set_at_the_open_files_limit_yields_to_cold_opens_and_new_clients() {
     let mut settings = NodeSettings::default();
