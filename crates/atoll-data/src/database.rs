@@ -110,6 +110,9 @@ pub struct Database {
     /// Until when (`write_lock::now_ms`) its reads are not tried on the async worker that
     /// received them, because one of them ran over the budget there (`hrana::http`).
     inline_paused_until_ms: AtomicU64,
+    /// What opening its file cost last time: whether a read may open it on an async
+    /// worker (`crate::open_cost`).
+    open_cost: Arc<crate::open_cost::OpenCost>,
     /// Its node's convergence with the control plane (`crate::convergence`), set when the
     /// node registers it, and the epoch in which its desired state was last confirmed.
     convergence: std::sync::OnceLock<Arc<crate::convergence::Convergence>>,
@@ -147,6 +150,7 @@ impl Database {
             handed_over_at: AtomicI64::new(handed_over_at),
             hand_over_lock: Mutex::new(None),
             inline_paused_until_ms: AtomicU64::new(0),
+            open_cost: Arc::default(),
             replica: AtomicBool::new(false),
             // An interrupted rotation outlives a restart: which key the pages are under is
             // known only once the rotation is repeated.
@@ -191,6 +195,18 @@ impl Database {
     /// Whether its reads may be tried on the async worker that received them.
     pub(crate) fn inline_allowed(&self) -> bool {
         self.inline_paused_until_ms.load(Ordering::Relaxed) <= crate::write_lock::now_ms()
+    }
+
+    /// Whether its last open cost at most `budget` of CPU time, with no statement that may
+    /// have grown its schema since (`crate::open_cost`).
+    pub(crate) fn opens_within(&self, budget: Duration) -> bool {
+        self.open_cost.within(budget)
+    }
+
+    /// The length of its WAL file (0 when there is none): what a first open reads into
+    /// the WAL index.
+    pub(crate) fn wal_bytes(&self) -> u64 {
+        std::fs::metadata(self.dir.join("data-wal")).map_or(0, |m| m.len())
     }
 
     /// Sends its reads to the SQL threads for `pause` (one ran over the inline budget).
@@ -440,7 +456,8 @@ impl Database {
             ));
         }
         let log = self.log.clone();
-        sandbox::open(&file, mode, settings, shutdown, key, |conn| {
+        let started = crate::thread_clock::cpu_time();
+        let opened = sandbox::open(&file, mode, settings, shutdown, key, |conn| {
             configure_connection(conn, settings.page_cache_bytes, log.is_some())?;
             if let Some(log) = log {
                 if mode != Mode::ReadOnly {
@@ -462,14 +479,16 @@ impl Database {
                 conn.pragma_update(None, "max_page_count", pages)?;
             }
             Ok(())
-        })
+        })?;
+        self.open_cost
+            .record(crate::thread_clock::cpu_time().saturating_sub(started));
+        opened.control.watch_open_cost(Arc::clone(&self.open_cost));
+        Ok(opened)
     }
 
     /// Bytes in use: pages in use (page count minus free pages) plus the WAL file.
     pub fn storage_bytes(&self) -> u64 {
-        let wal = std::fs::metadata(self.dir.join("data-wal"))
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let wal = self.wal_bytes();
         let main = std::fs::metadata(self.file_path())
             .map(|m| m.len())
             .unwrap_or(0);

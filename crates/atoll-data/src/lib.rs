@@ -37,6 +37,7 @@ pub mod moves;
 pub mod namespace;
 pub mod node;
 pub mod node_storage;
+pub mod open_cost;
 pub mod pool;
 pub mod quarantine;
 pub mod registration;

@@ -245,29 +245,46 @@ impl ConnectionPool {
         inner.take(seq)
     }
 
+    /// A new connection to `db` for `mode`, opened here and now: never an idle one, and
+    /// nothing is closed to make room (as [`ConnectionPool::checkout`] does when the
+    /// process is short of file descriptors), so it may be called where closing must not
+    /// happen (an async worker: closing may checkpoint).
+    pub fn open_new(&self, db: &Database, mode: Mode) -> Result<SandboxedConnection, DataError> {
+        db.open_connection(mode, &self.sandbox, &self.shutdown, None)
+    }
+
     /// Returns a connection to `db` for reuse. One inside a transaction is closed instead
     /// (which rolls the transaction back).
-    pub fn checkin(&self, db: &Database, mut conn: SandboxedConnection) {
+    pub fn checkin(&self, db: &Database, conn: SandboxedConnection) {
+        // Closing runs here, outside the lock (it may checkpoint).
+        drop(self.checkin_keeping_closed(db, conn));
+    }
+
+    /// [`ConnectionPool::checkin`], answering the connections to close instead of closing
+    /// them (the one given back, if it is inside a transaction, and those evicted to stay
+    /// within the budget): the caller closes them where blocking is allowed.
+    #[must_use = "the connections answered must be closed (dropped) where blocking is allowed"]
+    pub fn checkin_keeping_closed(
+        &self,
+        db: &Database,
+        mut conn: SandboxedConnection,
+    ) -> Vec<SandboxedConnection> {
         if !conn.conn.is_autocommit() {
-            return;
+            return vec![conn];
         }
         let key = (db.id().to_string(), conn.control.mode());
         let org = db.config().org_id.clone();
         let bytes = conn.heap.bytes(&conn.conn) + CONNECTION_OVERHEAD_BYTES;
-        let evicted = {
-            let mut inner = self.lock();
-            inner.insert(key, &org, conn, bytes);
-            let mut evicted = Vec::new();
-            while inner.over_budget(self.max_idle, self.memory_budget) {
-                let Some(seq) = inner.victim(self.max_idle, self.memory_budget) else {
-                    break;
-                };
-                evicted.extend(inner.take(seq));
-            }
-            evicted
-        };
-        // Closing runs outside the lock (it may checkpoint).
-        drop(evicted);
+        let mut inner = self.lock();
+        inner.insert(key, &org, conn, bytes);
+        let mut evicted = Vec::new();
+        while inner.over_budget(self.max_idle, self.memory_budget) {
+            let Some(seq) = inner.victim(self.max_idle, self.memory_budget) else {
+                break;
+            };
+            evicted.extend(inner.take(seq));
+        }
+        evicted
     }
 
     /// Drops the idle connections of a database (its limits changed, or it is going away).

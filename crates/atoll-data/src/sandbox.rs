@@ -227,6 +227,9 @@ struct ControlState {
     budget: Option<RunningBudget>,
     /// The budget ran out.
     over_budget: bool,
+    /// What opening the connection's database cost, forgotten by a statement that may grow
+    /// its schema ([`Control::watch_open_cost`]).
+    open_cost: Option<Arc<crate::open_cost::OpenCost>>,
 }
 
 /// What [`Control::within_budget`] allows: CPU time of the thread that runs the work, and
@@ -286,6 +289,12 @@ impl Control {
         let result = work();
         self.lock().vacuum_running = false;
         result
+    }
+
+    /// Forgets `cost` whenever a statement prepared on this connection may grow the schema
+    /// (`crate::open_cost`).
+    pub fn watch_open_cost(&self, cost: Arc<crate::open_cost::OpenCost>) {
+        self.lock().open_cost = Some(cost);
     }
 
     /// The reason of the authorizer's last refusal, if any (cleared).
@@ -386,6 +395,11 @@ impl Control {
 
     fn authorize(&self, context: AuthContext<'_>) -> Authorization {
         let mut state = self.lock();
+        if grows_schema(&context.action) {
+            if let Some(cost) = &state.open_cost {
+                cost.forget();
+            }
+        }
         if state.trusted {
             return Authorization::Allow;
         }
@@ -459,6 +473,23 @@ impl Control {
             }
         }
     }
+}
+
+/// Whether a statement doing `action` may make the schema the next open parses larger
+/// (what `crate::open_cost` learns): objects of the file's schema created or altered, and
+/// `ANALYZE`, whose statistics are loaded with the schema. Temporary objects are not in
+/// the file.
+fn grows_schema(action: &AuthAction<'_>) -> bool {
+    matches!(
+        action,
+        AuthAction::CreateTable { .. }
+            | AuthAction::CreateIndex { .. }
+            | AuthAction::CreateView { .. }
+            | AuthAction::CreateTrigger { .. }
+            | AuthAction::CreateVtable { .. }
+            | AuthAction::AlterTable { .. }
+            | AuthAction::Analyze { .. }
+    )
 }
 
 enum Verdict {
@@ -741,6 +772,53 @@ mod tests {
         conn.execute_batch("CREATE TEMP TABLE scratch (x)").unwrap();
         assert_eq!(databases(), ["main", "temp"]);
         assert_eq!(read("PRAGMA temp.max_page_count"), (1 << 20) / 4096);
+    }
+
+    /// What an open cost is forgotten as soon as a statement that may grow the schema is
+    /// prepared (even if it never runs): the next open is measured before one is trusted
+    /// on an async worker. Reads, writes of rows and temporary objects keep it.
+    #[test]
+    fn a_statement_that_may_grow_the_schema_forgets_what_opening_cost() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SandboxSettings::default();
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let sandboxed = open(
+            &dir.path().join("data"),
+            Mode::ReadWrite,
+            &settings,
+            &shutdown,
+            None,
+            |_| Ok(()),
+        )
+        .unwrap();
+        let cost = Arc::new(crate::open_cost::OpenCost::default());
+        sandboxed.control.watch_open_cost(Arc::clone(&cost));
+        let budget = Duration::from_millis(1);
+        let conn = &sandboxed.conn;
+        conn.execute_batch("CREATE TABLE t (x)").unwrap();
+        for kept in [
+            "SELECT * FROM t",
+            "INSERT INTO t VALUES (1)",
+            "CREATE TEMP TABLE scratch (y)",
+            "DROP TABLE scratch",
+        ] {
+            cost.record(Duration::from_micros(100));
+            conn.execute_batch(kept).unwrap();
+            assert!(cost.within(budget), "{kept}");
+        }
+        for grows in [
+            "CREATE TABLE u (y)",
+            "CREATE INDEX tx ON t (x)",
+            "CREATE VIEW v AS SELECT x FROM t",
+            "CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END",
+            "ALTER TABLE t ADD COLUMN z",
+            "ANALYZE",
+            "CREATE VIRTUAL TABLE f USING fts5(body)",
+        ] {
+            cost.record(Duration::from_micros(100));
+            drop(conn.prepare(grows).unwrap());
+            assert!(!cost.within(budget), "{grows}");
+        }
     }
 
     /// A budget of running time (the inline reads') counts the thread's own CPU time: work

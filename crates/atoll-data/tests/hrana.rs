@@ -2145,3 +2145,69 @@ async fn a_read_past_the_inline_budget_is_answered_whole_and_metered_once() {
     let again = db.query(sql("SELECT count(*) FROM t")).await;
     assert_eq!(again["rows"][0][0]["value"], "20000");
 }
+
+/// A read to a database with no idle connection opens one on the async worker when its
+/// last open was cheap (`atoll_data::open_cost`): a first query after a while does not
+/// wait for an SQL thread. A statement that may grow the schema sends the next open to an
+/// SQL thread again, where it is measured.
+#[tokio::test]
+async fn a_cold_read_opens_on_the_worker_until_the_schema_may_have_grown() {
+    use std::time::Duration;
+    let settings = atoll_data::node::NodeSettings {
+        sql_threads: 1,
+        ..Default::default()
+    };
+    let node = start_node_with_settings(DataLimits::default(), settings).await;
+    let db = node.create_db("cold");
+    db.run(&[sql("CREATE TABLE t (x)"), sql("INSERT INTO t VALUES (1)")])
+        .await;
+    // Opened (and measured) on the SQL thread after the CREATE; read once more so the
+    // cost is of an open with the table in the schema.
+    node.node.pool.close_unused(Duration::ZERO);
+    db.query(sql("SELECT x FROM t")).await;
+
+    // Holds the node's only SQL thread until released.
+    let occupy = || {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        node.node.sql().spawn(move || {
+            let _ = wait.recv();
+        });
+        release
+    };
+    let read =
+        || tokio::time::timeout(Duration::from_millis(500), db.query(sql("SELECT x FROM t")));
+
+    node.node.pool.close_unused(Duration::ZERO);
+    assert_eq!(node.node.pool.idle_count(), 0);
+    let release = occupy();
+    let cold = read()
+        .await
+        .expect("answered on the worker, the SQL thread being busy");
+    assert_eq!(cold["rows"][0][0]["value"], "1");
+    drop(release);
+
+    // A new table: the next open parses a larger schema, on the SQL thread.
+    db.run(&[sql("CREATE TABLE u (y)")]).await;
+    node.node.pool.close_unused(Duration::ZERO);
+    let release = occupy();
+    assert!(
+        read().await.is_err(),
+        "after a CREATE, a cold read waits for the SQL thread"
+    );
+    drop(release);
+    let measured = db.query(sql("SELECT x FROM t")).await;
+    assert_eq!(measured["rows"][0][0]["value"], "1");
+
+    // Measured cheap again: the worker opens it.
+    node.node.pool.close_unused(Duration::ZERO);
+    let release = occupy();
+    let cold = read().await.expect("answered on the worker again");
+    assert_eq!(cold["rows"][0][0]["value"], "1");
+    // A long text is not even parsed on the worker (parsing is not budgeted): it waits
+    // for the SQL thread, though the connection it needs is idle.
+    assert_eq!(node.node.pool.idle_count(), 1);
+    let long = format!("SELECT x FROM t -- {}", "a".repeat(5000));
+    let waited = tokio::time::timeout(Duration::from_millis(500), db.query(sql(&long))).await;
+    assert!(waited.is_err(), "a long text waits for the SQL thread");
+    drop(release);
+}

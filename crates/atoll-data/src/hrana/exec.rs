@@ -1253,6 +1253,21 @@ impl ClientConnection {
             }
         }
     }
+
+    /// [`ClientConnection::give_back`] on an async worker, where nothing may block: what
+    /// is closed instead (this connection, or those the pool evicts to make room for it)
+    /// is closed on an SQL thread, since closing may checkpoint.
+    pub(crate) fn give_back_on_worker(self, node: &Node, db_id: &str) {
+        let closed = match node.by_id(db_id) {
+            Some(db) if !self.altered.get() => {
+                node.pool.checkin_keeping_closed(&db, self.sandboxed)
+            }
+            _ => vec![self.sandboxed],
+        };
+        if !closed.is_empty() {
+            node.sql().spawn(move || drop(closed));
+        }
+    }
 }
 
 /// A statement's columns, as Hrana describes them.

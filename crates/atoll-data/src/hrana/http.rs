@@ -13,7 +13,7 @@ use super::{blocking, Encoding, HranaBody, HranaError, Version};
 use crate::auth::{DbRequest, KeyedDbRequest};
 use crate::error::DataError;
 use crate::node::Node;
-use crate::sandbox::CancelToken;
+use crate::sandbox::{CancelToken, SandboxedConnection};
 use crate::DataPlaneState;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -182,6 +182,15 @@ const INLINE_WALL_LIMIT: Duration = Duration::from_millis(20);
 /// After one of a database's reads ran over [`INLINE_BUDGET`], its requests go to the SQL
 /// threads for this long.
 const INLINE_PAUSE: Duration = Duration::from_secs(10);
+/// The longest SQL text read on the worker: parsing happens before the budget is armed
+/// (the statement is prepared to learn whether it only reads), and a point read is short.
+const INLINE_MAX_SQL_BYTES: usize = 4096;
+/// A database with no idle connection is opened on the worker only if its last open cost
+/// at most this much CPU time (`crate::open_cost`: the schema it parses)…
+const INLINE_OPEN_BUDGET: Duration = INLINE_BUDGET;
+/// …and its WAL is at most this long (a first open reads all of it into the WAL index: a
+/// few hundred microseconds per MiB).
+const INLINE_OPEN_MAX_WAL_BYTES: u64 = 1 << 20;
 
 /// The most common request — one statement that only reads, then `close`, on no stream —
 /// answered on the async worker that received it, when the database has an idle pooled
@@ -194,6 +203,10 @@ const INLINE_PAUSE: Duration = Duration::from_secs(10);
 /// other; the database's reads then stay off the workers for [`INLINE_PAUSE`]. A lock held
 /// by another connection is not waited for here either (`SQLITE_BUSY` sends the request
 /// to an SQL thread, where it waits as usual). `None`: serve it the usual way.
+///
+/// A database with no idle connection is opened here too, when opening it is known to be
+/// cheap ([`open_inline`]): a first query after a while then costs its open, not also two
+/// trips between threads (PERFORMANCE.md, "A cold open on the worker").
 fn serve_inline(
     caller: &Caller,
     body: &proto::PipelineReqBody,
@@ -206,8 +219,16 @@ fn serve_inline(
     else {
         return None;
     };
-    let sql = execute.stmt.sql.as_deref()?;
-    let conn = ClientConnection::new(caller.node.pool.checkout_idle(&caller.db, caller.mode())?);
+    let sql = execute
+        .stmt
+        .sql
+        .as_deref()
+        .filter(|sql| sql.len() <= INLINE_MAX_SQL_BYTES)?;
+    let conn = match caller.node.pool.checkout_idle(&caller.db, caller.mode()) {
+        Some(conn) => conn,
+        None => open_inline(caller)?,
+    };
+    let conn = ClientConnection::new(conn);
     let served = if conn.is_read_only(sql) {
         let (outcome, overran) = conn.within_budget(INLINE_BUDGET, INLINE_WALL_LIMIT, || {
             let run = Run::start_waiting(caller, &conn, Duration::ZERO)?;
@@ -226,7 +247,7 @@ fn serve_inline(
     } else {
         None
     };
-    conn.give_back(&caller.node, caller.db.id());
+    conn.give_back_on_worker(&caller.node, caller.db.id());
     let served = served?;
     metrics::counter!("atoll_sql_inline_reads_total").increment(1);
     Some(served.map(|outcome| {
@@ -243,6 +264,31 @@ fn serve_inline(
             },
         ]
     }))
+}
+
+/// A new connection to the caller's database, opened on this async worker, when that is
+/// known to be cheap: the database is not encrypted (its key is applied on an SQL thread),
+/// its last open cost at most [`INLINE_OPEN_BUDGET`] of CPU time with no statement since
+/// that may have grown its schema (`crate::open_cost`), and its WAL, which a first open
+/// reads whole, is at most [`INLINE_OPEN_MAX_WAL_BYTES`]. An open that still costs more
+/// (a schema replaced under it by an upload) pauses the database's inline reads as an
+/// overrunning read does. A failed open is left to the SQL thread, which reports it (or
+/// closes idle connections to free descriptors and tries again).
+fn open_inline(caller: &Caller) -> Option<SandboxedConnection> {
+    let db = &caller.db;
+    if caller.key.is_some()
+        || !db.opens_within(INLINE_OPEN_BUDGET)
+        || db.wal_bytes() > INLINE_OPEN_MAX_WAL_BYTES
+    {
+        return None;
+    }
+    let conn = caller.node.pool.open_new(db, caller.mode()).ok()?;
+    if !db.opens_within(INLINE_OPEN_BUDGET) {
+        metrics::counter!("atoll_sql_inline_overruns_total").increment(1);
+        db.pause_inline(INLINE_PAUSE);
+    }
+    metrics::counter!("atoll_sql_inline_opens_total").increment(1);
+    Some(conn)
 }
 
 /// A stream taken by one request. Dropped without being released (the request failed,
