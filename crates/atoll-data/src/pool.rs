@@ -21,7 +21,7 @@ use crate::error::DataError;
 use crate::memory::CONNECTION_OVERHEAD_BYTES;
 use crate::sandbox::{Mode, SandboxSettings, SandboxedConnection};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,27 @@ pub struct ConnectionPool {
     memory_budget: u64,
     sandbox: SandboxSettings,
     shutdown: Arc<AtomicBool>,
+    /// An async worker is opening a connection ([`ConnectionPool::open_on_worker`]).
+    worker_opening: AtomicBool,
     inner: Mutex<PoolInner>,
+}
+
+/// The one open under way on an async worker, given up when dropped.
+struct WorkerOpen<'a>(&'a AtomicBool);
+
+impl<'a> WorkerOpen<'a> {
+    fn claim(opening: &'a AtomicBool) -> Option<WorkerOpen<'a>> {
+        opening
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| WorkerOpen(opening))
+    }
+}
+
+impl Drop for WorkerOpen<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 type PoolKey = (String, Mode);
@@ -176,6 +196,7 @@ impl ConnectionPool {
             memory_budget,
             sandbox,
             shutdown,
+            worker_opening: AtomicBool::new(false),
             inner: Mutex::new(PoolInner::default()),
         }
     }
@@ -245,12 +266,17 @@ impl ConnectionPool {
         inner.take(seq)
     }
 
-    /// A new connection to `db` for `mode`, opened here and now: never an idle one, and
-    /// nothing is closed to make room (as [`ConnectionPool::checkout`] does when the
-    /// process is short of file descriptors), so it may be called where closing must not
-    /// happen (an async worker: closing may checkpoint).
-    pub fn open_new(&self, db: &Database, mode: Mode) -> Result<SandboxedConnection, DataError> {
+    /// A new connection to `db` for `mode`, opened by the async worker that calls this:
+    /// never an idle one, and nothing is closed to make room (as
+    /// [`ConnectionPool::checkout`] does when the process is short of file descriptors;
+    /// closing may checkpoint). `None` when another worker is opening one right now — one
+    /// at a time, so a flood of cold reads leaves the other workers to everyone else's
+    /// requests — or when the open failed (the caller goes the usual way, which reports
+    /// it).
+    pub fn open_on_worker(&self, db: &Database, mode: Mode) -> Option<SandboxedConnection> {
+        let _opening = WorkerOpen::claim(&self.worker_opening)?;
         db.open_connection(mode, &self.sandbox, &self.shutdown, None)
+            .ok()
     }
 
     /// Returns a connection to `db` for reuse. One inside a transaction is closed instead
@@ -344,5 +370,26 @@ impl ConnectionPool {
     /// Bytes the idle connections hold, as counted against `--warm-memory`.
     pub fn idle_bytes(&self) -> u64 {
         self.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One async worker opens at a time: a second claim while the first holds fails, and
+    /// the claim is given back when its holder ends, however it ends.
+    #[test]
+    fn one_worker_opens_at_a_time() {
+        let opening = AtomicBool::new(false);
+        let first = WorkerOpen::claim(&opening).expect("nobody is opening");
+        assert!(WorkerOpen::claim(&opening).is_none());
+        drop(first);
+        let unwound = std::panic::catch_unwind(|| {
+            let _held = WorkerOpen::claim(&opening).unwrap();
+            panic!("the open failed midway");
+        });
+        assert!(unwound.is_err());
+        assert!(WorkerOpen::claim(&opening).is_some());
     }
 }

@@ -272,8 +272,9 @@ fn serve_inline(
 /// that may have grown its schema (`crate::open_cost`), and its WAL, which a first open
 /// reads whole, is at most [`INLINE_OPEN_MAX_WAL_BYTES`]. An open that still costs more
 /// (a schema replaced under it by an upload) pauses the database's inline reads as an
-/// overrunning read does. A failed open is left to the SQL thread, which reports it (or
-/// closes idle connections to free descriptors and tries again).
+/// overrunning read does. One worker opens at a time (`ConnectionPool::open_on_worker`).
+/// A failed open is left to the SQL thread, which reports it (or closes idle connections
+/// to free descriptors and tries again).
 fn open_inline(caller: &Caller) -> Option<SandboxedConnection> {
     let db = &caller.db;
     if caller.key.is_some()
@@ -282,7 +283,7 @@ fn open_inline(caller: &Caller) -> Option<SandboxedConnection> {
     {
         return None;
     }
-    let conn = caller.node.pool.open_new(db, caller.mode()).ok()?;
+    let conn = caller.node.pool.open_on_worker(db, caller.mode())?;
     if !db.opens_within(INLINE_OPEN_BUDGET) {
         metrics::counter!("atoll_sql_inline_overruns_total").increment(1);
         db.pause_inline(INLINE_PAUSE);
