@@ -729,6 +729,24 @@ mod tests {
         matches!(pragma_verdict(mode, name, value), Verdict::Allow)
     }
 
+    /// A read-write tenant connection to a new database in `dir`, set up as the node sets
+    /// up its own (`database::configure_connection`).
+    fn tenant_connection(
+        dir: &tempfile::TempDir,
+        settings: &SandboxSettings,
+    ) -> SandboxedConnection {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        open(
+            &dir.path().join("data"),
+            Mode::ReadWrite,
+            settings,
+            &shutdown,
+            None,
+            |conn| crate::database::configure_connection(conn, settings.page_cache_bytes, true),
+        )
+        .unwrap()
+    }
+
     /// A tenant's connection as the node opens it, read back from the engine: the settings
     /// no statement states at each open any more (the engine's defaults, C calls instead
     /// of pragmas) still hold, and the temporary database is bounded but opened only once
@@ -740,12 +758,7 @@ mod tests {
             max_temp_bytes: 1 << 20,
             ..SandboxSettings::default()
         };
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let path = dir.path().join("data");
-        let sandboxed = open(&path, Mode::ReadWrite, &settings, &shutdown, None, |conn| {
-            crate::database::configure_connection(conn, settings.page_cache_bytes, true)
-        })
-        .unwrap();
+        let sandboxed = tenant_connection(&dir, &settings);
         let (conn, control) = (&sandboxed.conn, &sandboxed.control);
         let read = |sql: &str| -> i64 {
             control
@@ -780,17 +793,7 @@ mod tests {
     #[test]
     fn a_statement_that_may_grow_the_schema_forgets_what_opening_cost() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = SandboxSettings::default();
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let sandboxed = open(
-            &dir.path().join("data"),
-            Mode::ReadWrite,
-            &settings,
-            &shutdown,
-            None,
-            |_| Ok(()),
-        )
-        .unwrap();
+        let sandboxed = tenant_connection(&dir, &SandboxSettings::default());
         let cost = Arc::new(crate::open_cost::OpenCost::default());
         sandboxed.control.watch_open_cost(Arc::clone(&cost));
         let budget = Duration::from_millis(1);
@@ -828,17 +831,7 @@ mod tests {
     #[test]
     fn a_running_budget_counts_the_threads_work_and_not_its_waiting() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = SandboxSettings::default();
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let sandboxed = open(
-            &dir.path().join("data"),
-            Mode::ReadWrite,
-            &settings,
-            &shutdown,
-            None,
-            |conn| crate::database::configure_connection(conn, settings.page_cache_bytes, true),
-        )
-        .unwrap();
+        let sandboxed = tenant_connection(&dir, &SandboxSettings::default());
         let (conn, control) = (&sandboxed.conn, &sandboxed.control);
         // A few thousand engine steps: the budget is looked at, the work is microseconds.
         let short =
