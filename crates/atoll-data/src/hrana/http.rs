@@ -186,9 +186,8 @@ const INLINE_PAUSE: Duration = Duration::from_secs(10);
 /// (the statement is prepared to learn whether it only reads), and a point read is short.
 const INLINE_MAX_SQL_BYTES: usize = 4096;
 /// A database with no idle connection is opened on the worker only if its last open cost
-/// at most this much CPU time (`crate::open_cost`: the schema it parses)…
-const INLINE_OPEN_BUDGET: Duration = INLINE_BUDGET;
-/// …and its WAL is at most this long (a first open reads all of it into the WAL index: a
+/// at most `SandboxSettings::inline_open_cpu` (`crate::open_cost`: the schema it parses),
+/// and its WAL is at most this long (a first open reads all of it into the WAL index: a
 /// few hundred microseconds per MiB).
 const INLINE_OPEN_MAX_WAL_BYTES: u64 = 1 << 20;
 
@@ -268,7 +267,7 @@ fn serve_inline(
 
 /// A new connection to the caller's database, opened on this async worker, when that is
 /// known to be cheap: the database is not encrypted (its key is applied on an SQL thread),
-/// its last open cost at most [`INLINE_OPEN_BUDGET`] of CPU time with no statement since
+/// its last open cost at most the node's `inline_open_cpu` with no statement since
 /// that may have grown its schema (`crate::open_cost`), and its WAL, which a first open
 /// reads whole, is at most [`INLINE_OPEN_MAX_WAL_BYTES`]. An open that still costs more
 /// (a schema replaced under it by an upload) pauses the database's inline reads as an
@@ -277,14 +276,15 @@ fn serve_inline(
 /// to free descriptors and tries again).
 fn open_inline(caller: &Caller) -> Option<SandboxedConnection> {
     let db = &caller.db;
+    let budget = caller.node.sandbox().inline_open_cpu;
     if caller.key.is_some()
-        || !db.opens_within(INLINE_OPEN_BUDGET)
+        || !db.opens_within(budget)
         || db.wal_bytes() > INLINE_OPEN_MAX_WAL_BYTES
     {
         return None;
     }
     let conn = caller.node.pool.open_on_worker(db, caller.mode())?;
-    if !db.opens_within(INLINE_OPEN_BUDGET) {
+    if !db.opens_within(budget) {
         metrics::counter!("atoll_sql_inline_overruns_total").increment(1);
         db.pause_inline(INLINE_PAUSE);
     }
