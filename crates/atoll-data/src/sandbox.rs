@@ -99,8 +99,9 @@ pub struct SandboxSettings {
     pub warm_memory_bytes: u64,
     /// The most CPU time a database's last open may have cost for a read to open it on the
     /// async worker that received it (`hrana::http`, "A cold open on the worker" in
-    /// PERFORMANCE.md; `crate::open_cost`). The inline read budget, 500 µs, by default: an
-    /// open above it parses a schema too large to hold a worker for.
+    /// PERFORMANCE.md; `crate::open_cost`). The inline read budget by default
+    /// (`hrana::INLINE_BUDGET`, 500 µs): an open above it parses a schema too large to hold
+    /// a worker for.
     pub inline_open_cpu: Duration,
 }
 
@@ -119,7 +120,7 @@ impl Default for SandboxSettings {
             page_cache_bytes: 512 * 1024,
             max_idle_connections: warm.max_connections(),
             warm_memory_bytes: warm.memory_bytes,
-            inline_open_cpu: Duration::from_micros(500),
+            inline_open_cpu: crate::hrana::INLINE_BUDGET,
         }
     }
 }

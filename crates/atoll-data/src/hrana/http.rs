@@ -173,8 +173,10 @@ async fn pipeline(
     ))
 }
 
-/// How much CPU time a read may use on the async worker that received it (`serve_inline`).
-const INLINE_BUDGET: Duration = Duration::from_micros(500);
+/// How much CPU time a read may use on the async worker that received it (`serve_inline`),
+/// and by default what a database's last open may have cost to be opened there too
+/// (`SandboxSettings::inline_open_cpu`).
+pub(crate) const INLINE_BUDGET: Duration = Duration::from_micros(500);
 /// How long by the clock it may hold the worker: a read that waits (pages from a disk)
 /// rather than computes. Far above [`INLINE_BUDGET`] because the clock also runs while
 /// the worker waits for a core, which on a busy node takes milliseconds.

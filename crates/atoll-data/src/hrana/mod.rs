@@ -29,6 +29,7 @@ mod values;
 mod ws;
 
 pub use exec::STATEMENT_CACHE_CAPACITY;
+pub(crate) use http::INLINE_BUDGET;
 pub use inspect::{inspect_request, RequestKind};
 pub use open_limit::{LimitReached, OpenLimit, Permit};
 pub use stream::{StreamRegistry, EXPIRED_MEMORY, IDLE_TIMEOUT};
