@@ -9,6 +9,7 @@
 //! | [`admission`] | the middleware every plane puts in front of its routes: rate limits (429 with `Retry-After`) and the body read timeout |
 //! | [`body`] | reading a request body whole within that timeout |
 //! | [`metrics`] | the Prometheus recorder, `/metrics`, and the per-request counters |
+//! | [`self_wake`] | a connection's task polled again in place when it wakes itself (one context switch less per request) |
 //!
 //! What differs between planes (how a request is keyed, the error body of a refusal) is a
 //! parameter ([`admission::Admission`], [`body::BodyReadError`]); this crate depends on no
@@ -19,4 +20,5 @@ pub mod body;
 pub mod listener;
 pub mod metrics;
 pub mod rate_limit;
+pub mod self_wake;
 pub mod tls;

@@ -17,6 +17,7 @@
 //! client usually holds whole. The process's own open-files limit is raised to its hard
 //! limit at start ([`raise_open_files_limit`]).
 
+use crate::self_wake::repoll_on_self_wake;
 use crate::tls::{ClientCertificate, ServerTls};
 use axum::extract::{ConnectInfo, Request};
 use axum::Router;
@@ -303,14 +304,14 @@ pub async fn serve_router(
         let mut stop = stop_rx.clone();
         match &tls {
             None => {
-                connections.spawn(async move {
+                connections.spawn(repoll_on_self_wake(async move {
                     let _slot = slot;
                     serve_connection(socket, peer, None, app, header_read_timeout, stop).await
-                });
+                }));
             }
             Some(tls) => {
                 let acceptor = tls.acceptor().clone();
-                connections.spawn(async move {
+                connections.spawn(repoll_on_self_wake(async move {
                     let _slot = slot;
                     let handshake =
                         tokio::time::timeout(header_read_timeout, acceptor.accept(socket));
@@ -335,7 +336,7 @@ pub async fn serve_router(
                         .map(|leaf| ClientCertificate(Arc::new(leaf.to_vec())));
                     serve_connection(stream, peer, certificate, app, header_read_timeout, stop)
                         .await
-                });
+                }));
             }
         }
     }
