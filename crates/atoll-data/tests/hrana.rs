@@ -2218,3 +2218,181 @@ async fn a_cold_read_opens_on_the_worker_until_the_schema_may_have_grown() {
     assert!(waited.is_err(), "a long text waits for the SQL thread");
     drop(release);
 }
+
+/// Over a WebSocket, the `open_stream`, `execute` and `close_stream` of a read — what
+/// `@libsql/client` sends for every `execute` — are answered on the async worker when the
+/// database has an idle connection, as an HTTP read is: no trip to an SQL thread and back
+/// for each. A read inside a transaction and a write still wait for an SQL thread, and a
+/// read past the inline budget is answered whole.
+#[tokio::test]
+async fn a_websocket_read_on_a_warm_database_is_answered_without_an_sql_thread() {
+    use std::time::Duration;
+    let settings = atoll_data::node::NodeSettings {
+        sql_threads: 1,
+        ..Default::default()
+    };
+    let node = start_node_with_settings(DataLimits::default(), settings).await;
+    let db = node.create_db("socket-reads");
+    db.run(&[
+        sql("CREATE TABLE s (x)"),
+        sql("INSERT INTO s VALUES (7)"),
+        sql("CREATE TABLE t (x)"),
+        sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) INSERT INTO t SELECT x FROM c"),
+    ])
+    .await;
+    // An idle connection of the caller's kind. The reads that must stay within the inline
+    // budget read `s`, of one row: in a debug build a scan of `t` would not.
+    db.query(sql("SELECT x FROM s")).await;
+    let mut socket = connect(&db, "hrana3").await;
+    send(&mut socket, json!({"type": "hello", "jwt": db.token()})).await;
+    assert_eq!(receive(&mut socket).await, json!({"type": "hello_ok"}));
+
+    // Holds the node's only SQL thread until released.
+    let occupy = || {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        node.node.sql().spawn(move || {
+            let _ = wait.recv();
+        });
+        release
+    };
+    let within = |what: &'static str| {
+        move |answered: Result<Value, tokio::time::error::Elapsed>| {
+            let response =
+                answered.unwrap_or_else(|_| panic!("{what}: no answer without the SQL thread"));
+            assert_eq!(response["type"], "response_ok", "{what}: {response}");
+            response["response"].clone()
+        }
+    };
+    let wait = Duration::from_millis(500);
+
+    let release = occupy();
+    for (id, stream) in [(1, 1), (4, 2)] {
+        within("open_stream")(
+            tokio::time::timeout(
+                wait,
+                request(
+                    &mut socket,
+                    id,
+                    json!({"type": "open_stream", "stream_id": stream}),
+                ),
+            )
+            .await,
+        );
+        let read = within("a read")(
+            tokio::time::timeout(
+                wait,
+                request(
+                    &mut socket,
+                    id + 1,
+                    json!({"type": "execute", "stream_id": stream, "stmt": sql("SELECT x FROM s")}),
+                ),
+            )
+            .await,
+        );
+        assert_eq!(read["result"]["rows"][0][0], integer(7), "{read}");
+        within("close_stream")(
+            tokio::time::timeout(
+                wait,
+                request(
+                    &mut socket,
+                    id + 2,
+                    json!({"type": "close_stream", "stream_id": stream}),
+                ),
+            )
+            .await,
+        );
+    }
+
+    // A write waits for the SQL thread.
+    within("open_stream")(
+        tokio::time::timeout(
+            wait,
+            request(
+                &mut socket,
+                7,
+                json!({"type": "open_stream", "stream_id": 3}),
+            ),
+        )
+        .await,
+    );
+    send(
+        &mut socket,
+        json!({"type": "request", "request_id": 8, "request":
+            {"type": "execute", "stream_id": 3, "stmt": sql("INSERT INTO s VALUES (0)")}}),
+    )
+    .await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), receive(&mut socket))
+            .await
+            .is_err(),
+        "a write waits for the SQL thread"
+    );
+    drop(release);
+    let inserted = receive(&mut socket).await;
+    assert_eq!(inserted["type"], "response_ok", "{inserted}");
+
+    // Inside a transaction, a read waits for the SQL thread too.
+    let ok = |response: Value| {
+        assert_eq!(response["type"], "response_ok", "{response}");
+        response["response"].clone()
+    };
+    ok(request(
+        &mut socket,
+        9,
+        json!({"type": "execute", "stream_id": 3, "stmt": sql("BEGIN")}),
+    )
+    .await);
+    ok(request(
+        &mut socket,
+        10,
+        json!({"type": "execute", "stream_id": 3, "stmt": sql("DELETE FROM s WHERE x = 0")}),
+    )
+    .await);
+    let release = occupy();
+    send(
+        &mut socket,
+        json!({"type": "request", "request_id": 11, "request":
+            {"type": "execute", "stream_id": 3, "stmt": sql("SELECT count(*) FROM s WHERE x = 0")}}),
+    )
+    .await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), receive(&mut socket))
+            .await
+            .is_err(),
+        "a read inside a transaction waits for the SQL thread"
+    );
+    drop(release);
+    let in_transaction = receive(&mut socket).await;
+    assert_eq!(
+        in_transaction["response"]["result"]["rows"][0][0],
+        integer(0),
+        "the transaction's own delete is seen: {in_transaction}"
+    );
+    ok(request(
+        &mut socket,
+        12,
+        json!({"type": "execute", "stream_id": 3, "stmt": sql("ROLLBACK")}),
+    )
+    .await);
+
+    // Far past the inline budget: interrupted on the worker, answered whole by the SQL
+    // thread.
+    let heavy = ok(request(
+        &mut socket,
+        13,
+        json!({"type": "execute", "stream_id": 3, "stmt": sql("SELECT count(*) FROM t a, t b WHERE a.x < 200 AND a.x % 100 = b.x % 100")}),
+    )
+    .await);
+    assert_eq!(heavy["result"]["rows"][0][0], integer(39800), "{heavy}");
+    let rolled_back = ok(request(
+        &mut socket,
+        14,
+        json!({"type": "execute", "stream_id": 3, "stmt": sql("SELECT count(*) FROM s WHERE x = 0")}),
+    )
+    .await);
+    assert_eq!(
+        rolled_back["result"]["rows"][0][0],
+        integer(1),
+        "{rolled_back}"
+    );
+}

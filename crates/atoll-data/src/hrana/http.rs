@@ -230,28 +230,9 @@ fn serve_inline(
         None => open_inline(caller)?,
     };
     let conn = ClientConnection::new(conn);
-    let served = if conn.is_read_only(sql) {
-        let (outcome, overran) = conn.within_budget(INLINE_BUDGET, INLINE_WALL_LIMIT, || {
-            let run = Run::start_waiting(caller, &conn, Duration::ZERO)?;
-            run.authorize(sql)?;
-            run.execute(&execute.stmt, sql)
-        });
-        if overran {
-            metrics::counter!("atoll_sql_inline_overruns_total").increment(1);
-            caller.db.pause_inline(INLINE_PAUSE);
-        }
-        match outcome {
-            _ if overran => None,
-            Ok(Err(error)) if error.code == "SQLITE_BUSY" => None,
-            other => Some(other),
-        }
-    } else {
-        None
-    };
+    let served = read_inline(caller, &conn, &execute.stmt, sql);
     conn.give_back_on_worker(&caller.node, caller.db.id());
-    let served = served?;
-    metrics::counter!("atoll_sql_inline_reads_total").increment(1);
-    Some(served.map(|outcome| {
+    Some(served?.map(|outcome| {
         let execute = match outcome {
             Ok(result) => proto::StreamResult::Ok {
                 response: proto::StreamResponse::Execute(proto::ExecuteStreamResp { result }),
@@ -265,6 +246,41 @@ fn serve_inline(
             },
         ]
     }))
+}
+
+/// One statement on `conn` (autocommit, the caller's sandbox mode) run on this async
+/// worker if it only reads, within [`INLINE_BUDGET`] of the worker's CPU time (or
+/// [`INLINE_WALL_LIMIT`] by the clock) and without waiting for another connection's lock
+/// ([`serve_inline`] says why). `None`: it may write, is too long to parse here, ran over
+/// its budget (interrupted, its result thrown away, the database's reads kept off the
+/// workers for [`INLINE_PAUSE`]) or met a lock — run it on an SQL thread. Shared by the
+/// HTTP pipeline and the WebSocket sessions (`ws`, a stream's `execute`).
+pub(super) fn read_inline(
+    caller: &Caller,
+    conn: &ClientConnection,
+    stmt: &proto::Stmt,
+    sql: &str,
+) -> Option<Result<Outcome<proto::StmtResult>, HranaError>> {
+    if sql.len() > INLINE_MAX_SQL_BYTES || !conn.is_read_only(sql) {
+        return None;
+    }
+    let (outcome, overran) = conn.within_budget(INLINE_BUDGET, INLINE_WALL_LIMIT, || {
+        let run = Run::start_waiting(caller, conn, Duration::ZERO)?;
+        run.authorize(sql)?;
+        run.execute(stmt, sql)
+    });
+    if overran {
+        metrics::counter!("atoll_sql_inline_overruns_total").increment(1);
+        caller.db.pause_inline(INLINE_PAUSE);
+    }
+    match outcome {
+        _ if overran => None,
+        Ok(Err(error)) if error.code == "SQLITE_BUSY" => None,
+        served => {
+            metrics::counter!("atoll_sql_inline_reads_total").increment(1);
+            Some(served)
+        }
+    }
 }
 
 /// A new connection to the caller's database, opened on this async worker, when that is

@@ -478,7 +478,7 @@ impl Session {
                     self.cursors.remove(&cursor.id);
                 }
                 if let Some(conn) = stop_stream(stream).await {
-                    self.give_back(conn).await;
+                    self.give_back(conn);
                 }
                 Ok(Ok(WsResponse::CloseStream {}))
             }
@@ -487,6 +487,10 @@ impl Session {
                     .sqls
                     .resolve(stmt.sql.as_deref(), stmt.sql_id, self.version)?
                     .to_string();
+                if let Some(served) = self.read_inline(stream_id, &stmt, &sql) {
+                    return served
+                        .map(|outcome| outcome.map(|result| WsResponse::Execute { result }));
+                }
                 self.with_connection(stream_id, move |run| {
                     run.authorize(&sql)?;
                     Ok(run
@@ -621,6 +625,11 @@ impl Session {
         let db = Arc::clone(&self.db);
         let mode = self.caller().mode();
         let key = self.key.clone();
+        if let Some(conn) = self.idle_connection(mode) {
+            self.streams.insert(stream_id, WsStream::Ready(conn));
+            self.stream_permits.insert(stream_id, permit);
+            return Ok(Ok(WsResponse::OpenStream {}));
+        }
         let opened = blocking(&self.state.node, &self.db, move || {
             db.ensure_queryable()?;
             if let Some(key) = &key {
@@ -852,23 +861,55 @@ impl Session {
         Ok(())
     }
 
-    /// Hands a connection back to the pool (without borrowing the session across the
-    /// wait: it holds connections, which must not be shared between threads).
-    fn give_back(&self, conn: ClientConnection) -> impl std::future::Future<Output = ()> + Send {
-        let node = Arc::clone(&self.state.node);
-        let db = Arc::clone(&self.db);
-        async move {
-            let pool_node = Arc::clone(&node);
-            let db_id = db.id().to_string();
-            let _ = blocking(&pool_node, &db, move || conn.give_back(&node, &db_id)).await;
+    /// Hands a connection back to the pool, here on the async worker: what has to be
+    /// closed instead (a connection inside a transaction, those the pool evicts) is closed
+    /// on an SQL thread (`ClientConnection::give_back_on_worker`).
+    fn give_back(&self, conn: ClientConnection) {
+        conn.give_back_on_worker(&self.state.node, self.db.id());
+    }
+
+    /// A stream's connection taken from the pool's idle ones on the async worker, as an
+    /// HTTP read takes one (`http::serve_inline`): no trip to an SQL thread and back for
+    /// the `open_stream` every `execute` of `@libsql/client` starts with. `None` (open it on
+    /// an SQL thread): the database is encrypted (its key is checked there), its reads are
+    /// kept off the workers, or it has no idle connection of the caller's mode.
+    fn idle_connection(&self, mode: crate::sandbox::Mode) -> Option<ClientConnection> {
+        if self.key.is_some() || !self.db.inline_allowed() || self.db.ensure_queryable().is_err() {
+            return None;
         }
+        let conn = self.state.node.pool.checkout_idle(&self.db, mode)?;
+        Some(ClientConnection::new(conn))
+    }
+
+    /// A stream's `execute` of one statement that only reads, run on the async worker
+    /// within the inline budget (`http::read_inline`): the stream must be ready, outside a
+    /// transaction, and opened for the caller's current rights. `None`: run it on an SQL
+    /// thread as any other request.
+    fn read_inline(
+        &self,
+        stream_id: i32,
+        stmt: &proto::Stmt,
+        sql: &str,
+    ) -> Option<Result<Outcome<proto::StmtResult>, HranaError>> {
+        if self.db.is_replica() || !self.db.inline_allowed() || self.db.ensure_queryable().is_err()
+        {
+            return None;
+        }
+        let Some(WsStream::Ready(conn)) = self.streams.get(&stream_id) else {
+            return None;
+        };
+        let caller = self.caller();
+        if conn.mode() != caller.mode() || !conn.is_autocommit() {
+            return None;
+        }
+        super::http::read_inline(&caller, conn, stmt, sql)
     }
 
     /// Gives every connection back when the socket ends.
     async fn close_all(&mut self) {
         for (_, stream) in std::mem::take(&mut self.streams) {
             if let Some(conn) = stop_stream(stream).await {
-                self.give_back(conn).await;
+                self.give_back(conn);
             }
         }
     }
