@@ -2315,20 +2315,13 @@ async fn a_websocket_read_on_a_warm_database_is_answered_without_an_sql_thread()
         )
         .await,
     );
-    send(
+    let inserted = answered_once_released(
         &mut socket,
-        json!({"type": "request", "request_id": 8, "request":
-            {"type": "execute", "stream_id": 3, "stmt": sql("INSERT INTO s VALUES (0)")}}),
+        (8, 3, sql("INSERT INTO s VALUES (0)")),
+        release,
+        "a write",
     )
     .await;
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), receive(&mut socket))
-            .await
-            .is_err(),
-        "a write waits for the SQL thread"
-    );
-    drop(release);
-    let inserted = receive(&mut socket).await;
     assert_eq!(inserted["type"], "response_ok", "{inserted}");
 
     // Inside a transaction, a read waits for the SQL thread too.
@@ -2349,20 +2342,13 @@ async fn a_websocket_read_on_a_warm_database_is_answered_without_an_sql_thread()
     )
     .await);
     let release = occupy();
-    send(
+    let in_transaction = answered_once_released(
         &mut socket,
-        json!({"type": "request", "request_id": 11, "request":
-            {"type": "execute", "stream_id": 3, "stmt": sql("SELECT count(*) FROM s WHERE x = 0")}}),
+        (11, 3, sql("SELECT count(*) FROM s WHERE x = 0")),
+        release,
+        "a read inside a transaction",
     )
     .await;
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), receive(&mut socket))
-            .await
-            .is_err(),
-        "a read inside a transaction waits for the SQL thread"
-    );
-    drop(release);
-    let in_transaction = receive(&mut socket).await;
     assert_eq!(
         in_transaction["response"]["result"]["rows"][0][0],
         integer(0),
@@ -2395,4 +2381,25 @@ async fn a_websocket_read_on_a_warm_database_is_answered_without_an_sql_thread()
         integer(1),
         "{rolled_back}"
     );
+}
+
+/// Sends `execute` (request id, stream id, statement) while `release` holds the node's only
+/// SQL thread, checks that no answer comes before the thread is let go, and answers the
+/// response that comes after.
+async fn answered_once_released(
+    socket: &mut Socket,
+    (request_id, stream_id, stmt): (i32, i32, Value),
+    release: std::sync::mpsc::Sender<()>,
+    what: &str,
+) -> Value {
+    send(
+        socket,
+        json!({"type": "request", "request_id": request_id, "request":
+            {"type": "execute", "stream_id": stream_id, "stmt": stmt}}),
+    )
+    .await;
+    let early = tokio::time::timeout(std::time::Duration::from_millis(300), receive(socket)).await;
+    assert!(early.is_err(), "{what} waits for the SQL thread: {early:?}");
+    drop(release);
+    receive(socket).await
 }
