@@ -868,13 +868,20 @@ impl Session {
         conn.give_back_on_worker(&self.state.node, self.db.id());
     }
 
+    /// Whether the async worker may serve this database at all: its reads are not kept off
+    /// the workers, and it can be queried now (otherwise an SQL thread answers, with the
+    /// error when there is one).
+    fn worker_may_serve(&self) -> bool {
+        self.db.inline_allowed() && self.db.ensure_queryable().is_ok()
+    }
+
     /// A stream's connection taken from the pool's idle ones on the async worker, as an
     /// HTTP read takes one (`http::serve_inline`): no trip to an SQL thread and back for
     /// the `open_stream` every `execute` of `@libsql/client` starts with. `None` (open it on
     /// an SQL thread): the database is encrypted (its key is checked there), its reads are
     /// kept off the workers, or it has no idle connection of the caller's mode.
     fn idle_connection(&self, mode: crate::sandbox::Mode) -> Option<ClientConnection> {
-        if self.key.is_some() || !self.db.inline_allowed() || self.db.ensure_queryable().is_err() {
+        if self.key.is_some() || !self.worker_may_serve() {
             return None;
         }
         let conn = self.state.node.pool.checkout_idle(&self.db, mode)?;
@@ -891,8 +898,7 @@ impl Session {
         stmt: &proto::Stmt,
         sql: &str,
     ) -> Option<Result<Outcome<proto::StmtResult>, HranaError>> {
-        if self.db.is_replica() || !self.db.inline_allowed() || self.db.ensure_queryable().is_err()
-        {
+        if self.db.is_replica() || !self.worker_may_serve() {
             return None;
         }
         let Some(WsStream::Ready(conn)) = self.streams.get(&stream_id) else {
