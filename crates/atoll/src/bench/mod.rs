@@ -1263,24 +1263,30 @@ async fn rss_idle(args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
 /// How long `atoll dev` idles before its RSS is read.
 const IDLE_WAIT: Duration = Duration::from_secs(5);
 
-/// The node settings of a benchmark node: default, with `file://<dir>/storage` unless off.
+/// The node settings of a benchmark node: default, with `file://<dir>/storage` unless off,
+/// and the SQL threads of `ATOLL_SQL_THREADS` when set (as `atoll node` reads it).
 fn node_settings(dir: &Path, storage: StorageMode) -> atoll_data::node::NodeSettings {
+    let mut settings = atoll_data::node::NodeSettings::default();
+    if let Some(threads) = std::env::var("ATOLL_SQL_THREADS")
+        .ok()
+        .and_then(|threads| threads.parse().ok())
+    {
+        settings.sql_threads = threads;
+    }
     let durability = match storage {
-        StorageMode::Off => return Default::default(),
+        StorageMode::Off => return settings,
         StorageMode::Lag => atoll_storage::DurabilityMode::Lag,
         StorageMode::Sync => atoll_storage::DurabilityMode::Sync,
     };
-    atoll_data::node::NodeSettings {
-        storage: Some(atoll_data::node_storage::StorageConfig {
-            url: format!("file://{}", dir.join("storage").display()),
-            node_name: "local".into(),
-            settings: atoll_storage::StorageSettings {
-                durability,
-                ..Default::default()
-            },
-        }),
-        ..Default::default()
-    }
+    settings.storage = Some(atoll_data::node_storage::StorageConfig {
+        url: format!("file://{}", dir.join("storage").display()),
+        node_name: "local".into(),
+        settings: atoll_storage::StorageSettings {
+            durability,
+            ..Default::default()
+        },
+    });
+    settings
 }
 
 /// What object storage holds of a database under `storage_dir`: objects in its log and
