@@ -219,6 +219,10 @@ pub fn build_bundled(out_dir: &str, out_path: &Path) {
         // ATOLL PATCH: libSQL's pager codec hook, implemented by Atoll's page codec
         // (customer-key encryption; the "atoll-encrypted" VFS in sqlite3.c).
         .flag("-DLIBSQL_CUSTOM_PAGER_CODEC")
+        // ATOLL PATCH: no process-wide count of the engine's heap by default. Counting it
+        // takes one mutex around every allocation and free of every connection on every
+        // thread; the node reads no process-wide figure (only per connection).
+        .flag("-DSQLITE_DEFAULT_MEMSTATUS=0")
         .warnings(false);
 
     let mut sqlean_patterns = vec![];

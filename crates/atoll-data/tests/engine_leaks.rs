@@ -1,13 +1,29 @@
 //! Memory the engine never gave back, found by the SQL fuzzer and replayed through the data
 //! plane. Alone in its test binary: it reads the engine's process-wide count of bytes
 //! allocated (`sqlite3_memory_used`), which any other test running beside it would move.
+//! The engine is built without that count (`SQLITE_DEFAULT_MEMSTATUS=0`, `vendor/README.md`):
+//! this binary turns it on before the engine starts.
 
 mod support;
 
 use support::*;
 
-#[allow(unsafe_code)] // one FFI call that reads a counter
+#[allow(unsafe_code)] // two FFI calls: one setting, one counter
 fn engine_bytes_in_use() -> i64 {
+    static COUNT_ON: std::sync::Once = std::sync::Once::new();
+    COUNT_ON.call_once(|| {
+        // SAFETY: a configuration call with one integer argument, made before anything in
+        // this process opened a connection (the first call of the test, before its node);
+        // the engine refuses it (SQLITE_MISUSE) once initialized, which the assert catches.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 1 as libc::c_int)
+        };
+        assert_eq!(
+            rc,
+            rusqlite::ffi::SQLITE_OK,
+            "the engine's heap count stays off"
+        );
+    });
     // SAFETY: reads a counter; no arguments, no state of ours.
     unsafe { rusqlite::ffi::sqlite3_memory_used() }
 }
@@ -18,6 +34,8 @@ fn engine_bytes_in_use() -> i64 {
 // node's 30 s deadline). The engine now frees them before the next search.
 #[tokio::test]
 async fn a_vector_top_k_filtered_again_leaks_nothing() {
+    // The count turned on before the node opens its first connection.
+    assert_eq!(engine_bytes_in_use(), 0);
     let node = start_node().await;
     let db = node.create_db("leak");
     for statement in [
@@ -37,6 +55,7 @@ async fn a_vector_top_k_filtered_again_leaks_nothing() {
         assert_eq!(rows["rows"][0][0]["value"], "60000", "{rows}");
     }
     let before = engine_bytes_in_use();
+    assert!(before > 0, "the engine's heap is not being counted");
     for _ in 0..10 {
         db.query(sql(join)).await;
     }
