@@ -12,12 +12,12 @@ use support::*;
 fn engine_bytes_in_use() -> i64 {
     static COUNT_ON: std::sync::Once = std::sync::Once::new();
     COUNT_ON.call_once(|| {
+        let on: libc::c_int = 1;
         // SAFETY: a configuration call with one integer argument, made before anything in
         // this process opened a connection (the first call of the test, before its node);
         // the engine refuses it (SQLITE_MISUSE) once initialized, which the assert catches.
-        let rc = unsafe {
-            rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 1 as libc::c_int)
-        };
+        let rc =
+            unsafe { rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, on) };
         assert_eq!(
             rc,
             rusqlite::ffi::SQLITE_OK,
