@@ -107,20 +107,22 @@ pub(super) async fn run(bench: &Arc<Bench>, main: &Org, args: &BenchArgs) -> any
             );
             for pick in [Pick::Uniform, Pick::Zipf(Arc::new(zipf_cdf(scale)))] {
                 let name = format!("spread_{}_{scale}_{connections}", pick.name());
-                if let Pick::Zipf(_) = pick {
-                    // The phase before left the warm set holding databases drawn uniformly;
-                    // a tenant workload's popular databases are warm in its steady state.
-                    // The transition is printed apart, then the steady state is measured.
-                    let transition = select_throughput(
+                let measure = |seed| {
+                    select_throughput(
                         bench,
                         &org,
                         &urls,
                         connections,
                         duration,
                         pick.clone(),
-                        next_seed(),
+                        seed,
                     )
-                    .await;
+                };
+                if let Pick::Zipf(_) = pick {
+                    // The phase before left the warm set holding databases drawn uniformly;
+                    // a tenant workload's popular databases are warm in its steady state.
+                    // The transition is printed apart, then the steady state is measured.
+                    let transition = measure(next_seed()).await;
                     println!(
                         "{name}_after_uniform: {:.0} req/s ({connections} connections, {:.1} s, {} errors), {:.0} % of one database (right after the uniform phase: the warm set not yet the popular databases; not a goal)",
                         transition.rate(),
@@ -129,16 +131,7 @@ pub(super) async fn run(bench: &Arc<Bench>, main: &Org, args: &BenchArgs) -> any
                         transition.rate() / one.rate().max(1.0) * 100.0,
                     );
                 }
-                let spread = select_throughput(
-                    bench,
-                    &org,
-                    &urls,
-                    connections,
-                    duration,
-                    pick.clone(),
-                    next_seed(),
-                )
-                .await;
+                let spread = measure(next_seed()).await;
                 let ratio = spread.rate() / one.rate().max(1.0);
                 let goal = match (&pick, connections) {
                     (Pick::Zipf(_), _) if scale >= 100_000 => Some(0.5),
