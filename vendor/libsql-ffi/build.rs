@@ -207,7 +207,12 @@ pub fn build_bundled(out_dir: &str, out_path: &Path) {
         .flag("-DSQLITE_ENABLE_FTS5")
         .flag("-DSQLITE_ENABLE_JSON1")
         .flag("-DSQLITE_ENABLE_LOAD_EXTENSION=1")
-        .flag("-DSQLITE_ENABLE_MEMORY_MANAGEMENT")
+        // ATOLL PATCH: no SQLITE_ENABLE_MEMORY_MANAGEMENT. With it, every connection's page
+        // cache in the process belongs to one group behind one mutex, so every page any
+        // statement of any tenant touches takes that mutex and relinks pages of other
+        // databases in one shared LRU list. Without it each connection's cache is its own
+        // (its connection's mutex suffices); what it bought, sqlite3_release_memory()
+        // across connections, the node does not use.
         .flag("-DSQLITE_ENABLE_RTREE")
         .flag("-DSQLITE_ENABLE_STAT2")
         .flag("-DSQLITE_ENABLE_STAT4")
