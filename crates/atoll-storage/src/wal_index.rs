@@ -6,11 +6,13 @@
 //! process serving its databases, and its connections use SQLite's `unix-excl` VFS
 //! ([`VFS`]) instead: the first connection to a database takes one exclusive lock on the
 //! file for the whole process, and the index lives in anonymous memory shared by the
-//! process's connections (an `ATOLL PATCH` maps it lazily, `vendor/README.md`). That
-//! spares every cold open the `-shm` file (open, `fstat`, `fchown`, a lock, a header
-//! write, `mmap`, and their undoing at close), every read transaction its `fcntl` calls
-//! (a busy database's readers took a system call each on the same lock), and every warm
-//! database one file descriptor (PERFORMANCE.md, "The WAL index in the node's memory").
+//! process's connections (an `ATOLL PATCH` maps it lazily and keeps the regions a closed
+//! database's index gives back, cleared, for the next database's first open,
+//! `vendor/README.md`). That spares every cold open the `-shm` file (open, `fstat`,
+//! `fchown`, a lock, a header write, `mmap`, and their undoing at close), every read
+//! transaction its `fcntl` calls (a busy database's readers took a system call each on
+//! the same lock), and every warm database one file descriptor (PERFORMANCE.md, "The WAL
+//! index in the node's memory").
 //!
 //! What it costs: another process cannot open a database while the node has it open (it
 //! gets "database is locked"), which also keeps a `sqlite3` shell from writing under a
@@ -172,6 +174,78 @@ mod tests {
             assert_eq!(check, "ok");
             drop(node);
             assert_eq!(count(&plain_connection(&file)), 5);
+        }
+    }
+
+    /// The engine keeps the regions an index gives back for the next database's first open
+    /// (an `ATOLL PATCH`, `vendor/README.md`): each must read as a new one. A region that
+    /// still held another database's index header would be trusted as this database's
+    /// (its two copies agree, its checksum holds) and send reads to the wrong frames.
+    #[test]
+    fn an_index_region_given_back_serves_the_next_database_as_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<_> = (0..40).map(|i| dir.path().join(format!("db{i}"))).collect();
+        let wal_frames = |file: &Path| {
+            let wal = std::fs::metadata(file.with_file_name(format!(
+                "{}-wal",
+                file.file_name().unwrap().to_str().unwrap()
+            )))
+            .unwrap();
+            (wal.len() - 32) / (24 + 4096)
+        };
+        // As a shipped database's connections: the WAL outlives them, and each open
+        // rebuilds the index from it.
+        let open = |file: &Path| {
+            let conn = node_connection(file);
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )
+            .unwrap();
+            conn
+        };
+        for (i, file) in files.iter().enumerate() {
+            let conn = open(file);
+            // Durability is not what this test is about: no fsync per commit.
+            conn.execute_batch("PRAGMA synchronous = OFF; CREATE TABLE t(x)")
+                .unwrap();
+            // One commit per row: WALs of different lengths. The first is longer than one
+            // region of the index holds (4,062 frames), so it maps two.
+            let rows = if i == 0 { 4_500 } else { i };
+            if i == 0 {
+                conn.execute_batch(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4500)
+                     INSERT INTO t SELECT randomblob(3000) FROM n",
+                )
+                .unwrap();
+            } else {
+                for _ in 0..rows {
+                    conn.execute("INSERT INTO t VALUES (randomblob(10))", [])
+                        .unwrap();
+                }
+            }
+            let (_, frames) = committed_in_index(file).unwrap();
+            assert_eq!(frames, wal_frames(file), "database {i}");
+            drop(conn);
+        }
+        // Each reopened takes a region another database's index gave back (in reverse,
+        // then forwards: the first's two regions go to others and come back), and sees its
+        // own WAL and rows only.
+        for round in 0..2 {
+            let order: Vec<usize> = if round == 0 {
+                (0..files.len()).rev().collect()
+            } else {
+                (0..files.len()).collect()
+            };
+            for i in order {
+                let file = &files[i];
+                let conn = open(file);
+                let expected = if i == 0 { 4_500 } else { i as i64 };
+                assert_eq!(count(&conn), expected, "database {i}, round {round}");
+                let (_, frames) = committed_in_index(file).unwrap();
+                assert_eq!(frames, wal_frames(file), "database {i}, round {round}");
+                drop(conn);
+            }
         }
     }
 
