@@ -209,9 +209,9 @@ mod tests {
             // Durability is not what this test is about: no fsync per commit.
             conn.execute_batch("PRAGMA synchronous = OFF; CREATE TABLE t(x)")
                 .unwrap();
-            // One commit per row: WALs of different lengths. The first is longer than one
-            // region of the index holds (4,062 frames), so it maps two.
-            let rows = if i == 0 { 4_500 } else { i };
+            // WALs of different lengths: the first one commit of 4,500 rows of about a page
+            // each, longer than one region of the index holds (4,062 frames), so it maps
+            // two; the others one commit per row.
             if i == 0 {
                 conn.execute_batch(
                     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4500)
@@ -219,7 +219,7 @@ mod tests {
                 )
                 .unwrap();
             } else {
-                for _ in 0..rows {
+                for _ in 0..i {
                     conn.execute("INSERT INTO t VALUES (randomblob(10))", [])
                         .unwrap();
                 }
