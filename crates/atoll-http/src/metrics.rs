@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -21,8 +21,21 @@ const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
 ];
 
-/// Installs the process's recorder (once; later calls answer the same handle).
+/// How often the recorder's upkeep runs: what a histogram recorded since is kept sample by
+/// sample until then (the exporter's own default, 5 s).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Installs the process's recorder (once; later calls answer the same handle), with its
+/// upkeep on a thread of its own.
 pub fn install() -> Result<&'static PrometheusHandle, String> {
+    install_with_upkeep(UPKEEP_INTERVAL)
+}
+
+/// [`install`], its upkeep every `interval`. The exporter keeps every sample a histogram
+/// records (8 bytes each, one per HTTP request) until its upkeep folds them into the
+/// buckets; `install_recorder` leaves running it to the caller, and a node nobody scraped
+/// grew by the size of every request's sample, for ever.
+fn install_with_upkeep(interval: Duration) -> Result<&'static PrometheusHandle, String> {
     if let Some(handle) = HANDLE.get() {
         return Ok(handle);
     }
@@ -31,7 +44,15 @@ pub fn install() -> Result<&'static PrometheusHandle, String> {
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())?;
-    Ok(HANDLE.get_or_init(|| handle))
+    let handle = HANDLE.get_or_init(|| handle);
+    std::thread::Builder::new()
+        .name("atoll-metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(interval);
+            handle.run_upkeep();
+        })
+        .map_err(|e| format!("cannot start the metrics upkeep thread: {e}"))?;
+    Ok(handle)
 }
 
 /// The text exposition of every metric, when the recorder is installed.
@@ -95,4 +116,41 @@ pub async fn track_requests(
     )
     .record(started.elapsed().as_secs_f64());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The process's resident memory, in bytes (`/proc/self/statm`).
+    fn resident_bytes() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+        let pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|field| field.parse().ok())
+            .expect("resident pages");
+        pages * 4096
+    }
+
+    /// A histogram recorded into over many upkeep intervals, never scraped, holds about
+    /// one interval's samples, not all of them: without the upkeep thread the process grew
+    /// by every sample recorded (~8 bytes each, 128 MiB here).
+    #[test]
+    fn a_histogram_nobody_scrapes_keeps_its_memory_bounded() {
+        install_with_upkeep(Duration::from_millis(20)).expect("install");
+        let histogram = metrics::histogram!("atoll_test_upkeep_duration_seconds");
+        let before = resident_bytes();
+        let recorded: u64 = 16 << 20;
+        for _ in 0..recorded {
+            histogram.record(0.001);
+        }
+        let grown = resident_bytes().saturating_sub(before);
+        let samples = recorded * 8;
+        assert!(
+            grown < samples / 4,
+            "the process grew {grown} bytes over {recorded} samples ({samples} bytes) \
+             recorded without a scrape"
+        );
+    }
 }
