@@ -228,6 +228,9 @@ pub fn build_bundled(out_dir: &str, out_path: &Path) {
         // takes one mutex around every allocation and free of every connection on every
         // thread; the node reads no process-wide figure (only per connection).
         .flag("-DSQLITE_DEFAULT_MEMSTATUS=0")
+        // ATOLL PATCH: no symbolic links resolved in a database's path (`appendOnePathElement`
+        // in sqlite3.c says why).
+        .flag("-DATOLL_OPENS_NO_SYMLINKS")
         .warnings(false);
 
     let mut sqlean_patterns = vec![];
