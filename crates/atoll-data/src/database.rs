@@ -444,20 +444,11 @@ impl Database {
         };
         let size_limit = config.size_limit;
         let file = self.file_path();
-        if self.log.is_some() && !file.exists() && self.config().state == DatabaseState::Active {
-            // Never let SQLite create an empty file in place of a lost one: rebuild it.
-            self.mark_needs_rebuild();
-            return Err(DataError::Recovering(
-                format!(
-                    "database {} is being rebuilt from object storage (its file on this node is missing); try again shortly",
-                    self.config().name
-                ),
-                5,
-            ));
-        }
+        // A file whose writes were shipped must be there: never let SQLite create an empty
+        // one in place of a lost one, rebuild it (below, when the open fails).
+        let must_exist = self.log.is_some() && config.state == DatabaseState::Active;
         let log = self.log.clone();
-        let started = crate::thread_clock::cpu_time();
-        let opened = sandbox::open(&file, mode, settings, shutdown, key, |conn| {
+        let setup = |conn: &rusqlite::Connection| {
             configure_connection(conn, settings.page_cache_bytes, log.is_some())?;
             if let Some(log) = log {
                 if mode != Mode::ReadOnly {
@@ -479,7 +470,26 @@ impl Database {
                 conn.pragma_update(None, "max_page_count", pages)?;
             }
             Ok(())
-        })?;
+        };
+        let started = crate::thread_clock::cpu_time();
+        let opened = if must_exist {
+            sandbox::open_existing(&file, mode, settings, shutdown, key, setup)
+        } else {
+            sandbox::open(&file, mode, settings, shutdown, key, setup)
+        };
+        let opened = match opened {
+            Err(_) if must_exist && !file.exists() => {
+                self.mark_needs_rebuild();
+                return Err(DataError::Recovering(
+                    format!(
+                        "database {} is being rebuilt from object storage (its file on this node is missing); try again shortly",
+                        config.name
+                    ),
+                    5,
+                ));
+            }
+            opened => opened?,
+        };
         self.open_cost
             .record(crate::thread_clock::cpu_time().saturating_sub(started));
         opened.control.watch_open_cost(Arc::clone(&self.open_cost));

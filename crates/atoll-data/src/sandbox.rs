@@ -662,7 +662,7 @@ pub struct SandboxedConnection {
 const PROGRESS_INTERVAL: i32 = 1_000;
 
 /// Opens `path` for tenant SQL under `mode`'s rules; an encrypted database with its `key`.
-/// `setup` runs first, trusted (Atoll's connection pragmas).
+/// `setup` runs first, trusted (Atoll's connection pragmas). A missing file is created.
 pub fn open(
     path: &Path,
     mode: Mode,
@@ -671,13 +671,37 @@ pub fn open(
     key: Option<&atoll_storage::encryption::EncryptionKey>,
     setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
 ) -> Result<SandboxedConnection, DataError> {
+    let flags = rusqlite::OpenFlags::default();
+    open_with_flags(path, flags, mode, settings, shutdown, key, setup)
+}
+
+/// [`open`], of a file that must exist: a missing one is an error (`SQLITE_CANTOPEN`), never
+/// an empty database created in its place. Asking the engine not to create it, rather than
+/// looking for the file first, saves a cold open a `stat` of its path.
+pub fn open_existing(
+    path: &Path,
+    mode: Mode,
+    settings: &SandboxSettings,
+    shutdown: &Arc<AtomicBool>,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
+    setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
+) -> Result<SandboxedConnection, DataError> {
+    let flags = rusqlite::OpenFlags::default() - rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
+    open_with_flags(path, flags, mode, settings, shutdown, key, setup)
+}
+
+fn open_with_flags(
+    path: &Path,
+    flags: rusqlite::OpenFlags,
+    mode: Mode,
+    settings: &SandboxSettings,
+    shutdown: &Arc<AtomicBool>,
+    key: Option<&atoll_storage::encryption::EncryptionKey>,
+    setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
+) -> Result<SandboxedConnection, DataError> {
     let conn = match key {
-        Some(key) => atoll_storage::encryption::open(path, rusqlite::OpenFlags::default(), key)?,
-        None => Connection::open_with_flags_and_vfs(
-            path,
-            rusqlite::OpenFlags::default(),
-            atoll_storage::wal_index::VFS,
-        )?,
+        Some(key) => atoll_storage::encryption::open(path, flags, key)?,
+        None => Connection::open_with_flags_and_vfs(path, flags, atoll_storage::wal_index::VFS)?,
     };
     // A dump loads into a new file that is checked whole before it is installed (as an
     // upload is), and `sqlite3 .dump` writes virtual tables through `writable_schema`:
