@@ -447,8 +447,14 @@ impl Database {
         // A file whose writes were shipped must be there: never let SQLite create an empty
         // one in place of a lost one, rebuild it (below, when the open fails).
         let must_exist = self.log.is_some() && config.state == DatabaseState::Active;
+        let if_missing = if must_exist {
+            sandbox::IfMissing::Fail
+        } else {
+            sandbox::IfMissing::Create
+        };
         let log = self.log.clone();
-        let setup = |conn: &rusqlite::Connection| {
+        let started = crate::thread_clock::cpu_time();
+        let opened = sandbox::open(&file, if_missing, mode, settings, shutdown, key, |conn| {
             configure_connection(conn, settings.page_cache_bytes, log.is_some())?;
             if let Some(log) = log {
                 if mode != Mode::ReadOnly {
@@ -470,13 +476,7 @@ impl Database {
                 conn.pragma_update(None, "max_page_count", pages)?;
             }
             Ok(())
-        };
-        let started = crate::thread_clock::cpu_time();
-        let opened = if must_exist {
-            sandbox::open_existing(&file, mode, settings, shutdown, key, setup)
-        } else {
-            sandbox::open(&file, mode, settings, shutdown, key, setup)
-        };
+        });
         let opened = match opened {
             Err(_) if must_exist && !file.exists() => {
                 self.mark_needs_rebuild();

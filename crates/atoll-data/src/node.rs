@@ -560,6 +560,7 @@ impl Node {
                     // database through a connection holding its key.
                     let mut conn = crate::sandbox::open(
                         &file,
+                        crate::sandbox::IfMissing::Create,
                         Mode::DumpLoader,
                         &self.sandbox,
                         &self.shutdown,

@@ -661,44 +661,32 @@ pub struct SandboxedConnection {
 /// 1 s deadline between two checks.
 const PROGRESS_INTERVAL: i32 = 1_000;
 
+/// What opening a file that is not there does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMissing {
+    /// Creates an empty database.
+    Create,
+    /// Fails (`SQLITE_CANTOPEN`): never an empty database in place of a lost one. Asking
+    /// the engine not to create the file, rather than looking for it first, saves a cold
+    /// open a `stat` of its path.
+    Fail,
+}
+
 /// Opens `path` for tenant SQL under `mode`'s rules; an encrypted database with its `key`.
-/// `setup` runs first, trusted (Atoll's connection pragmas). A missing file is created.
+/// `setup` runs first, trusted (Atoll's connection pragmas).
 pub fn open(
     path: &Path,
+    if_missing: IfMissing,
     mode: Mode,
     settings: &SandboxSettings,
     shutdown: &Arc<AtomicBool>,
     key: Option<&atoll_storage::encryption::EncryptionKey>,
     setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
 ) -> Result<SandboxedConnection, DataError> {
-    let flags = rusqlite::OpenFlags::default();
-    open_with_flags(path, flags, mode, settings, shutdown, key, setup)
-}
-
-/// [`open`], of a file that must exist: a missing one is an error (`SQLITE_CANTOPEN`), never
-/// an empty database created in its place. Asking the engine not to create it, rather than
-/// looking for the file first, saves a cold open a `stat` of its path.
-pub fn open_existing(
-    path: &Path,
-    mode: Mode,
-    settings: &SandboxSettings,
-    shutdown: &Arc<AtomicBool>,
-    key: Option<&atoll_storage::encryption::EncryptionKey>,
-    setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
-) -> Result<SandboxedConnection, DataError> {
-    let flags = rusqlite::OpenFlags::default() - rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
-    open_with_flags(path, flags, mode, settings, shutdown, key, setup)
-}
-
-fn open_with_flags(
-    path: &Path,
-    flags: rusqlite::OpenFlags,
-    mode: Mode,
-    settings: &SandboxSettings,
-    shutdown: &Arc<AtomicBool>,
-    key: Option<&atoll_storage::encryption::EncryptionKey>,
-    setup: impl FnOnce(&Connection) -> rusqlite::Result<()>,
-) -> Result<SandboxedConnection, DataError> {
+    let flags = match if_missing {
+        IfMissing::Create => rusqlite::OpenFlags::default(),
+        IfMissing::Fail => rusqlite::OpenFlags::default() - rusqlite::OpenFlags::SQLITE_OPEN_CREATE,
+    };
     let conn = match key {
         Some(key) => atoll_storage::encryption::open(path, flags, key)?,
         None => Connection::open_with_flags_and_vfs(path, flags, atoll_storage::wal_index::VFS)?,
@@ -769,6 +757,7 @@ mod tests {
         let shutdown = Arc::new(AtomicBool::new(false));
         open(
             &dir.path().join("data"),
+            IfMissing::Create,
             Mode::ReadWrite,
             settings,
             &shutdown,

@@ -1143,6 +1143,7 @@ async fn stalled_uploads_are_abandoned_with_408() {
 fn sandboxed_loader(path: &std::path::Path) -> atoll_data::sandbox::SandboxedConnection {
     atoll_data::sandbox::open(
         path,
+        atoll_data::sandbox::IfMissing::Create,
         atoll_data::sandbox::Mode::DumpLoader,
         &atoll_data::sandbox::SandboxSettings::default(),
         &std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),

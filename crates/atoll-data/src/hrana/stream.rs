@@ -394,6 +394,7 @@ mod tests {
         let shutdown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sandboxed = crate::sandbox::open(
             std::path::Path::new(":memory:"),
+            crate::sandbox::IfMissing::Create,
             crate::sandbox::Mode::ReadWrite,
             &crate::sandbox::SandboxSettings::default(),
             &shutdown,

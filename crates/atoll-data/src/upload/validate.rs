@@ -234,6 +234,7 @@ pub(crate) fn integrity_check(
     // (below): the check must also see the node shutting down.
     let sandboxed = crate::sandbox::open(
         path,
+        crate::sandbox::IfMissing::Fail,
         Mode::ReadOnly,
         &bounds.settings,
         &Arc::new(std::sync::atomic::AtomicBool::new(false)),

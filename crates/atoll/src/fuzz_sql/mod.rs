@@ -217,12 +217,20 @@ fn open_case(
     shutdown: &Arc<AtomicBool>,
     storage: bool,
 ) -> Result<SandboxedConnection> {
-    sandbox::open(db, Mode::ReadWrite, settings, shutdown, None, |conn| {
-        configure_connection(conn, settings.page_cache_bytes, storage)?;
-        let pages = (SIZE_LIMIT_BYTES / atoll_data::database::PAGE_SIZE).max(1);
-        conn.pragma_update(None, "max_page_count", pages)?;
-        Ok(())
-    })
+    sandbox::open(
+        db,
+        sandbox::IfMissing::Create,
+        Mode::ReadWrite,
+        settings,
+        shutdown,
+        None,
+        |conn| {
+            configure_connection(conn, settings.page_cache_bytes, storage)?;
+            let pages = (SIZE_LIMIT_BYTES / atoll_data::database::PAGE_SIZE).max(1);
+            conn.pragma_update(None, "max_page_count", pages)?;
+            Ok(())
+        },
+    )
     .context("opening the case's database in the sandbox")
 }
 
@@ -326,7 +334,15 @@ fn list_functions(
     shutdown: &Arc<AtomicBool>,
 ) -> Result<Vec<Function>> {
     let path = work_dir.join("functions.db");
-    let sandboxed = sandbox::open(&path, Mode::ReadWrite, settings, shutdown, None, |_| Ok(()))?;
+    let sandboxed = sandbox::open(
+        &path,
+        sandbox::IfMissing::Create,
+        Mode::ReadWrite,
+        settings,
+        shutdown,
+        None,
+        |_| Ok(()),
+    )?;
     let functions = sandboxed
         .control
         .trusted(|| -> rusqlite::Result<Vec<Function>> {
