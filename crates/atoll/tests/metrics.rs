@@ -45,6 +45,16 @@ async fn metrics_count_requests_statements_and_store_operations() {
         "{heavy}"
     );
 
+    // Methods of a client's own making, on both listeners, without a token: counted under
+    // one label, never a series each.
+    for (n, base) in [&server.url, &db_url].into_iter().enumerate() {
+        for i in 0..3 {
+            let method = reqwest::Method::from_bytes(format!("GROW{n}X{i}").as_bytes()).unwrap();
+            let refused = client.request(method, base.as_str()).send().await.unwrap();
+            assert!(refused.status().is_client_error(), "{}", refused.status());
+        }
+    }
+
     let response = client
         .get(format!("http://{metrics_listen}/metrics"))
         .send()
@@ -74,6 +84,11 @@ async fn metrics_count_requests_statements_and_store_operations() {
     assert_eq!(counted("atoll_sql_inline_overruns_total"), 1);
     // Route templates only: the names in URLs never become labels.
     assert!(!text.contains("counted"), "{text}");
+    assert!(!text.contains("GROW"), "{text}");
+    for plane in ["api", "data"] {
+        let other = format!("atoll_http_requests_total{{plane=\"{plane}\",method=\"other\"");
+        assert!(text.contains(&other), "{other} missing from:\n{text}");
+    }
     // Metrics stay off the public listeners.
     let public = client
         .get(format!("{}/metrics", server.url))
